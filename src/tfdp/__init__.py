@@ -1,0 +1,45 @@
+"""tfdp: synchronous data-parallel training for TensorFlow 2 / Keras 3 on tf.distribute.
+
+This module owns tfdp's public API. The samplers are plain NumPy and load
+eagerly; everything that needs TensorFlow is imported on first use, so
+``import tfdp`` (and the samplers) never pulls TensorFlow in.
+
+Example:
+    >>> import tfdp
+    >>> tfdp.RepeatAugSampler(1024, num_replicas=4, rank=0).indices().shape
+    (256,)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
+
+__version__ = "0.1.0"
+
+# Public names that live in modules importing TensorFlow: loaded on first access.
+_LAZY: dict[str, str] = {}
+
+__all__ = [
+    "DistributedEvalSampler",
+    "DistributedSampler",
+    "RepeatAugSampler",
+    "Sampler",
+    "__version__",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfdp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,470 @@
+"""Pure index algorithms: a permutation in, one rank's sample indices out.
+
+This module owns the arithmetic behind every tfdp sampler and nothing else:
+no TensorFlow, no state, no I/O. Each function evaluates only the positions a
+rank actually needs, so one rank's epoch costs O(N*R/W) time and memory rather
+than the O(N*R) of materialising the whole repeated, padded list.
+
+The key observation: in PyTorch's ``DistributedSampler`` and in DeiT's /
+timm's Repeated Augmentation sampler, rank ``r`` of ``W`` takes positions
+``r, r + W, r + 2W, ...`` of a list that is the epoch's permutation, each entry
+repeated ``R`` times, padded by wrapping. Entry ``q`` of that list is
+``perm[(q mod L) // R]`` (``L`` the unpadded length), so a permutation that can
+be evaluated at chosen positions -- :class:`KeyedPermutation`, a cycle-walking
+Feistel bijection keyed by ``(seed, epoch)`` -- gives a rank its indices
+without building anything of size N.
+
+Example:
+    >>> perm = KeyedPermutation(10, seed=0, epoch=0)
+    >>> sorted(perm(np.arange(10)).tolist()) == list(range(10))
+    True
+    >>> repeat_aug_indices(identity_permutation, 4, 2, 0, 3, stop=6).tolist()
+    [0, 0, 1, 2, 2, 3]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = [
+    "MAX_SEED",
+    "PermutationFn",
+    "KeyedPermutation",
+    "array_permutation",
+    "distributed_indices",
+    "distributed_num_samples",
+    "eval_indices",
+    "eval_num_samples",
+    "identity_permutation",
+    "random_padding_ids",
+    "repeat_aug_indices",
+    "repeat_aug_sizes",
+    "repeated_length",
+    "round_keys",
+    "validate_permutation",
+]
+
+#: Seeds are unsigned 64-bit integers: ``0 <= seed <= MAX_SEED``.
+MAX_SEED = 2**64 - 1
+
+#: A permutation of ``range(n)`` evaluated at chosen positions: ``positions -> perm[positions]``.
+PermutationFn = Callable[[np.ndarray], np.ndarray]
+
+# Domain-separation tags, so that the shuffle and the padding draws of one
+# (seed, epoch) never share a random stream.
+_TAG_SHUFFLE = 0x5348_5546  # "SHUF"
+_TAG_PADDING = 0x5041_4444  # "PADD"
+
+_FEISTEL_ROUNDS = 6
+# Below this size a Feistel network on so few bits is measurably non-uniform;
+# a materialised Philox-seeded shuffle is both exact and cheap there.
+_SMALL_N = 4096
+_MASK64 = 2**64 - 1
+
+
+def _split_seed(seed: int) -> list[int]:
+    return [seed & 0xFFFF_FFFF, seed >> 32]
+
+
+def _splitmix64(state: int) -> tuple[int, int]:
+    """One step of SplitMix64 on Python ints: ``(new_state, output)``."""
+    state = (state + 0x9E37_79B9_7F4A_7C15) & _MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58_476D_1CE4_E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D0_49BB_1331_11EB) & _MASK64
+    return state, z ^ (z >> 31)
+
+
+def round_keys(seed: int, epoch: int, count: int, bits: int = 64) -> list[int]:
+    """``count`` round keys of ``bits`` bits derived from ``(seed, epoch)`` by SplitMix64.
+
+    Cheap (microseconds) and identical on every platform. The seed is
+    absorbed, then the epoch, then the keys are squeezed out.
+
+    Example:
+        >>> round_keys(0, 0, 2) == round_keys(0, 0, 2), round_keys(0, 0, 1) != round_keys(0, 1, 1)
+        (True, True)
+    """
+    state, out = _splitmix64(seed ^ _TAG_SHUFFLE)
+    state, out = _splitmix64(state ^ out ^ (epoch & _MASK64))
+    keys = []
+    for _ in range(count):
+        state, out = _splitmix64(state ^ out)
+        keys.append(out & ((1 << bits) - 1))
+    return keys
+
+
+def _fmix32(v: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finaliser, in place on a uint32 array."""
+    v ^= v >> np.uint32(16)
+    v *= np.uint32(0x85EB_CA6B)
+    v ^= v >> np.uint32(13)
+    v *= np.uint32(0xC2B2_AE35)
+    v ^= v >> np.uint32(16)
+    return v
+
+
+def _fmix64(v: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, in place on a uint64 array."""
+    v ^= v >> np.uint64(33)
+    v *= np.uint64(0xFF51_AFD7_ED55_8CCD)
+    v ^= v >> np.uint64(33)
+    v *= np.uint64(0xC4CE_B9FE_1A85_EC53)
+    v ^= v >> np.uint64(33)
+    return v
+
+
+class KeyedPermutation:
+    """A pseudo-random permutation of ``range(n)`` keyed by ``(seed, epoch)``.
+
+    For ``n > 4096``, a Feistel network on ``ceil(log2(n))`` bits (unbalanced when the bit count
+    is odd, so the domain is below ``2n``), with MurmurHash3's finaliser as the
+    round function and round keys from :func:`round_keys`;
+    values that land outside ``range(n)`` are walked again until they fall
+    inside (cycle walking), which keeps it a bijection on ``range(n)``.
+    Evaluating it at ``m`` positions costs O(m) time and memory, whatever ``n``.
+    For ``n <= 4096``, where so few bits make a Feistel network measurably
+    non-uniform, a materialised shuffle by a Philox generator keyed alike.
+    The same ``(n, seed, epoch)`` gives the same permutation in every process,
+    on every platform.
+
+    Args:
+        n: Size of the permuted range, ``n >= 1``.
+        seed: Unsigned 64-bit seed.
+        epoch: Non-negative epoch; each epoch is an independent permutation.
+
+    Example:
+        >>> p = KeyedPermutation(1000, seed=7, epoch=3)
+        >>> p(np.array([0, 1, 2])).shape
+        (3,)
+        >>> np.array_equal(np.sort(p(np.arange(1000))), np.arange(1000))
+        True
+    """
+
+    def __init__(self, n: int, seed: int, epoch: int) -> None:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self.n = int(n)
+        bits = max(1, (self.n - 1).bit_length())
+        self._hi_bits = (bits + 1) // 2
+        self._lo_bits = bits // 2
+        self._wide = bits > 32
+        dtype = np.uint64 if self._wide else np.uint32
+        keys = round_keys(seed, epoch, _FEISTEL_ROUNDS, 64 if self._wide else 32)
+        self._keys = [dtype(k) for k in keys]
+        self._dtype = dtype
+        self._table: np.ndarray | None = None
+        if self.n <= _SMALL_N:
+            rng = np.random.Generator(np.random.Philox(key=round_keys(seed, epoch, 2)))
+            self._table = rng.permutation(self.n).astype(np.int64)
+
+    def _rounds(self, x: np.ndarray) -> np.ndarray:
+        dt = self._dtype
+        lo, hi = self._lo_bits, self._hi_bits
+        mix = _fmix64 if self._wide else _fmix32
+        for key in self._keys:
+            right = x & dt((1 << lo) - 1)
+            left = x >> dt(lo)
+            f = right ^ key
+            mix(f)
+            f &= dt((1 << hi) - 1)
+            left ^= f
+            right <<= dt(hi)
+            right |= left
+            x = right
+            lo, hi = hi, lo
+        return x
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """Return ``perm[positions]`` as int64 (positions must lie in ``[0, n)``)."""
+        pos = np.asarray(positions)
+        if self._table is not None:
+            return self._table[pos]
+        x = self._rounds(pos.astype(self._dtype))
+        bound = self._dtype(self.n)
+        todo = np.flatnonzero(x >= bound)
+        while todo.size:
+            y = self._rounds(x[todo])
+            x[todo] = y
+            todo = todo[y >= bound]
+        return x.astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"KeyedPermutation(n={self.n})"
+
+
+def identity_permutation(positions: np.ndarray) -> np.ndarray:
+    """The unshuffled order: ``perm[i] = i``.
+
+    Example:
+        >>> identity_permutation(np.array([3, 1])).tolist()
+        [3, 1]
+    """
+    return np.asarray(positions, dtype=np.int64)
+
+
+def array_permutation(perm: np.ndarray) -> PermutationFn:
+    """Wrap a materialised permutation array as a :data:`PermutationFn`.
+
+    Example:
+        >>> array_permutation(np.array([2, 0, 1]))(np.array([0, 2])).tolist()
+        [2, 1]
+    """
+    arr = np.asarray(perm, dtype=np.int64)
+    return lambda positions: arr[np.asarray(positions, dtype=np.int64)]
+
+
+def validate_permutation(perm: object, n: int, name: str = "permutation") -> np.ndarray:
+    """Check that ``perm`` is a 1-D permutation of ``range(n)`` and return it as int64.
+
+    Raises:
+        ValueError: naming ``name``, when the shape, the length, or the values are wrong.
+
+    Example:
+        >>> validate_permutation([1, 0, 2], 3).tolist()
+        [1, 0, 2]
+    """
+    arr = np.asarray(perm)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must return a 1-D array, got shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise ValueError(
+            f"{name} must return a permutation of range(num_examples={n}), "
+            f"got an array of length {arr.shape[0]}"
+        )
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name} must return integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if n and (arr.min() < 0 or arr.max() >= n or np.bincount(arr, minlength=n).max() != 1):
+        raise ValueError(
+            f"{name} must return a permutation of range(num_examples={n}): "
+            "every value in [0, num_examples) exactly once"
+        )
+    return arr
+
+
+def random_padding_ids(n: int, count: int, seed: int, epoch: int) -> np.ndarray:
+    """The random extra positions of ``padding="random"``, drawn from the epoch's generator.
+
+    ``count`` draws uniform in ``[0, n)`` from a Philox generator keyed by
+    ``(seed, epoch)``, identical in every process, so all ranks pad alike.
+
+    Example:
+        >>> a = random_padding_ids(5, 3, seed=0, epoch=1)
+        >>> np.array_equal(a, random_padding_ids(5, 3, seed=0, epoch=1))
+        True
+    """
+    ss = np.random.SeedSequence([*_split_seed(seed), epoch, _TAG_PADDING])
+    return np.random.Generator(np.random.Philox(ss)).integers(0, n, size=count, dtype=np.int64)
+
+
+def _slice_bounds(length: int, start: int, stop: int | None) -> tuple[int, int]:
+    stop = length if stop is None else min(int(stop), length)
+    start = min(max(0, int(start)), stop)
+    return start, stop
+
+
+def distributed_num_samples(
+    n: int, num_replicas: int, rank: int, *, drop_last: bool = False, padding: str | None = "wrap"
+) -> int:
+    """Length of one rank's epoch in :func:`distributed_indices`.
+
+    Example:
+        >>> distributed_num_samples(10, 4, 3), distributed_num_samples(10, 4, 3, drop_last=True)
+        (3, 2)
+        >>> distributed_num_samples(10, 4, 3, padding=None)
+        2
+    """
+    if drop_last:
+        return n // num_replicas
+    if padding is None:
+        return len(range(rank, n, num_replicas))
+    return -(-n // num_replicas)
+
+
+def distributed_indices(
+    perm: PermutationFn,
+    n: int,
+    num_replicas: int,
+    rank: int,
+    *,
+    drop_last: bool = False,
+    padding: str | None = "wrap",
+    extra_ids: np.ndarray | None = None,
+    start: int = 0,
+    stop: int | None = None,
+) -> np.ndarray:
+    """One rank's indices under ``torch.utils.data.DistributedSampler``'s layout.
+
+    The list is the permutation of ``range(n)``; without ``drop_last`` it is
+    padded to a multiple of ``num_replicas`` (``"wrap"``: its head, as often as
+    needed; ``"random"``: the head when the shortfall is below ``n``, otherwise
+    ``perm[extra_ids]``; ``None``: not padded, ranks uneven by at most one);
+    with ``drop_last`` its tail is cut to a multiple. Rank ``r`` takes
+    positions ``r, r + W, ...``. Only entries ``[start, stop)`` of the rank's
+    list are computed.
+
+    Args:
+        perm: The epoch's permutation, evaluated at positions.
+        n: Number of examples.
+        num_replicas: World size ``W``.
+        rank: This rank, ``0 <= rank < W``.
+        drop_last: Cut the tail instead of padding.
+        padding: ``"wrap"``, ``"random"`` or ``None``.
+        extra_ids: For ``"random"``, the ``total - n`` draws of :func:`random_padding_ids`.
+        start: First entry of the rank's list to return.
+        stop: One past the last entry (default: the end).
+
+    Example:
+        >>> distributed_indices(identity_permutation, 5, 2, 1).tolist()
+        [1, 3, 0]
+    """
+    length = distributed_num_samples(n, num_replicas, rank, drop_last=drop_last, padding=padding)
+    start, stop = _slice_bounds(length, start, stop)
+    q = rank + num_replicas * np.arange(start, stop, dtype=np.int64)
+    if padding == "random" and not drop_last:
+        total = length * num_replicas
+        shortfall = total - n
+        if shortfall >= n:
+            out = np.empty(q.shape, dtype=np.int64)
+            real = q < n
+            out[real] = perm(q[real])
+            if extra_ids is None or len(extra_ids) != shortfall:
+                raise ValueError(f"padding='random' needs {shortfall} extra_ids")
+            out[~real] = perm(np.asarray(extra_ids, dtype=np.int64)[q[~real] - n])
+            return out
+    return perm(q % n)
+
+
+def repeat_aug_sizes(
+    n: int,
+    num_replicas: int,
+    num_repeats: float,
+    selected_round: int = 256,
+    selected_ratio: float | None = None,
+) -> tuple[int, int, int]:
+    """``(num_samples, total_size, num_selected)`` of DeiT's / timm's RA sampler.
+
+    ``num_samples = ceil(n * R / W)`` entries per rank before selection,
+    ``total_size = num_samples * W`` the padded list, and ``num_selected`` the
+    entries a rank keeps: ``floor(n // selected_round * selected_round / ratio)``
+    (``ceil(n / ratio)`` when ``selected_round`` is 0), ``ratio`` defaulting to
+    ``W``, never more than ``num_samples``. Integer arguments use exact integer
+    arithmetic; float ones follow timm's float expressions.
+
+    Example:
+        >>> repeat_aug_sizes(1000, 8, 3)
+        (375, 3000, 96)
+        >>> repeat_aug_sizes(1000, 8, 3, selected_round=0)
+        (375, 3000, 125)
+    """
+    ratio = num_replicas if selected_ratio is None else selected_ratio
+    if float(num_repeats).is_integer():
+        num_samples = -(-n * int(num_repeats) // num_replicas)
+    else:
+        num_samples = math.ceil(n * num_repeats / num_replicas)
+    total_size = num_samples * num_replicas
+    if selected_round:
+        rounded = n // selected_round * selected_round
+        if float(ratio).is_integer():
+            num_selected = rounded // int(ratio)
+        else:
+            num_selected = math.floor(rounded / ratio)
+    elif float(ratio).is_integer():
+        num_selected = -(-n // int(ratio))
+    else:
+        num_selected = math.ceil(n / ratio)
+    return num_samples, total_size, min(num_selected, num_samples)
+
+
+def repeated_length(n: int, num_repeats: float) -> int:
+    """Length of the repeated list before padding: ``ceil(R * n)`` (``R * n`` for integer R).
+
+    Example:
+        >>> repeated_length(10, 3), repeated_length(10, 1.5), repeated_length(3, 1.5)
+        (30, 15, 5)
+    """
+    if float(num_repeats).is_integer():
+        return n * int(num_repeats)
+    return math.ceil(num_repeats * n)
+
+
+def repeat_aug_indices(
+    perm: PermutationFn,
+    n: int,
+    num_replicas: int,
+    rank: int,
+    num_repeats: float,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+) -> np.ndarray:
+    """One rank's indices under DeiT's RASampler / timm's RepeatAugSampler layout.
+
+    Entry ``i`` of the repeated list is ``perm[floor(i / R)]`` for
+    ``i < ceil(R * n)``; the list is padded by wrapping to a multiple of
+    ``W``; rank ``r`` takes positions ``r, r + W, ...``. The caller bounds the
+    result with ``stop`` (the number selected, see :func:`repeat_aug_sizes`);
+    without it the rank's whole ``num_samples`` entries are returned.
+
+    Example:
+        >>> repeat_aug_indices(identity_permutation, 4, 2, 1, 3).tolist()
+        [0, 1, 1, 2, 3, 3]
+    """
+    num_samples, _, _ = repeat_aug_sizes(n, num_replicas, num_repeats, 0, 1)
+    start, stop = _slice_bounds(num_samples, start, stop)
+    q = rank + num_replicas * np.arange(start, stop, dtype=np.int64)
+    length = repeated_length(n, num_repeats)
+    if q.size and q[-1] >= length:
+        q %= length
+    if float(num_repeats).is_integer():
+        pos = q // int(num_repeats)
+    else:
+        pos = np.floor_divide(q.astype(np.float64), float(num_repeats)).astype(np.int64)
+    return perm(pos)
+
+
+def eval_num_samples(n: int, num_replicas: int, multiple_of: int = 1) -> int:
+    """Length of every rank's share in :func:`eval_indices`.
+
+    Example:
+        >>> eval_num_samples(10, 4), eval_num_samples(10, 4, multiple_of=2)
+        (3, 4)
+    """
+    per_rank = -(-n // num_replicas)
+    return -(-per_rank // multiple_of) * multiple_of
+
+
+def eval_indices(
+    perm: PermutationFn,
+    n: int,
+    num_replicas: int,
+    rank: int,
+    *,
+    multiple_of: int = 1,
+    start: int = 0,
+    stop: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One rank's indices and real-sample mask for exact distributed evaluation.
+
+    The list ``perm`` (the identity for ordered evaluation) is padded by
+    wrapping until every rank's share has the same length, a multiple of
+    ``multiple_of`` (pass the per-replica batch size to make every batch
+    full); rank ``r`` takes positions ``r, r + W, ...``. ``mask`` is True for
+    real samples and False for padding, so each real sample has weight 1 on
+    exactly one rank.
+
+    Example:
+        >>> idx, mask = eval_indices(identity_permutation, 5, 2, 1)
+        >>> idx.tolist(), mask.tolist()
+        ([1, 3, 0], [True, True, False])
+    """
+    start, stop = _slice_bounds(eval_num_samples(n, num_replicas, multiple_of), start, stop)
+    q = rank + num_replicas * np.arange(start, stop, dtype=np.int64)
+    return perm(q % n), q < n

@@ -1,0 +1,525 @@
+"""Sampler objects: configuration, epoch, resumable position, and one rank's indices.
+
+This module owns the three samplers of tfdp and their shared API; the index
+arithmetic lives in :mod:`tfdp.indices`. Importing it imports NumPy only,
+never TensorFlow.
+
+Every sampler takes ``num_examples``, ``num_replicas`` and ``rank``; has
+``set_epoch(epoch)``; ``indices()`` returning this rank's epoch as a 1-D int64
+array (``indices(start, stop)`` computes only that slice, O(stop - start));
+``__len__``; ``__iter__`` (which resumes from a loaded position); a readable
+``__repr__``; and JSON-serialisable ``state_dict()`` / ``load_state_dict()``.
+Every sampler accepts ``permutation=`` -- a callable ``epoch -> permutation of
+range(num_examples)`` that replaces the built-in shuffle -- so its output can
+be checked element for element against PyTorch given torch's own permutation.
+
+Example:
+    >>> s = RepeatAugSampler(1000, num_replicas=4, rank=1, selected_round=0)
+    >>> s.set_epoch(2)
+    >>> len(s), s.indices().shape
+    (250, (250,))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tfdp import indices as _ix
+
+__all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "Sampler"]
+
+_STATE_VERSION = 1
+PermutationCallable = Callable[[int], Any]
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer{what}, got {value!r}")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        rng = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {rng}{what}, got {value}")
+    return value
+
+
+class Sampler:
+    """The API shared by tfdp's samplers (not instantiated directly).
+
+    Subclasses define :meth:`__len__`, :meth:`_compute` and :meth:`_config`.
+    """
+
+    _KIND: ClassVar[str] = "Sampler"
+
+    def __init__(
+        self,
+        num_examples: int,
+        num_replicas: int,
+        rank: int,
+        *,
+        seed: int = 0,
+        permutation: PermutationCallable | None = None,
+    ) -> None:
+        self.num_examples = _check_int("num_examples", num_examples, 1)
+        self.num_replicas = _check_int("num_replicas", num_replicas, 1)
+        self.rank = _check_int(
+            "rank", rank, 0, self.num_replicas - 1, f" (num_replicas={self.num_replicas})"
+        )
+        self.seed = _check_int("seed", seed, 0, _ix.MAX_SEED, " (an unsigned 64-bit integer)")
+        if permutation is not None and not callable(permutation):
+            raise ValueError(
+                "permutation must be None or a callable (epoch) -> permutation of "
+                f"range(num_examples), got {type(permutation).__name__}"
+            )
+        self.permutation = permutation
+        self.epoch = 0
+        self._resume_position = 0
+        self._yielded = 0
+
+    # -- subclass hooks -------------------------------------------------------
+    def __len__(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _compute(self, start: int, stop: int) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "num_examples": self.num_examples,
+            "num_replicas": self.num_replicas,
+            "seed": self.seed,
+            "permutation": "custom" if self.permutation is not None else None,
+        }
+
+    # -- the permutation of the current epoch --------------------------------
+    def _epoch_permutation(self, shuffle: bool = True) -> _ix.PermutationFn:
+        if self.permutation is not None:
+            perm = _ix.validate_permutation(
+                self.permutation(self.epoch), self.num_examples, "permutation(epoch)"
+            )
+            return _ix.array_permutation(perm)
+        if not shuffle:
+            return _ix.identity_permutation
+        return _ix.KeyedPermutation(self.num_examples, self.seed, self.epoch)
+
+    # -- public API -------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order :meth:`indices` returns (reseeds the shuffle).
+
+        Example:
+            >>> s = DistributedSampler(10, 2, 0)
+            >>> s.set_epoch(1)
+            >>> s.epoch
+            1
+        """
+        epoch = _check_int("epoch", epoch, 0, 2**63 - 1)
+        if epoch != self.epoch:
+            self._resume_position = 0
+        self.epoch = epoch
+
+    def indices(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """This rank's indices for the current epoch, or entries ``[start, stop)`` of them.
+
+        Only the requested slice is computed. Returns a 1-D int64 array.
+
+        Example:
+            >>> s = DistributedSampler(10, 2, 1, shuffle=False)
+            >>> s.indices().tolist(), s.indices(1, 3).tolist()
+            ([1, 3, 5, 7, 9], [3, 5])
+        """
+        length = len(self)
+        stop = length if stop is None else max(0, min(int(stop), length))
+        start = max(0, min(int(start), stop))
+        return self._compute(start, stop)
+
+    def positions(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Positions in the epoch's global (padded) list of the entries :meth:`indices` returns.
+
+        Entry ``k`` of rank ``r`` sits at position ``r + k * num_replicas``; the
+        position identifies a sample *copy* uniquely within an epoch (the R
+        copies of Repeated Augmentation have distinct positions), which is what
+        tfdp keys per-sample augmentation seeds on.
+
+        Example:
+            >>> DistributedSampler(10, 4, 2).positions(0, 3).tolist()
+            [2, 6, 10]
+        """
+        length = len(self)
+        stop = length if stop is None else max(0, min(int(stop), length))
+        start = max(0, min(int(start), stop))
+        return self.rank + self.num_replicas * np.arange(start, stop, dtype=np.int64)
+
+    def __iter__(self) -> Iterator[int]:
+        """Iterate this rank's epoch as Python ints, from a loaded position onward."""
+        start = self._resume_position
+        self._resume_position = 0
+        self._yielded = start
+        chunk = 1 << 16
+        for lo in range(start, len(self), chunk):
+            for value in self.indices(lo, lo + chunk).tolist():
+                self._yielded += 1
+                yield value
+
+    def state_dict(self, position: int | None = None) -> dict[str, Any]:
+        """A JSON-serialisable state: configuration, epoch and position in the epoch.
+
+        Args:
+            position: Entries of this epoch already consumed. Defaults to what
+                :meth:`__iter__` has yielded so far (or a loaded position not yet
+                iterated).
+
+        Example:
+            >>> s = DistributedSampler(10, 2, 0)
+            >>> s.set_epoch(3)
+            >>> s.state_dict(position=2)["epoch"], s.state_dict(position=2)["position"]
+            (3, 2)
+        """
+        if position is None:
+            position = self._yielded or self._resume_position
+        return {
+            "sampler": self._KIND,
+            "version": _STATE_VERSION,
+            "config": self._config(),
+            "rank": self.rank,
+            "epoch": self.epoch,
+            "position": _check_int("position", position, 0, len(self)),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore epoch and position from :meth:`state_dict`; the next iteration resumes there.
+
+        A state saved by another rank of the same job loads (every rank shares
+        epoch and position). A state from a sampler of another kind or
+        configuration is refused.
+
+        Raises:
+            ValueError: naming each field that differs, or a malformed state.
+
+        Example:
+            >>> a = DistributedSampler(10, 2, 0); a.set_epoch(4)
+            >>> b = DistributedSampler(10, 2, 1); b.load_state_dict(a.state_dict(position=1))
+            >>> b.epoch, list(b)[:1] == b.indices(1, 2).tolist()
+            (4, True)
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"sampler state must be a dict, got {type(state).__name__}")
+        missing = {"sampler", "version", "config", "epoch", "position"} - set(state)
+        if missing:
+            raise ValueError(f"sampler state is missing field(s) {sorted(missing)}")
+        if state["sampler"] != self._KIND:
+            raise ValueError(
+                f"sampler state was saved by a {state['sampler']}, cannot load into a {self._KIND}"
+            )
+        if state["version"] != _STATE_VERSION:
+            raise ValueError(
+                f"sampler state version {state['version']!r} is not supported "
+                f"(this tfdp reads version {_STATE_VERSION})"
+            )
+        mine = json.loads(json.dumps(self._config()))
+        theirs = state["config"]
+        diffs = [
+            f"{k}: saved {theirs.get(k)!r}, this sampler {mine.get(k)!r}"
+            for k in sorted(set(mine) | set(theirs))
+            if theirs.get(k) != mine.get(k)
+        ]
+        if diffs:
+            raise ValueError(
+                f"sampler state was saved with another {self._KIND} configuration; "
+                "differing field(s): " + "; ".join(diffs)
+            )
+        self.set_epoch(state["epoch"])
+        self._resume_position = _check_int("state['position']", state["position"], 0, len(self))
+        self._yielded = 0
+
+    def __repr__(self) -> str:
+        cfg = {k: v for k, v in self._config().items() if k not in ("num_examples",)}
+        args = ", ".join(f"{k}={v!r}" for k, v in cfg.items() if v is not None)
+        return (
+            f"{self._KIND}(num_examples={self.num_examples}, rank={self.rank}, {args}, "
+            f"epoch={self.epoch}, len={len(self)})"
+        )
+
+
+class DistributedSampler(Sampler):
+    """``torch.utils.data.DistributedSampler``, exactly, plus the make_even variants.
+
+    The epoch's order is a permutation keyed by ``(seed, epoch)``. Without
+    ``drop_last`` the list is padded to a multiple of ``num_replicas``:
+    ``padding="wrap"`` (torch's) repeats its head as often as needed;
+    ``padding="random"`` (make_even) wraps when the shortfall is below
+    ``num_examples`` and otherwise appends random extra indices drawn from the
+    epoch's seeded generator, so every rank agrees; ``padding=None`` leaves
+    ranks uneven by at most one. With ``drop_last`` the tail is cut to a
+    multiple (``padding`` is then irrelevant). Rank ``r`` takes positions
+    ``r, r + W, ...``.
+
+    Args:
+        num_examples: Size of the data set.
+        num_replicas: World size (total replicas over all workers).
+        rank: This replica's global rank.
+        shuffle: Shuffle each epoch; False gives ``range(num_examples)`` order.
+        seed: Unsigned 64-bit seed; with the epoch it keys the shuffle.
+        drop_last: Drop the tail instead of padding.
+        padding: ``"wrap"``, ``"random"`` or ``None``.
+        permutation: Optional ``epoch -> permutation`` replacing the shuffle.
+
+    Example:
+        >>> s = DistributedSampler(10, num_replicas=4, rank=3, shuffle=False)
+        >>> s.indices().tolist()
+        [3, 7, 1]
+        >>> DistributedSampler(10, 4, 3, shuffle=False, drop_last=True).indices().tolist()
+        [3, 7]
+    """
+
+    _KIND = "DistributedSampler"
+    PADDINGS = ("wrap", "random", None)
+
+    def __init__(
+        self,
+        num_examples: int,
+        num_replicas: int,
+        rank: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        padding: str | None = "wrap",
+        *,
+        permutation: PermutationCallable | None = None,
+    ) -> None:
+        super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
+        if padding not in self.PADDINGS:
+            raise ValueError(f"padding must be one of 'wrap', 'random' or None, got {padding!r}")
+        if drop_last and self.num_examples < self.num_replicas:
+            raise ValueError(
+                f"drop_last=True with num_examples={self.num_examples} < "
+                f"num_replicas={self.num_replicas} would give every rank an empty epoch; "
+                "use drop_last=False or fewer replicas"
+            )
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.padding = padding
+        self._len = _ix.distributed_num_samples(
+            self.num_examples, self.num_replicas, self.rank, drop_last=self.drop_last,
+            padding=self.padding,
+        )
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            **super()._config(),
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "padding": self.padding,
+        }
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def total_size(self) -> int:
+        """Length of the global list after padding or dropping (all ranks together)."""
+        if self.padding is None and not self.drop_last:
+            return self.num_examples
+        return self._len * self.num_replicas
+
+    def _compute(self, start: int, stop: int) -> np.ndarray:
+        perm = self._epoch_permutation(self.shuffle)
+        extra = None
+        shortfall = self.total_size - self.num_examples
+        if self.padding == "random" and not self.drop_last and shortfall >= self.num_examples:
+            extra = _ix.random_padding_ids(self.num_examples, shortfall, self.seed, self.epoch)
+        return _ix.distributed_indices(
+            perm, self.num_examples, self.num_replicas, self.rank, drop_last=self.drop_last,
+            padding=self.padding, extra_ids=extra, start=start, stop=stop,
+        )
+
+
+class RepeatAugSampler(Sampler):
+    """Repeated Augmentation: DeiT's ``RASampler`` and timm's ``RepeatAugSampler``.
+
+    Each permuted index is repeated ``num_repeats`` times in a row (timm's
+    non-integer repeats too: entry ``i`` is ``perm[floor(i / R)]`` for
+    ``i < ceil(R * N)``), the list is padded by wrapping to a multiple of
+    ``num_replicas``, rank ``r`` takes positions ``r, r + W, ...`` -- so with
+    ``W >= R`` the copies of a sample land on different ranks in the same
+    step -- and keeps the first
+    ``floor(N // selected_round * selected_round / selected_ratio)`` of them
+    (``ceil(N / selected_ratio)`` when ``selected_round=0``; the ratio defaults
+    to ``num_replicas``). Unlike DeiT and timm, whose order depends on the
+    epoch alone, ``seed`` keys the order too.
+
+    Args:
+        num_examples: Size of the data set.
+        num_replicas: World size.
+        rank: This replica's global rank.
+        num_repeats: Copies of each sample per epoch (``>= 1``, may be fractional).
+        shuffle: Shuffle each epoch.
+        seed: Unsigned 64-bit seed.
+        selected_round: Round the selected count down to multiples of this
+            (DeiT: 256); 0 disables rounding.
+        selected_ratio: Divide the data set size by this to get the per-rank
+            count (default: ``num_replicas``).
+        permutation: Optional ``epoch -> permutation`` replacing the shuffle.
+
+    Raises:
+        ValueError: for bad arguments, and when an epoch would select no sample
+            (DeiT's ``N < 256``), naming the fix.
+
+    Example:
+        >>> s = RepeatAugSampler(8, num_replicas=3, rank=0, shuffle=False, selected_round=0)
+        >>> s.indices().tolist()
+        [0, 1, 2]
+    """
+
+    _KIND = "RepeatAugSampler"
+
+    def __init__(
+        self,
+        num_examples: int,
+        num_replicas: int,
+        rank: int,
+        num_repeats: float = 3,
+        shuffle: bool = True,
+        seed: int = 0,
+        selected_round: int = 256,
+        selected_ratio: float | None = None,
+        *,
+        permutation: PermutationCallable | None = None,
+    ) -> None:
+        super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
+        if isinstance(num_repeats, bool) or not isinstance(num_repeats, (int, float, np.number)):
+            raise ValueError(f"num_repeats must be a number >= 1, got {num_repeats!r}")
+        if not np.isfinite(num_repeats) or num_repeats < 1:
+            raise ValueError(f"num_repeats must be a finite number >= 1, got {num_repeats!r}")
+        self.selected_round = _check_int("selected_round", selected_round, 0)
+        if selected_ratio is not None:
+            if isinstance(selected_ratio, bool) or not isinstance(
+                selected_ratio, (int, float, np.number)
+            ) or not np.isfinite(selected_ratio) or selected_ratio <= 0:
+                raise ValueError(
+                    f"selected_ratio must be None (num_replicas) or a number > 0, "
+                    f"got {selected_ratio!r}"
+                )
+        self.num_repeats = int(num_repeats) if float(num_repeats).is_integer() else float(
+            num_repeats
+        )
+        self.selected_ratio = selected_ratio
+        self.shuffle = bool(shuffle)
+        self.num_samples, self.total_size, self.num_selected = _ix.repeat_aug_sizes(
+            self.num_examples, self.num_replicas, self.num_repeats, self.selected_round,
+            self.selected_ratio,
+        )
+        if self.num_selected < 1:
+            ratio = self.num_replicas if selected_ratio is None else selected_ratio
+            raise ValueError(
+                f"RepeatAugSampler would select no sample per epoch: num_examples="
+                f"{self.num_examples} // selected_round={self.selected_round} * "
+                f"{self.selected_round} / selected_ratio={ratio} < 1. Pass a smaller "
+                f"selected_round (at most {self.num_examples}, e.g. selected_round=0 to keep "
+                f"ceil(num_examples / selected_ratio))"
+            )
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            **super()._config(),
+            "num_repeats": self.num_repeats,
+            "shuffle": self.shuffle,
+            "selected_round": self.selected_round,
+            "selected_ratio": self.selected_ratio,
+        }
+
+    def __len__(self) -> int:
+        return self.num_selected
+
+    def _compute(self, start: int, stop: int) -> np.ndarray:
+        perm = self._epoch_permutation(self.shuffle)
+        return _ix.repeat_aug_indices(
+            perm, self.num_examples, self.num_replicas, self.rank, self.num_repeats,
+            start=start, stop=stop,
+        )
+
+
+class DistributedEvalSampler(Sampler):
+    """Exact distributed evaluation: equal-length ranks plus a mask of the padding.
+
+    Pads ``range(num_examples)`` by wrapping like
+    ``DistributedSampler(shuffle=False)`` so every replica runs the same number
+    of steps (optionally to a multiple of ``multiple_of``, e.g. the per-replica
+    batch size, so every batch is full), and :meth:`mask` says which entries
+    are real. Weighting padding 0 makes distributed metrics equal to a
+    single-device pass over the whole set -- unlike timm's
+    ``OrderedDistributedSampler``, whose padding counts twice.
+
+    Args:
+        num_examples: Size of the evaluation set.
+        num_replicas: World size.
+        rank: This replica's global rank.
+        multiple_of: Pad each rank's share to a multiple of this (default 1).
+        permutation: Optional ``epoch -> permutation`` (default: the identity).
+
+    Example:
+        >>> s = DistributedEvalSampler(5, num_replicas=2, rank=1)
+        >>> s.indices().tolist(), s.mask().tolist()
+        ([1, 3, 0], [True, True, False])
+    """
+
+    _KIND = "DistributedEvalSampler"
+
+    def __init__(
+        self,
+        num_examples: int,
+        num_replicas: int,
+        rank: int,
+        multiple_of: int = 1,
+        *,
+        permutation: PermutationCallable | None = None,
+    ) -> None:
+        super().__init__(num_examples, num_replicas, rank, permutation=permutation)
+        self.multiple_of = _check_int("multiple_of", multiple_of, 1)
+        self._len = _ix.eval_num_samples(self.num_examples, self.num_replicas, self.multiple_of)
+
+    def _config(self) -> dict[str, Any]:
+        cfg = super()._config()
+        cfg.pop("seed")
+        return {**cfg, "multiple_of": self.multiple_of}
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _compute(self, start: int, stop: int) -> np.ndarray:
+        return self.indices_and_mask(start, stop)[0]
+
+    def indices_and_mask(
+        self, start: int = 0, stop: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`indices` and :meth:`mask` together, computed once.
+
+        Example:
+            >>> idx, mask = DistributedEvalSampler(3, 2, 1).indices_and_mask()
+            >>> idx.tolist(), mask.tolist()
+            ([1, 0], [True, False])
+        """
+        return _ix.eval_indices(
+            self._epoch_permutation(shuffle=False), self.num_examples, self.num_replicas,
+            self.rank, multiple_of=self.multiple_of, start=start, stop=stop,
+        )
+
+    def mask(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """True where the entry is a real sample, False where it is padding.
+
+        Example:
+            >>> DistributedEvalSampler(3, 2, 1).mask().tolist()
+            [True, False]
+        """
+        return self.positions(start, stop) < self.num_examples
+
+    def weights(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """:meth:`mask` as float32 sample weights (1 real, 0 padding).
+
+        Example:
+            >>> DistributedEvalSampler(3, 2, 1).weights().tolist()
+            [1.0, 0.0]
+        """
+        return self.mask(start, stop).astype(np.float32)
