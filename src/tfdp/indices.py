@@ -31,8 +31,8 @@ import numpy as np
 
 __all__ = [
     "MAX_SEED",
-    "PermutationFn",
     "KeyedPermutation",
+    "PermutationFn",
     "array_permutation",
     "distributed_indices",
     "distributed_num_samples",

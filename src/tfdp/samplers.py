@@ -46,6 +46,15 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None, what: s
     return value
 
 
+def _is_positive_number(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float, np.number))
+        and bool(np.isfinite(value))
+        and value > 0
+    )
+
+
 class Sampler:
     """The API shared by tfdp's samplers (not instantiated directly).
 
@@ -302,7 +311,10 @@ class DistributedSampler(Sampler):
         self.drop_last = bool(drop_last)
         self.padding = padding
         self._len = _ix.distributed_num_samples(
-            self.num_examples, self.num_replicas, self.rank, drop_last=self.drop_last,
+            self.num_examples,
+            self.num_replicas,
+            self.rank,
+            drop_last=self.drop_last,
             padding=self.padding,
         )
 
@@ -331,8 +343,15 @@ class DistributedSampler(Sampler):
         if self.padding == "random" and not self.drop_last and shortfall >= self.num_examples:
             extra = _ix.random_padding_ids(self.num_examples, shortfall, self.seed, self.epoch)
         return _ix.distributed_indices(
-            perm, self.num_examples, self.num_replicas, self.rank, drop_last=self.drop_last,
-            padding=self.padding, extra_ids=extra, start=start, stop=stop,
+            perm,
+            self.num_examples,
+            self.num_replicas,
+            self.rank,
+            drop_last=self.drop_last,
+            padding=self.padding,
+            extra_ids=extra,
+            start=start,
+            stop=stop,
         )
 
 
@@ -394,21 +413,21 @@ class RepeatAugSampler(Sampler):
         if not np.isfinite(num_repeats) or num_repeats < 1:
             raise ValueError(f"num_repeats must be a finite number >= 1, got {num_repeats!r}")
         self.selected_round = _check_int("selected_round", selected_round, 0)
-        if selected_ratio is not None:
-            if isinstance(selected_ratio, bool) or not isinstance(
-                selected_ratio, (int, float, np.number)
-            ) or not np.isfinite(selected_ratio) or selected_ratio <= 0:
-                raise ValueError(
-                    f"selected_ratio must be None (num_replicas) or a number > 0, "
-                    f"got {selected_ratio!r}"
-                )
-        self.num_repeats = int(num_repeats) if float(num_repeats).is_integer() else float(
-            num_repeats
+        if selected_ratio is not None and not _is_positive_number(selected_ratio):
+            raise ValueError(
+                "selected_ratio must be None (num_replicas) or a number > 0, "
+                f"got {selected_ratio!r}"
+            )
+        self.num_repeats = (
+            int(num_repeats) if float(num_repeats).is_integer() else float(num_repeats)
         )
         self.selected_ratio = selected_ratio
         self.shuffle = bool(shuffle)
         self.num_samples, self.total_size, self.num_selected = _ix.repeat_aug_sizes(
-            self.num_examples, self.num_replicas, self.num_repeats, self.selected_round,
+            self.num_examples,
+            self.num_replicas,
+            self.num_repeats,
+            self.selected_round,
             self.selected_ratio,
         )
         if self.num_selected < 1:
@@ -436,8 +455,13 @@ class RepeatAugSampler(Sampler):
     def _compute(self, start: int, stop: int) -> np.ndarray:
         perm = self._epoch_permutation(self.shuffle)
         return _ix.repeat_aug_indices(
-            perm, self.num_examples, self.num_replicas, self.rank, self.num_repeats,
-            start=start, stop=stop,
+            perm,
+            self.num_examples,
+            self.num_replicas,
+            self.rank,
+            self.num_repeats,
+            start=start,
+            stop=stop,
         )
 
 
@@ -502,8 +526,13 @@ class DistributedEvalSampler(Sampler):
             ([1, 0], [True, False])
         """
         return _ix.eval_indices(
-            self._epoch_permutation(shuffle=False), self.num_examples, self.num_replicas,
-            self.rank, multiple_of=self.multiple_of, start=start, stop=stop,
+            self._epoch_permutation(shuffle=False),
+            self.num_examples,
+            self.num_replicas,
+            self.rank,
+            multiple_of=self.multiple_of,
+            start=start,
+            stop=stop,
         )
 
     def mask(self, start: int = 0, stop: int | None = None) -> np.ndarray:
