@@ -115,6 +115,19 @@ class Sampler:
         return _ix.KeyedPermutation(self.num_examples, self.seed, self.epoch)
 
     # -- public API -------------------------------------------------------------
+    def with_rank(self, rank: int) -> Sampler:
+        """A sampler of the same configuration and epoch for another rank.
+
+        Example:
+            >>> DistributedSampler(10, 4, 0, shuffle=False).with_rank(3).indices().tolist()
+            [3, 7, 1]
+        """
+        kwargs = self._config()
+        kwargs["permutation"] = self.permutation
+        other = type(self)(rank=rank, **kwargs)
+        other.set_epoch(self.epoch)
+        return other
+
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order :meth:`indices` returns (reseeds the shuffle).
 

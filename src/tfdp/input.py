@@ -1,0 +1,444 @@
+"""Sources + samplers -> per-replica ``tf.data`` input under any ``tf.distribute`` strategy.
+
+This module owns :class:`DistributedInput`, the one entry point that turns a
+source, a sampler configuration, a batch size and an augmentation into a
+``tf.distribute.DistributedDataset`` in which the replica of global rank ``r``
+receives exactly ``sampler(rank=r).indices()``, in order, batch after batch.
+
+How: for every local replica the worker builds an index-driven pipeline
+(sampler indices -> batch -> gather/load -> seeded augmentation), and the
+worker's dataset interleaves them round-robin. In
+``distribute_datasets_from_function``'s default PER_WORKER mode, element
+``k`` of a worker's dataset goes to its local replica ``k mod L``, so local
+replica ``j`` of worker ``w`` -- global rank ``w * L + j`` -- gets its own
+stream. The same code serves MirroredStrategy, MultiWorkerMirroredStrategy,
+OneDeviceStrategy and the default strategy; tf.data auto-sharding is off (the
+sampler shards).
+
+Augmentation seeds are ``[key(seed, epoch), position]``, where ``position``
+is the entry's place in the sampler's padded global list: the R copies of a
+sample (Repeated Augmentation) get different augmentations, while a rerun or
+a run resumed mid-epoch gets identical ones.
+
+Example:
+    >>> import numpy as np, tensorflow as tf
+    >>> from tfdp.sources import ArraySource
+    >>> src = ArraySource((np.zeros((64, 4), "float32"), np.arange(64)))
+    >>> inp = DistributedInput(tf.distribute.get_strategy(), src, batch_size=8)
+    >>> inp.steps_per_epoch
+    8
+    >>> x, y = next(iter(inp.epoch(0)))
+    >>> x.shape
+    TensorShape([8, 4])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfdp.indices import round_keys
+from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
+
+__all__ = ["DistributedInput", "epoch_seed_key"]
+
+SamplerSpec = str | Sampler | Callable[[int, int, int], Sampler]
+_SAMPLER_NAMES = {
+    "distributed": DistributedSampler,
+    "repeat_aug": RepeatAugSampler,
+    "eval": DistributedEvalSampler,
+}
+_INF_EPOCHS = 2**62
+
+
+def epoch_seed_key(seed: int, epoch: int) -> int:
+    """The first half of every augmentation seed in ``epoch``: a 63-bit key of ``(seed, epoch)``.
+
+    Example:
+        >>> epoch_seed_key(0, 1) == epoch_seed_key(0, 1) != epoch_seed_key(0, 2)
+        True
+    """
+    return round_keys(seed ^ 0xA5A5_A5A5, epoch, 1)[0] >> 1
+
+
+def _is_batched(fn: Any) -> bool:
+    return bool(getattr(fn, "batched", False))
+
+
+class DistributedInput:
+    """Index-driven, per-replica input for a ``tf.distribute`` strategy.
+
+    Args:
+        strategy: Any ``tf.distribute.Strategy``; ``None`` means the current
+            (default) strategy.
+        source: A random-access source (``load``/``gather``, e.g.
+            :class:`tfdp.sources.ArraySource`) or a streaming one
+            (``streaming = True``, e.g. :class:`tfdp.sources.TFRecordSource`).
+        sampler: ``"distributed"``, ``"repeat_aug"``, ``"eval"``, a
+            :class:`tfdp.Sampler` instance (a template: its configuration is
+            used for every rank; ``num_replicas`` must equal the strategy's),
+            or a callable ``(num_examples, num_replicas, rank) -> Sampler``.
+        batch_size: Examples per replica per step.
+        global_batch_size: Alternatively, examples per step over all replicas
+            (must be a multiple of the replica count).
+        augment: ``None``; a batched augmentation (``batched = True``, called
+            as ``aug(batch, seeds[B, 2])``, see :mod:`tfdp.augment`); or a
+            per-example function ``fn(example, seed[2]) -> example`` using
+            stateless random ops.
+        seed: Keys the sampler's shuffle (for named samplers) and the
+            augmentation seeds.
+        sampler_options: Keyword arguments for a named sampler (e.g.
+            ``{"num_repeats": 3, "selected_round": 0}``).
+        drop_remainder: Drop a last partial batch (default: True, except for
+            ``"eval"``, whose batches are all full by construction).
+        with_weights: Append a float32 sample weight (0 for padding) to every
+            element; default True for ``"eval"``.
+        return_ids: Yield ``(element, {"index": [B], "position": [B]})`` --
+            the audit trail of which sample each replica received.
+        num_parallel_calls: Parallelism of the load/augment map.
+
+    Raises:
+        ValueError: for a batch size of 0 or one that does not divide, a
+            sampler whose ``num_replicas`` differs from the strategy's, fewer
+            examples than replicas, or an epoch with no full step.
+
+    Example:
+        >>> import numpy as np, tensorflow as tf
+        >>> from tfdp.sources import ArraySource
+        >>> src = ArraySource((np.zeros((30, 2), "float32"), np.arange(30)))
+        >>> inp = DistributedInput(None, src, sampler="eval", batch_size=4)
+        >>> [int(w.numpy().sum()) for _, _, w in inp.epoch(0)]
+        [4, 4, 4, 4, 4, 4, 4, 2]
+    """
+
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy | None,
+        source: Any,
+        *,
+        sampler: SamplerSpec = "distributed",
+        batch_size: int | None = None,
+        global_batch_size: int | None = None,
+        augment: Callable[..., Any] | None = None,
+        seed: int = 0,
+        sampler_options: dict[str, Any] | None = None,
+        drop_remainder: bool | None = None,
+        with_weights: bool | None = None,
+        return_ids: bool = False,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+    ) -> None:
+        self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+        self.source = source
+        self.num_replicas = int(self.strategy.num_replicas_in_sync)
+        self.batch_size = self._resolve_batch_size(batch_size, global_batch_size)
+        self.global_batch_size = self.batch_size * self.num_replicas
+        self.augment = augment
+        self.seed = int(seed)
+        self.return_ids = bool(return_ids)
+        self.num_parallel_calls = num_parallel_calls
+        self.streaming = bool(getattr(source, "streaming", False))
+        num_examples = int(source.num_examples)
+        if num_examples < self.num_replicas:
+            raise ValueError(
+                f"the source has {num_examples} example(s), fewer than the "
+                f"{self.num_replicas} replicas of the strategy: every replica needs at least one"
+            )
+        self.sampler = self._resolve_sampler(sampler, num_examples, dict(sampler_options or {}))
+        is_eval = isinstance(self.sampler, DistributedEvalSampler)
+        self.drop_remainder = (not is_eval) if drop_remainder is None else bool(drop_remainder)
+        self.with_weights = is_eval if with_weights is None else bool(with_weights)
+        if self.streaming:
+            if is_eval:
+                raise ValueError(
+                    "sampler='eval' needs a random-access source (exact evaluation pads and "
+                    "masks by index); convert the TFRecord files with tfdp.sources.write_tfrecords"
+                    " to arrays or an image folder, or evaluate with sampler='distributed'"
+                )
+            self._num_repeats = int(getattr(self.sampler, "num_repeats", 1))
+            self.steps_per_epoch = int(
+                source.steps_per_epoch(self.num_replicas, self._num_repeats, self.batch_size)
+            )
+        else:
+            per_rank = len(self.sampler)
+            if self.drop_remainder:
+                self.steps_per_epoch = per_rank // self.batch_size
+            else:
+                self.steps_per_epoch = math.ceil(per_rank / self.batch_size)
+        if self.steps_per_epoch < 1:
+            raise ValueError(
+                f"batch_size={self.batch_size} per replica gives no full step per epoch: each "
+                f"replica gets {len(self.sampler) if not self.streaming else 'too few'} "
+                "example(s) per epoch; use a smaller batch size or drop_remainder=False"
+            )
+
+    # -- configuration --------------------------------------------------------
+    def _resolve_batch_size(self, batch_size: int | None, global_batch_size: int | None) -> int:
+        if (batch_size is None) == (global_batch_size is None):
+            raise ValueError("pass exactly one of batch_size (per replica) or global_batch_size")
+        if global_batch_size is not None:
+            g = int(global_batch_size)
+            if g < 1 or g % self.num_replicas:
+                raise ValueError(
+                    f"global_batch_size={global_batch_size} must be a positive multiple of the "
+                    f"{self.num_replicas} replicas in sync"
+                )
+            return g // self.num_replicas
+        if isinstance(batch_size, bool) or int(batch_size) < 1:  # type: ignore[arg-type]
+            raise ValueError(f"batch_size must be an integer >= 1 per replica, got {batch_size!r}")
+        return int(batch_size)  # type: ignore[arg-type]
+
+    def _resolve_sampler(self, spec: SamplerSpec, n: int, options: dict[str, Any]) -> Sampler:
+        w = self.num_replicas
+        if isinstance(spec, Sampler):
+            sampler = spec
+        elif isinstance(spec, str):
+            cls = _SAMPLER_NAMES.get(spec)
+            if cls is None:
+                raise ValueError(
+                    f"sampler must be one of {sorted(_SAMPLER_NAMES)}, a tfdp Sampler or a "
+                    f"factory, got {spec!r}"
+                )
+            if cls is DistributedEvalSampler:
+                options.setdefault("multiple_of", self.batch_size)
+            else:
+                options.setdefault("seed", self.seed)
+            sampler = cls(n, w, 0, **options)
+        elif callable(spec):
+            sampler = spec(n, w, 0)
+            if not isinstance(sampler, Sampler):
+                raise ValueError(
+                    f"the sampler factory must return a tfdp Sampler, got {type(sampler).__name__}"
+                )
+        else:
+            raise ValueError(f"sampler must be a name, a tfdp Sampler or a factory, got {spec!r}")
+        if sampler.num_replicas != w:
+            raise ValueError(
+                f"the sampler has num_replicas={sampler.num_replicas} but the strategy has "
+                f"{w} replicas in sync; build the sampler with num_replicas={w}"
+            )
+        if sampler.num_examples != n:
+            raise ValueError(
+                f"the sampler has num_examples={sampler.num_examples} but the source has {n}"
+            )
+        if isinstance(sampler, DistributedSampler) and sampler.padding is None and not (
+            sampler.drop_last or n % w == 0
+        ):
+            raise ValueError(
+                "DistributedSampler(padding=None) leaves ranks uneven, but replicas step "
+                "together; use padding='wrap' or 'random', drop_last=True, or sampler='eval'"
+            )
+        return sampler
+
+    # -- per-rank pipelines -----------------------------------------------------
+    def _epoch_arrays(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
+        sampler = self.sampler.with_rank(rank)
+        sampler.set_epoch(int(epoch))
+        idx = sampler.indices(int(start))
+        pos = sampler.positions(int(start))
+        if isinstance(sampler, DistributedEvalSampler):
+            weight = sampler.mask(int(start)).astype(np.float32)
+        else:
+            weight = np.ones(idx.shape, np.float32)
+        key = np.full(idx.shape, epoch_seed_key(self.seed, int(epoch)), np.int64)
+        return idx, pos, key, weight
+
+    def _index_dataset(
+        self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
+    ) -> tf.data.Dataset:
+        start = start_step * self.batch_size
+
+        def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+            first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
+            arrays = tf.numpy_function(
+                lambda e, s: self._epoch_arrays(rank, int(e), int(s)),
+                [epoch, first],
+                [tf.int64, tf.int64, tf.int64, tf.float32],
+                stateful=False,
+            )
+            for a in arrays:
+                a.set_shape([None])
+            return tf.data.Dataset.from_tensor_slices(tuple(arrays))
+
+        last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
+        return tf.data.Dataset.range(first_epoch, last).flat_map(per_epoch)
+
+    def _finish(self, example: Any, idx: Any, pos: Any, weight: Any) -> Any:
+        if self.with_weights:
+            if isinstance(example, dict):
+                example = {**example, "sample_weight": weight}
+            elif isinstance(example, (tuple, list)):
+                example = (*example, weight)
+            else:
+                example = (example, weight)
+        if self.return_ids:
+            return example, {"index": idx, "position": pos}
+        return example
+
+    def _load_batch(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
+        example = self.source.gather(idx)
+        if self.augment is not None:
+            example = self.augment(example, tf.stack([key, pos], axis=1))
+        return self._finish(example, idx, pos, weight)
+
+    def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
+        if hasattr(self.source, "load_with_weight"):
+            example, ok = self.source.load_with_weight(idx)
+            weight = weight * tf.cast(ok, tf.float32)
+        else:
+            example = self.source.load(idx)
+        if self.augment is not None:
+            seed = tf.stack([key, pos])
+            if _is_batched(self.augment):
+                batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
+                out = self.augment(batch, tf.expand_dims(seed, 0))
+                example = tf.nest.map_structure(lambda t: t[0], out)
+            else:
+                example = self.augment(example, seed)
+        return self._finish(example, idx, pos, weight)
+
+    def _stream_rank_dataset(
+        self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
+    ) -> tf.data.Dataset:
+        if num_epochs is None:
+            raise ValueError("a streaming source needs a finite num_epochs")
+        parts = []
+        for e in range(first_epoch, first_epoch + num_epochs):
+            ds = self.source.stream(
+                rank=rank, num_replicas=self.num_replicas, num_repeats=self._num_repeats,
+                seed=self.seed, epoch=e, batch_size=self.batch_size,
+            )
+            if e == first_epoch and start_step:
+                ds = ds.skip(start_step * self.batch_size)
+            key = epoch_seed_key(self.seed, e)
+            parts.append(ds.map(lambda ex, pos, key=key: (ex, pos, tf.constant(key, tf.int64))))
+        ds = parts[0]
+        for p in parts[1:]:
+            ds = ds.concatenate(p)
+
+        def one(example: Any, pos: Any, key: Any) -> Any:
+            if self.augment is not None:
+                seed = tf.stack([key, pos])
+                if _is_batched(self.augment):
+                    batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
+                    out = self.augment(batch, tf.expand_dims(seed, 0))
+                    example = tf.nest.map_structure(lambda t: t[0], out)
+                else:
+                    example = self.augment(example, seed)
+            return self._finish(example, tf.constant(-1, tf.int64), pos, tf.constant(1.0))
+
+        ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
+        return ds.batch(self.batch_size, drop_remainder=True)
+
+    def rank_dataset(
+        self, rank: int, first_epoch: int = 0, num_epochs: int | None = 1, start_step: int = 0
+    ) -> tf.data.Dataset:
+        """The per-replica batches of global rank ``rank``: a plain ``tf.data.Dataset``.
+
+        Args:
+            rank: Global rank in ``[0, num_replicas)``.
+            first_epoch: Epoch to start at.
+            num_epochs: Epochs to cover (``None``: endless).
+            start_step: Steps of ``first_epoch`` to skip, without reading them.
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.sources import ArraySource
+            >>> src = ArraySource(np.arange(10))
+            >>> inp = DistributedInput(None, src, sampler="eval", batch_size=5)
+            >>> [x.numpy().tolist() for x, _ in inp.rank_dataset(0)]
+            [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+        """
+        if not 0 <= rank < self.num_replicas:
+            raise ValueError(f"rank must be in [0, {self.num_replicas}), got {rank}")
+        if start_step < 0 or start_step > self.steps_per_epoch:
+            raise ValueError(
+                f"start_step must be in [0, steps_per_epoch={self.steps_per_epoch}], "
+                f"got {start_step}"
+            )
+        if self.streaming:
+            ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)
+        else:
+            ds = self._index_dataset(rank, first_epoch, num_epochs, start_step)
+            batched = hasattr(self.source, "gather") and (
+                self.augment is None or _is_batched(self.augment)
+            )
+            if batched:
+                ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+                ds = ds.map(self._load_batch, num_parallel_calls=self.num_parallel_calls,
+                            deterministic=True)
+            else:
+                ds = ds.map(self._load_one, num_parallel_calls=self.num_parallel_calls,
+                            deterministic=True)
+                ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        options = tf.data.Options()
+        options.deterministic = True
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return ds.with_options(options)
+
+    def worker_dataset(
+        self,
+        input_context: tf.distribute.InputContext | None = None,
+        first_epoch: int = 0,
+        num_epochs: int | None = 1,
+        start_step: int = 0,
+    ) -> tf.data.Dataset:
+        """The dataset of one worker: its local ranks' batches interleaved round-robin.
+
+        Element ``k`` is for local replica ``k mod L``, which is how
+        ``distribute_datasets_from_function`` deals a worker's elements in
+        PER_WORKER mode.
+        """
+        if input_context is None:
+            worker, workers = 0, 1
+        else:
+            worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
+        local = self.num_replicas // workers
+        ranks = [worker * local + j for j in range(local)]
+        parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
+        if len(parts) == 1:
+            ds = parts[0]
+        else:
+            choice = tf.data.Dataset.range(local).repeat()
+            ds = tf.data.Dataset.choose_from_datasets(parts, choice, stop_on_empty_dataset=True)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    # -- distributed datasets ---------------------------------------------------
+    def epochs(
+        self, first_epoch: int = 0, num_epochs: int | None = None, start_step: int = 0
+    ) -> tf.distribute.DistributedDataset:
+        """Several epochs back to back, each reshuffled: for ``model.fit``.
+
+        Pass ``steps_per_epoch=self.steps_per_epoch`` to ``fit``: it then keeps
+        one iterator across epochs and each fit epoch is exactly one sampler
+        epoch (``initial_epoch=first_epoch`` when resuming).
+
+        Args:
+            first_epoch: The sampler epoch of the first element.
+            num_epochs: How many epochs (``None``: endless).
+            start_step: Steps of ``first_epoch`` already done (resume), skipped
+                without reading them.
+        """
+        return self.strategy.distribute_datasets_from_function(
+            lambda ctx: self.worker_dataset(ctx, first_epoch, num_epochs, start_step)
+        )
+
+    def epoch(self, epoch: int, start_step: int = 0) -> tf.distribute.DistributedDataset:
+        """One epoch (for a custom loop): ``for batch in inp.epoch(e): strategy.run(...)``.
+
+        The dataset of epoch ``e`` is the same whatever ran before in the process.
+
+        Args:
+            epoch: Sampler epoch.
+            start_step: Steps already done in this epoch (mid-epoch resume).
+        """
+        return self.epochs(epoch, 1, start_step)
+
+    def __repr__(self) -> str:
+        return (
+            f"DistributedInput(replicas={self.num_replicas}, batch_size={self.batch_size}, "
+            f"steps_per_epoch={self.steps_per_epoch}, sampler={self.sampler!r})"
+        )
