@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 __all__ = [
+    "MAX_EXAMPLES",
     "MAX_SEED",
     "KeyedPermutation",
     "PermutationFn",
@@ -49,6 +50,8 @@ __all__ = [
 
 #: Seeds are unsigned 64-bit integers: ``0 <= seed <= MAX_SEED``.
 MAX_SEED = 2**64 - 1
+#: The largest data set the samplers index (2**53: float math stays exact, as in timm's).
+MAX_EXAMPLES = 2**53
 
 #: A permutation of ``range(n)`` evaluated at chosen positions: ``positions -> perm[positions]``.
 PermutationFn = Callable[[np.ndarray], np.ndarray]
@@ -120,19 +123,22 @@ def _fmix64(v: np.ndarray) -> np.ndarray:
 class KeyedPermutation:
     """A pseudo-random permutation of ``range(n)`` keyed by ``(seed, epoch)``.
 
-    For ``n > 4096``, a Feistel network on ``ceil(log2(n))`` bits (unbalanced when the bit count
-    is odd, so the domain is below ``2n``), with MurmurHash3's finaliser as the
-    round function and round keys from :func:`round_keys`;
-    values that land outside ``range(n)`` are walked again until they fall
-    inside (cycle walking), which keeps it a bijection on ``range(n)``.
-    Evaluating it at ``m`` positions costs O(m) time and memory, whatever ``n``.
-    For ``n <= 4096``, where so few bits make a Feistel network measurably
-    non-uniform, a materialised shuffle by a Philox generator keyed alike.
-    The same ``(n, seed, epoch)`` gives the same permutation in every process,
-    on every platform.
+    For ``n > 4096``: a Feistel network over a near-square mixed-radix domain
+    ``a * b >= n`` (``a = ceil(sqrt(n))``, ``b = ceil(n / a)``): the state
+    ``x = L * b + R`` goes through rounds ``(L, R) -> (R, (L + F(R)) mod a)``
+    with the radices swapping each round, where ``F`` is MurmurHash3's
+    finaliser of ``R`` xor a round key (keys from :func:`round_keys`) scaled to
+    ``[0, a)``. Values landing in ``[n, a * b)`` -- fewer than ``a``, about
+    ``sqrt(n)`` -- are walked again until they fall inside (cycle walking),
+    which keeps it a bijection on ``range(n)``. Evaluating it at ``m``
+    positions costs O(m) time and memory, whatever ``n``. For ``n <= 4096``,
+    where so small a domain makes a Feistel network measurably non-uniform, a
+    materialised shuffle by a Philox generator keyed alike. The same
+    ``(n, seed, epoch)`` gives the same permutation in every process, on every
+    platform.
 
     Args:
-        n: Size of the permuted range, ``n >= 1``.
+        n: Size of the permuted range, ``1 <= n <= MAX_EXAMPLES``.
         seed: Unsigned 64-bit seed.
         epoch: Non-negative epoch; each epoch is an independent permutation.
 
@@ -145,38 +151,46 @@ class KeyedPermutation:
     """
 
     def __init__(self, n: int, seed: int, epoch: int) -> None:
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+        if not 1 <= n <= MAX_EXAMPLES:
+            raise ValueError(f"n must be in [1, {MAX_EXAMPLES}], got {n}")
         self.n = int(n)
-        bits = max(1, (self.n - 1).bit_length())
-        self._hi_bits = (bits + 1) // 2
-        self._lo_bits = bits // 2
-        self._wide = bits > 32
-        dtype = np.uint64 if self._wide else np.uint32
-        keys = round_keys(seed, epoch, _FEISTEL_ROUNDS, 64 if self._wide else 32)
-        self._keys = [dtype(k) for k in keys]
-        self._dtype = dtype
         self._table: np.ndarray | None = None
         if self.n <= _SMALL_N:
             rng = np.random.Generator(np.random.Philox(key=round_keys(seed, epoch, 2)))
             self._table = rng.permutation(self.n).astype(np.int64)
+            return
+        a = math.isqrt(self.n - 1) + 1
+        b = -(-self.n // a)
+        # 32-bit lanes while the domain fits; the scaled hash needs radix * 2**16 < 2**32.
+        self._wide = a * b > 0xFFFF_FFFF or max(a, b) > 0xFFFF
+        dt = np.uint64 if self._wide else np.uint32
+        self._dtype = dt
+        self._a, self._b = dt(a), dt(b)
+        self._shift = dt(32 if self._wide else 16)
+        self._mix = _fmix64 if self._wide else _fmix32
+        self._keys = [
+            dt(k) for k in round_keys(seed, epoch, _FEISTEL_ROUNDS, 64 if self._wide else 32)
+        ]
 
     def _rounds(self, x: np.ndarray) -> np.ndarray:
-        dt = self._dtype
-        lo, hi = self._lo_bits, self._hi_bits
-        mix = _fmix64 if self._wide else _fmix32
+        left = x // self._b
+        right = x - left * self._b
+        radix_l, radix_r = self._a, self._b
         for key in self._keys:
-            right = x & dt((1 << lo) - 1)
-            left = x >> dt(lo)
             f = right ^ key
-            mix(f)
-            f &= dt((1 << hi) - 1)
-            left ^= f
-            right <<= dt(hi)
-            right |= left
-            x = right
-            lo, hi = hi, lo
-        return x
+            self._mix(f)
+            f >>= self._shift  # keep the top half of the hash ...
+            f *= radix_l  # ... and scale it to [0, radix_l) (multiply-shift, no division)
+            f >>= self._shift
+            f += left
+            np.minimum(
+                f, f - radix_l, out=f
+            )  # (left + F) mod radix_l: f - radix_l wraps if f < radix_l
+            left, right = right, f
+            radix_l, radix_r = radix_r, radix_l
+        left *= radix_r
+        left += right
+        return left
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         """Return ``perm[positions]`` as int64 (positions must lie in ``[0, n)``)."""

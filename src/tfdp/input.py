@@ -224,8 +224,10 @@ class DistributedInput:
             raise ValueError(
                 f"the sampler has num_examples={sampler.num_examples} but the source has {n}"
             )
-        if isinstance(sampler, DistributedSampler) and sampler.padding is None and not (
-            sampler.drop_last or n % w == 0
+        if (
+            isinstance(sampler, DistributedSampler)
+            and sampler.padding is None
+            and not (sampler.drop_last or n % w == 0)
         ):
             raise ValueError(
                 "DistributedSampler(padding=None) leaves ranks uneven, but replicas step "
@@ -249,7 +251,11 @@ class DistributedInput:
     def _index_dataset(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
     ) -> tf.data.Dataset:
+        """Epoch after epoch of this rank's batches; each epoch batched on its own."""
         start = start_step * self.batch_size
+        batched = hasattr(self.source, "gather") and (
+            self.augment is None or _is_batched(self.augment)
+        )
 
         def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
@@ -261,7 +267,16 @@ class DistributedInput:
             )
             for a in arrays:
                 a.set_shape([None])
-            return tf.data.Dataset.from_tensor_slices(tuple(arrays))
+            ds = tf.data.Dataset.from_tensor_slices(tuple(arrays))
+            if batched:
+                ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+                return ds.map(
+                    self._load_batch, num_parallel_calls=self.num_parallel_calls, deterministic=True
+                )
+            ds = ds.map(
+                self._load_one, num_parallel_calls=self.num_parallel_calls, deterministic=True
+            )
+            return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
 
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         return tf.data.Dataset.range(first_epoch, last).flat_map(per_epoch)
@@ -290,48 +305,48 @@ class DistributedInput:
             weight = weight * tf.cast(ok, tf.float32)
         else:
             example = self.source.load(idx)
-        if self.augment is not None:
-            seed = tf.stack([key, pos])
-            if _is_batched(self.augment):
-                batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
-                out = self.augment(batch, tf.expand_dims(seed, 0))
-                example = tf.nest.map_structure(lambda t: t[0], out)
-            else:
-                example = self.augment(example, seed)
-        return self._finish(example, idx, pos, weight)
+        return self._finish(self._augment_one(example, key, pos), idx, pos, weight)
+
+    def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
+        if self.augment is None:
+            return example
+        seed = tf.stack([key, pos])
+        if _is_batched(self.augment):
+            batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
+            out = self.augment(batch, tf.expand_dims(seed, 0))
+            return tf.nest.map_structure(lambda t: t[0], out)
+        return self.augment(example, seed)
 
     def _stream_rank_dataset(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
     ) -> tf.data.Dataset:
         if num_epochs is None:
             raise ValueError("a streaming source needs a finite num_epochs")
+        one = self._stream_one
         parts = []
         for e in range(first_epoch, first_epoch + num_epochs):
             ds = self.source.stream(
-                rank=rank, num_replicas=self.num_replicas, num_repeats=self._num_repeats,
-                seed=self.seed, epoch=e, batch_size=self.batch_size,
+                rank=rank,
+                num_replicas=self.num_replicas,
+                num_repeats=self._num_repeats,
+                seed=self.seed,
+                epoch=e,
+                batch_size=self.batch_size,
             )
             if e == first_epoch and start_step:
                 ds = ds.skip(start_step * self.batch_size)
             key = epoch_seed_key(self.seed, e)
-            parts.append(ds.map(lambda ex, pos, key=key: (ex, pos, tf.constant(key, tf.int64))))
+            ds = ds.map(lambda ex, pos, key=key: (ex, pos, tf.constant(key, tf.int64)))
+            ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
+            parts.append(ds.batch(self.batch_size, drop_remainder=True))
         ds = parts[0]
         for p in parts[1:]:
             ds = ds.concatenate(p)
+        return ds
 
-        def one(example: Any, pos: Any, key: Any) -> Any:
-            if self.augment is not None:
-                seed = tf.stack([key, pos])
-                if _is_batched(self.augment):
-                    batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
-                    out = self.augment(batch, tf.expand_dims(seed, 0))
-                    example = tf.nest.map_structure(lambda t: t[0], out)
-                else:
-                    example = self.augment(example, seed)
-            return self._finish(example, tf.constant(-1, tf.int64), pos, tf.constant(1.0))
-
-        ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-        return ds.batch(self.batch_size, drop_remainder=True)
+    def _stream_one(self, example: Any, pos: Any, key: Any) -> Any:
+        example = self._augment_one(example, key, pos)
+        return self._finish(example, tf.constant(-1, tf.int64), pos, tf.constant(1.0))
 
     def rank_dataset(
         self, rank: int, first_epoch: int = 0, num_epochs: int | None = 1, start_step: int = 0
@@ -363,17 +378,6 @@ class DistributedInput:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)
         else:
             ds = self._index_dataset(rank, first_epoch, num_epochs, start_step)
-            batched = hasattr(self.source, "gather") and (
-                self.augment is None or _is_batched(self.augment)
-            )
-            if batched:
-                ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
-                ds = ds.map(self._load_batch, num_parallel_calls=self.num_parallel_calls,
-                            deterministic=True)
-            else:
-                ds = ds.map(self._load_one, num_parallel_calls=self.num_parallel_calls,
-                            deterministic=True)
-                ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
         options = tf.data.Options()
         options.deterministic = True
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -47,12 +48,17 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None, what: s
 
 
 def _is_positive_number(value: Any) -> bool:
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float, np.number))
-        and bool(np.isfinite(value))
-        and value > 0
-    )
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        return False
+    try:
+        return math.isfinite(float(value)) and value > 0
+    except OverflowError:
+        return False
+
+
+def _plain_number(value: Any) -> int | float:
+    """A Python int when integer-valued, else a Python float (JSON-safe, NumPy-free)."""
+    return int(value) if float(value).is_integer() else float(value)
 
 
 class Sampler:
@@ -72,7 +78,7 @@ class Sampler:
         seed: int = 0,
         permutation: PermutationCallable | None = None,
     ) -> None:
-        self.num_examples = _check_int("num_examples", num_examples, 1)
+        self.num_examples = _check_int("num_examples", num_examples, 1, _ix.MAX_EXAMPLES)
         self.num_replicas = _check_int("num_replicas", num_replicas, 1)
         self.rank = _check_int(
             "rank", rank, 0, self.num_replicas - 1, f" (num_replicas={self.num_replicas})"
@@ -102,6 +108,10 @@ class Sampler:
             "seed": self.seed,
             "permutation": "custom" if self.permutation is not None else None,
         }
+
+    def _global_length(self) -> int:
+        """Entries of all ranks together (the padded list, or what is kept of it)."""
+        return len(self) * self.num_replicas
 
     # -- the permutation of the current epoch --------------------------------
     def _epoch_permutation(self, shuffle: bool = True) -> _ix.PermutationFn:
@@ -140,6 +150,7 @@ class Sampler:
         epoch = _check_int("epoch", epoch, 0, 2**63 - 1)
         if epoch != self.epoch:
             self._resume_position = 0
+            self._yielded = 0
         self.epoch = epoch
 
     def indices(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -252,8 +263,13 @@ class Sampler:
                 f"sampler state was saved with another {self._KIND} configuration; "
                 "differing field(s): " + "; ".join(diffs)
             )
-        self.set_epoch(state["epoch"])
-        self._resume_position = _check_int("state['position']", state["position"], 0, len(self))
+        epoch = _check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
+        # Ranks of an uneven sampler (padding=None) differ in length by one: a position saved
+        # by a longer rank at its end means "epoch done" for a shorter one.
+        limit = -(-self._global_length() // self.num_replicas)
+        position = _check_int("state['position']", state["position"], 0, limit)
+        self.set_epoch(epoch)
+        self._resume_position = min(position, len(self))
         self._yielded = 0
 
     def __repr__(self) -> str:
@@ -342,6 +358,9 @@ class DistributedSampler(Sampler):
     def __len__(self) -> int:
         return self._len
 
+    def _global_length(self) -> int:
+        return self.total_size
+
     @property
     def total_size(self) -> int:
         """Length of the global list after padding or dropping (all ranks together)."""
@@ -421,9 +440,7 @@ class RepeatAugSampler(Sampler):
         permutation: PermutationCallable | None = None,
     ) -> None:
         super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
-        if isinstance(num_repeats, bool) or not isinstance(num_repeats, (int, float, np.number)):
-            raise ValueError(f"num_repeats must be a number >= 1, got {num_repeats!r}")
-        if not np.isfinite(num_repeats) or num_repeats < 1:
+        if not _is_positive_number(num_repeats) or num_repeats < 1:
             raise ValueError(f"num_repeats must be a finite number >= 1, got {num_repeats!r}")
         self.selected_round = _check_int("selected_round", selected_round, 0)
         if selected_ratio is not None and not _is_positive_number(selected_ratio):
@@ -431,10 +448,15 @@ class RepeatAugSampler(Sampler):
                 "selected_ratio must be None (num_replicas) or a number > 0, "
                 f"got {selected_ratio!r}"
             )
-        self.num_repeats = (
-            int(num_repeats) if float(num_repeats).is_integer() else float(num_repeats)
-        )
-        self.selected_ratio = selected_ratio
+        self.num_repeats = _plain_number(num_repeats)
+        self.selected_ratio = None if selected_ratio is None else _plain_number(selected_ratio)
+        if self.selected_ratio is not None and not math.isfinite(
+            self.num_examples / self.selected_ratio
+        ):
+            raise ValueError(
+                f"selected_ratio={selected_ratio!r} is too small: num_examples / selected_ratio "
+                "must be finite"
+            )
         self.shuffle = bool(shuffle)
         self.num_samples, self.total_size, self.num_selected = _ix.repeat_aug_sizes(
             self.num_examples,

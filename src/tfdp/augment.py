@@ -1,0 +1,823 @@
+"""Seeded, stateless, per-sample image augmentations that run on whole batches.
+
+This module owns tfdp's batched augmentations and the counter-based hash they
+draw their randomness from. An augmentation is a callable
+``aug(example, seeds)``:
+
+* ``example`` is a *batch*: a tuple/list whose first element is the image
+  batch ``[B, H, W, C]``, a dict holding the images under ``image_key``
+  (default ``"image"``), or a bare image tensor;
+* ``seeds`` is an integer tensor ``[B, 2]`` (cast to int64), one stateless
+  seed per sample, conventionally ``[epoch_key, position]``.
+
+It returns the example with the same structure and the images replaced, and
+carries the class attribute ``batched = True``. Every random decision for
+sample ``b`` is a function of ``seeds[b]`` only, never of the batch size or of
+the other samples: augmenting a batch equals augmenting each sample alone as a
+batch of one. All work is vectorised over the batch (gathers on per-sample
+index grids, per-sample selects, ``tf.image.crop_and_resize`` with per-sample
+boxes); there is no per-example ``tf.map_fn`` or ``tf.while_loop``. Everything
+runs eagerly, inside ``tf.function`` and inside ``tf.data.Dataset.map`` with
+unknown (``None``) batch and image sizes.
+
+The randomness comes from :func:`per_sample_uniform`, MurmurHash3 (x86, 32
+bit) of the five 32-bit words ``(seed[b, 0] lo, hi, seed[b, 1] lo, hi, j)``
+computed with vectorised uint32 multiply/xor/shift ops; :func:`fold_in`
+derives independent per-stage seeds (used by :class:`Compose`).
+
+Data-moving stages (:class:`RandomCrop`, :class:`RandomShift`,
+:class:`RandomFlip`) keep the input dtype, so uint8 batches stay uint8 and
+cheap; :class:`RandomResizedCrop`, :class:`RandomBrightness`,
+:class:`Normalize` and :class:`ToFloat` return float32.
+
+Example:
+    >>> import tensorflow as tf
+    >>> aug = Compose([ToFloat(), RandomCrop(32, padding=4), RandomFlip()])
+    >>> images = tf.zeros([8, 32, 32, 3], tf.uint8)
+    >>> labels = tf.range(8)
+    >>> seeds = tf.stack([tf.zeros([8], tf.int64), tf.range(8, dtype=tf.int64)], axis=1)
+    >>> out_images, out_labels = aug((images, labels), seeds)
+    >>> tuple(out_images.shape), out_images.dtype.name
+    ((8, 32, 32, 3), 'float32')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import tensorflow as tf
+
+__all__ = [
+    "Augmentation",
+    "Compose",
+    "Normalize",
+    "RandomBrightness",
+    "RandomCrop",
+    "RandomFlip",
+    "RandomResizedCrop",
+    "RandomShift",
+    "ToFloat",
+    "fold_in",
+    "per_sample_uniform",
+]
+
+# --------------------------------------------------------------------------------------------
+# Counter-based hash (MurmurHash3_x86_32 over five 32-bit words), vectorised in uint32.
+# --------------------------------------------------------------------------------------------
+
+_MURMUR_C1 = 0xCC9E2D51
+_MURMUR_C2 = 0x1B873593
+_MURMUR_N = 0xE6546B64
+_FMIX_1 = 0x85EBCA6B
+_FMIX_2 = 0xC2B2AE35
+_HASH_BYTES = 20  # five 32-bit words
+# Murmur seeds that separate the two uses of the hash (uniform draws vs. seed folding).
+_SALT_UNIFORM = 0x9E3779B9
+_SALT_FOLD = 0x7F4A7C15
+_MAX_FOLD_DATA = 2**31 - 1
+
+
+def _u32(value: int) -> tf.Tensor:
+    return tf.constant(value, tf.uint32)
+
+
+def _rotl(x: tf.Tensor, r: int) -> tf.Tensor:
+    return tf.bitwise.bitwise_or(
+        tf.bitwise.left_shift(x, _u32(r)), tf.bitwise.right_shift(x, _u32(32 - r))
+    )
+
+
+def _xorshift(x: tf.Tensor, r: int) -> tf.Tensor:
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(r)))
+
+
+def _mix_word(h: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
+    k = _rotl(k * _u32(_MURMUR_C1), 15) * _u32(_MURMUR_C2)
+    h = _rotl(tf.bitwise.bitwise_xor(h, k), 13)
+    return h * _u32(5) + _u32(_MURMUR_N)
+
+
+def _fmix32(h: tf.Tensor) -> tf.Tensor:
+    h = _xorshift(h, 16) * _u32(_FMIX_1)
+    h = _xorshift(h, 13) * _u32(_FMIX_2)
+    return _xorshift(h, 16)
+
+
+def _hash_u32(seeds: tf.Tensor, counters: tf.Tensor, salt: int) -> tf.Tensor:
+    """MurmurHash3 of ``(seeds[b, 0] lo, hi, seeds[b, 1] lo, hi, counter)``.
+
+    ``seeds`` is int64 ``[B, 2]``; ``counters`` is uint32, broadcastable
+    against ``[B, 1]``. The seed words are mixed once per sample, then the
+    counters are mixed in with broadcasting.
+    """
+    # int64 -> uint32 casts are modular, so these are the two's-complement words.
+    lo = tf.cast(seeds, tf.uint32)
+    hi = tf.cast(tf.bitwise.right_shift(seeds, tf.constant(32, tf.int64)), tf.uint32)
+    h = tf.fill(tf.shape(seeds[:, :1]), _u32(salt))
+    for word in (lo[:, :1], hi[:, :1], lo[:, 1:], hi[:, 1:]):
+        h = _mix_word(h, word)
+    h = _mix_word(h, counters)
+    return _fmix32(tf.bitwise.bitwise_xor(h, _u32(_HASH_BYTES)))
+
+
+def _as_seeds(seeds: Any) -> tf.Tensor:
+    seeds = tf.convert_to_tensor(seeds)
+    if not seeds.dtype.is_integer:
+        raise TypeError(f"seeds must be an integer tensor [B, 2], got dtype {seeds.dtype.name}")
+    if seeds.shape.rank is not None and (seeds.shape.rank != 2 or seeds.shape[1] not in (2, None)):
+        raise ValueError(f"seeds must have shape [B, 2], got {seeds.shape}")
+    return tf.cast(seeds, tf.int64)
+
+
+def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
+    """Draw ``n`` uniform numbers in ``[0, 1)`` per sample, statelessly.
+
+    ``out[b, j]`` is the top 24 bits of MurmurHash3_x86_32 of the five 32-bit
+    words ``(seeds[b, 0] low, high, seeds[b, 1] low, high, j)``, scaled by
+    ``2**-24``; so it depends only on ``seeds[b]`` and ``j``: the same
+    ``(seed, j)`` gives the same number whatever the batch, and drawing more
+    numbers (a larger ``n``) leaves the first ones unchanged.
+
+    Args:
+        seeds: Integer tensor ``[B, 2]`` (any integer dtype; used as int64).
+        n: Number of draws per sample, ``>= 0``.
+
+    Returns:
+        A float32 tensor ``[B, n]`` with values in ``[0, 1)``, multiples of ``2**-24``.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> u = per_sample_uniform(tf.constant([[7, 0], [7, 1]], tf.int64), 3)
+        >>> tuple(u.shape), u.dtype.name
+        ((2, 3), 'float32')
+        >>> bool(tf.reduce_all((u >= 0) & (u < 1)))
+        True
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative int, got {n!r}")
+    seeds = _as_seeds(seeds)
+    counters = tf.cast(tf.range(n), tf.uint32)[tf.newaxis, :]  # Range has no uint32 kernel
+    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, _SALT_UNIFORM), _u32(8))
+    return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
+
+
+def fold_in(seeds: Any, data: int) -> tf.Tensor:
+    """Derive per-sample seeds for an independent random stream ``data``.
+
+    ``seed[:, 0]`` is replaced by a 63-bit hash of ``(seed[b, 0], seed[b, 1],
+    data)`` (a different hash salt from :func:`per_sample_uniform`), and
+    ``seed[:, 1]`` is kept, so samples with distinct positions keep distinct
+    seeds. :class:`Compose` gives stage ``i`` the seeds ``fold_in(seeds, i)``.
+
+    Args:
+        seeds: Integer tensor ``[B, 2]``.
+        data: Stream index, an int in ``[0, 2**31 - 1]``.
+
+    Returns:
+        An int64 tensor ``[B, 2]``.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> seeds = tf.constant([[3, 0], [3, 1]], tf.int64)
+        >>> folded = fold_in(seeds, 1)
+        >>> folded[:, 1].numpy().tolist(), bool(tf.reduce_all(folded[:, 0] >= 0))
+        ([0, 1], True)
+    """
+    if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= _MAX_FOLD_DATA:
+        raise ValueError(f"data must be an int in [0, {_MAX_FOLD_DATA}], got {data!r}")
+    seeds = _as_seeds(seeds)
+    counters = tf.constant([[2 * data, 2 * data + 1]], tf.uint32)
+    words = tf.cast(_hash_u32(seeds, counters, _SALT_FOLD), tf.int64)  # [B, 2], in [0, 2**32)
+    high = tf.bitwise.left_shift(
+        tf.bitwise.bitwise_and(words[:, 1], tf.constant(0x7FFFFFFF, tf.int64)),
+        tf.constant(32, tf.int64),
+    )
+    return tf.stack([tf.bitwise.bitwise_or(high, words[:, 0]), seeds[:, 1]], axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Example structure and argument helpers.
+# --------------------------------------------------------------------------------------------
+
+
+def _get_image(example: Any, image_key: str) -> Any:
+    if isinstance(example, Mapping):
+        if image_key not in example:
+            raise KeyError(f"example has no image key {image_key!r}; keys: {sorted(example)}")
+        return example[image_key]
+    if isinstance(example, (tuple, list)):
+        if not example:
+            raise ValueError("example is an empty tuple/list; its first element must be the images")
+        return example[0]
+    return example
+
+
+def _put_image(example: Any, image: tf.Tensor, image_key: str) -> Any:
+    if isinstance(example, Mapping):
+        out = dict(example)
+        out[image_key] = image
+        return out
+    if isinstance(example, tuple):
+        if hasattr(example, "_fields"):  # namedtuple
+            return example._replace(**{example._fields[0]: image})
+        return (image, *example[1:])
+    if isinstance(example, list):
+        return [image, *example[1:]]
+    return image
+
+
+def _as_images(images: Any) -> tf.Tensor:
+    images = tf.convert_to_tensor(images)
+    if images.shape.rank is not None and images.shape.rank != 4:
+        raise ValueError(f"images must be a batch [B, H, W, C], got shape {images.shape}")
+    return images
+
+
+def _pair(value: Any, name: str, minimum: int) -> tuple[int, int]:
+    items = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(items) != 2 or any(
+        isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items
+    ):
+        raise ValueError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
+    return items[0], items[1]
+
+
+def _probability(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _randint(u: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """Map uniforms ``u`` in [0, 1) to int32 in ``[0, count)`` (count >= 1, broadcast)."""
+    count = tf.cast(count, tf.int32)
+    value = tf.cast(u * tf.cast(count, tf.float32), tf.int32)
+    return tf.minimum(value, count - 1)  # guard float rounding of u * count up to count
+
+
+_PAD_MODES = ("constant", "reflect", "symmetric", "edge")
+
+
+def _source_index(coords: tf.Tensor, size: tf.Tensor, mode: str) -> tf.Tensor:
+    """Map padded-image coordinates to source indices (``np.pad`` modes other than constant)."""
+    if mode == "edge":
+        return tf.clip_by_value(coords, 0, size - 1)
+    if mode == "reflect":  # ... c b | a b c d | c b a ...  (period 2 * (size - 1))
+        period = tf.maximum(2 * (size - 1), 1)
+        folded = tf.math.floormod(tf.abs(coords), period)
+        return tf.where(folded >= size, period - folded, folded)
+    # symmetric: ... b a | a b c d | d c ...  (period 2 * size)
+    folded = tf.math.floormod(coords, 2 * size)
+    return tf.where(folded >= size, 2 * size - 1 - folded, folded)
+
+
+def _window(
+    images: tf.Tensor,
+    top: tf.Tensor,
+    left: tf.Tensor,
+    out_h: int | tf.Tensor,
+    out_w: int | tf.Tensor,
+    pad: tuple[int, int],
+    mode: str,
+    fill: float,
+) -> tf.Tensor:
+    """Per-sample ``out_h x out_w`` windows at ``(top[b], left[b])`` of the padded images.
+
+    Offsets are in padded coordinates. Two batched gathers (rows, then
+    columns) on per-sample index grids. Constant padding is one ``tf.pad`` of
+    the batch (cheaper than masking the fill in with ``tf.where``); the other
+    modes map the coordinates back into the image, so any padding size works.
+    """
+    rows = top[:, tf.newaxis] + tf.range(out_h)[tf.newaxis, :]  # [B, out_h]
+    cols = left[:, tf.newaxis] + tf.range(out_w)[tf.newaxis, :]  # [B, out_w]
+    if mode == "constant":
+        if pad != (0, 0):
+            paddings = [[0, 0], [pad[0], pad[0]], [pad[1], pad[1]], [0, 0]]
+            images = tf.pad(images, paddings, constant_values=tf.cast(fill, images.dtype))
+    else:
+        shape = tf.shape(images)
+        rows = _source_index(rows - pad[0], shape[1], mode)
+        cols = _source_index(cols - pad[1], shape[2], mode)
+    out = tf.gather(images, rows, axis=1, batch_dims=1)  # [B, out_h, W, C]
+    return tf.gather(out, cols, axis=2, batch_dims=1)  # [B, out_h, out_w, C]
+
+
+# --------------------------------------------------------------------------------------------
+# Augmentations.
+# --------------------------------------------------------------------------------------------
+
+
+class Augmentation:
+    """Base class of tfdp's batched augmentations.
+
+    Subclasses implement :meth:`augment` on the image batch; ``__call__``
+    handles the example structure (tuple/list with the images first, dict with
+    ``image_key``, or a bare tensor) and the seeds. ``batched = True`` tells
+    the input layer that the callable takes a whole batch and ``[B, 2]`` seeds.
+
+    Args:
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> class Invert(Augmentation):
+        ...     def augment(self, images, seeds):
+        ...         return 1.0 - tf.cast(images, tf.float32)
+        >>> example = {"image": tf.zeros([2, 4, 4, 1]), "label": tf.zeros([2])}
+        >>> out = Invert()(example, [[0, 0], [0, 1]])
+        >>> sorted(out), float(out["image"][0, 0, 0, 0])
+        (['image', 'label'], 1.0)
+    """
+
+    batched: ClassVar[bool] = True
+
+    def __init__(self, *, image_key: str = "image") -> None:
+        if not isinstance(image_key, str):
+            raise TypeError(f"image_key must be a str, got {image_key!r}")
+        self.image_key = image_key
+
+    def __call__(self, example: Any, seeds: Any) -> Any:
+        """Augment the images of a batched ``example`` with per-sample ``seeds`` ``[B, 2]``."""
+        seeds = _as_seeds(seeds)
+        images = _as_images(_get_image(example, self.image_key))
+        batch, seed_batch = images.shape[0], seeds.shape[0]
+        if batch is not None and seed_batch is not None and batch != seed_batch:
+            raise ValueError(f"seeds has {seed_batch} rows but the image batch has {batch}")
+        return _put_image(example, self.augment(images, seeds), self.image_key)
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return the augmented batch (``images`` ``[B, H, W, C]``, ``seeds`` int64 ``[B, 2]``)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "image_key")
+        return f"{type(self).__name__}({args})"
+
+
+class RandomCrop(Augmentation):
+    """Pad, then crop a random window per sample (CIFAR-style "random crop with padding").
+
+    Each sample is padded by ``padding`` pixels on every side (``pad_mode`` as
+    in ``np.pad``: ``"constant"`` with ``fill``, ``"reflect"``, ``"symmetric"``
+    or ``"edge"``) and a ``size`` window is cut at a per-sample offset drawn
+    uniformly from all valid offsets. The padded image is never built: the
+    window is two batched gathers on per-sample index grids. The dtype is kept
+    (uint8 in, uint8 out).
+
+    Args:
+        size: Output ``(height, width)``, or one int for a square window.
+        padding: Pixels added on each side: an int, or ``(pad_y, pad_x)``.
+        pad_mode: ``"constant"``, ``"reflect"``, ``"symmetric"`` or ``"edge"``.
+        fill: Value of the constant padding.
+        image_key: Key of the images when the example is a dict.
+
+    Raises:
+        ValueError: On bad arguments, or (when the image size is static) if
+            the window is larger than the padded image.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> crop = RandomCrop(32, padding=4, pad_mode="reflect")
+        >>> out = crop(tf.zeros([4, 32, 32, 3], tf.uint8), [[0, i] for i in range(4)])
+        >>> tuple(out.shape), out.dtype.name
+        ((4, 32, 32, 3), 'uint8')
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        padding: int | tuple[int, int] = 0,
+        pad_mode: str = "constant",
+        fill: float = 0,
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(image_key=image_key)
+        self.size = _pair(size, "size", 1)
+        self.padding = _pair(padding, "padding", 0)
+        if pad_mode not in _PAD_MODES:
+            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
+        self.pad_mode = pad_mode
+        self.fill = fill
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return the ``[B, size_h, size_w, C]`` windows (same dtype as ``images``)."""
+        (out_h, out_w), (pad_y, pad_x) = self.size, self.padding
+        for axis, out, pad in ((1, out_h, pad_y), (2, out_w, pad_x)):
+            dim = images.shape[axis]
+            if dim is not None and out > dim + 2 * pad:
+                raise ValueError(
+                    f"crop size {self.size} exceeds the padded image "
+                    f"{images.shape[1:3]} + 2 * {self.padding}"
+                )
+        shape = tf.shape(images)
+        range_y = shape[1] + 2 * pad_y - out_h + 1  # number of valid offsets
+        range_x = shape[2] + 2 * pad_x - out_w + 1
+        check = tf.debugging.assert_positive(
+            tf.minimum(range_y, range_x), message="RandomCrop: crop size exceeds the padded image"
+        )
+        with tf.control_dependencies([check] if check is not None else []):
+            u = per_sample_uniform(seeds, 2)
+        top, left = _randint(u[:, 0], range_y), _randint(u[:, 1], range_x)
+        return _window(images, top, left, out_h, out_w, self.padding, self.pad_mode, self.fill)
+
+
+class RandomShift(Augmentation):
+    """Translate each sample by a random integer ``(dy, dx)``, filling the exposed border.
+
+    ``dy`` and ``dx`` are drawn independently and uniformly from
+    ``[-max_shift, max_shift]``; ``out[b, i, j] = images[b, i - dy, j - dx]``
+    where that pixel exists, else ``fill``. No flips, so it suits digits. The
+    dtype and the image size are kept. (Equivalent to
+    ``RandomCrop((H, W), padding=max_shift, fill=fill)``.)
+
+    Args:
+        max_shift: Largest shift in pixels: an int, or ``(max_dy, max_dx)``.
+        fill: Value of the exposed pixels.
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> shift = RandomShift(2)
+        >>> out = shift(tf.ones([3, 28, 28, 1]), [[1, 0], [1, 1], [1, 2]])
+        >>> tuple(out.shape), float(tf.reduce_min(out)) in (0.0, 1.0)
+        ((3, 28, 28, 1), True)
+    """
+
+    def __init__(
+        self, max_shift: int | tuple[int, int], fill: float = 0, *, image_key: str = "image"
+    ) -> None:
+        super().__init__(image_key=image_key)
+        self.max_shift = _pair(max_shift, "max_shift", 0)
+        self.fill = fill
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return the shifted batch (same shape and dtype as ``images``)."""
+        max_dy, max_dx = self.max_shift
+        u = per_sample_uniform(seeds, 2)
+        # Offsets into the padded image; the content moves by (max - offset).
+        top, left = _randint(u[:, 0], 2 * max_dy + 1), _randint(u[:, 1], 2 * max_dx + 1)
+        shape = tf.shape(images)
+        out = _window(images, top, left, shape[1], shape[2], self.max_shift, "constant", self.fill)
+        out.set_shape(images.shape)
+        return out
+
+
+class RandomFlip(Augmentation):
+    """Flip each sample horizontally (and/or vertically) with probability ``p``.
+
+    The flip decision of each axis is an independent per-sample draw; the batch
+    is flipped once and the flipped samples are selected (a ``Select`` with a
+    per-sample condition). The dtype is kept.
+
+    Args:
+        horizontal: Flip left-right (the width axis).
+        vertical: Flip top-bottom (the height axis).
+        p: Probability of each enabled flip.
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> images = tf.reshape(tf.range(2 * 1 * 3 * 1), [2, 1, 3, 1])
+        >>> always = RandomFlip(p=1.0)
+        >>> always(images, [[0, 0], [0, 1]])[:, 0, :, 0].numpy().tolist()
+        [[2, 1, 0], [5, 4, 3]]
+    """
+
+    def __init__(
+        self,
+        horizontal: bool = True,
+        vertical: bool = False,
+        p: float = 0.5,
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(image_key=image_key)
+        if not (horizontal or vertical):
+            raise ValueError("RandomFlip needs horizontal=True or vertical=True")
+        self.horizontal = bool(horizontal)
+        self.vertical = bool(vertical)
+        self.p = _probability(p, "p")
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return the batch with the drawn flips applied (same shape and dtype)."""
+        u = per_sample_uniform(seeds, 2)
+        for column, axis, enabled in ((0, 2, self.horizontal), (1, 1, self.vertical)):
+            if enabled:
+                # Select with a rank-1 condition picks whole samples; it is several times
+                # faster than tf.where broadcasting a [B, 1, 1, 1] mask (SelectV2).
+                images = tf.raw_ops.Select(
+                    condition=u[:, column] < self.p, x=tf.reverse(images, axis=[axis]), y=images
+                )
+        return images
+
+
+class RandomBrightness(Augmentation):
+    """Add a per-sample random brightness offset.
+
+    Each sample gets one ``delta`` drawn uniformly from ``[-max_delta,
+    max_delta)`` added to all its pixels and channels. The output is float32;
+    integer images are cast *without rescaling*, so ``max_delta`` is in the
+    images' own units: about ``0.1`` for float images in ``[0, 1]``, about
+    ``25`` for raw uint8 values in ``[0, 255]`` (or put :class:`ToFloat` first).
+    No clipping unless ``value_range`` is given.
+
+    Args:
+        max_delta: Largest absolute offset, ``>= 0``.
+        value_range: Optional ``(low, high)`` to clip the result to.
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> bright = RandomBrightness(0.2, value_range=(0.0, 1.0))
+        >>> out = bright(tf.fill([2, 4, 4, 3], 0.5), [[0, 0], [0, 1]])
+        >>> out.dtype.name, bool(tf.reduce_all(tf.abs(out - 0.5) <= 0.2))
+        ('float32', True)
+    """
+
+    def __init__(
+        self,
+        max_delta: float,
+        value_range: tuple[float, float] | None = None,
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(image_key=image_key)
+        if isinstance(max_delta, bool) or not isinstance(max_delta, (int, float)) or max_delta < 0:
+            raise ValueError(f"max_delta must be a number >= 0, got {max_delta!r}")
+        if value_range is not None:
+            low, high = value_range
+            if not low <= high:
+                raise ValueError(
+                    f"value_range must be (low, high) with low <= high, got {value_range!r}"
+                )
+            value_range = (float(low), float(high))
+        self.max_delta = float(max_delta)
+        self.value_range = value_range
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return ``float32(images) + delta[b]`` (clipped to ``value_range`` if set)."""
+        u = per_sample_uniform(seeds, 1)
+        delta = (2.0 * u - 1.0) * self.max_delta  # [B, 1]
+        out = tf.cast(images, tf.float32) + delta[:, :, tf.newaxis, tf.newaxis]
+        if self.value_range is not None:
+            out = tf.clip_by_value(out, *self.value_range)
+        return out
+
+
+class RandomResizedCrop(Augmentation):
+    """Crop a random area/aspect-ratio box per sample and resize it to ``size``.
+
+    The box follows torchvision's ``RandomResizedCrop.get_params``, evaluated
+    for all samples at once: ``attempts`` candidate boxes per sample, each with
+    area fraction ~ U(``scale``) and log aspect ratio ~ U(log ``ratio``),
+    width/height rounded half-to-even (Python's ``round``), offsets uniform
+    over the valid positions; the first candidate that fits is used, else the
+    fallback is torchvision's centre crop with the aspect ratio clamped to
+    ``ratio``. The boxes are resized with one ``tf.image.crop_and_resize``
+    call. Differences from torchvision: the random numbers come from
+    :func:`per_sample_uniform`, not torch's generator; ``crop_and_resize``
+    samples the crop corner-to-corner (``align_corners=True``-style, each
+    output pixel a bilinear mix of the box's pixels, no antialiasing) rather
+    than with half-pixel centres. Output is float32 in the input's value units.
+
+    Args:
+        size: Output ``(height, width)``, or one int for a square output.
+        scale: ``(min, max)`` fraction of the image area of the crop.
+        ratio: ``(min, max)`` aspect ratio (width / height) of the crop.
+        interpolation: ``"bilinear"`` or ``"nearest"``.
+        attempts: Candidate boxes per sample before the fallback (torchvision: 10).
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> rrc = RandomResizedCrop(24)
+        >>> out = rrc(tf.zeros([2, 64, 48, 3], tf.uint8), [[5, 0], [5, 1]])
+        >>> tuple(out.shape), out.dtype.name
+        ((2, 24, 24, 3), 'float32')
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        interpolation: str = "bilinear",
+        attempts: int = 10,
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(image_key=image_key)
+        self.size = _pair(size, "size", 1)
+        scale_lo, scale_hi = (float(v) for v in scale)
+        ratio_lo, ratio_hi = (float(v) for v in ratio)
+        if not 0 < scale_lo <= scale_hi:
+            raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
+        if not 0 < ratio_lo <= ratio_hi:
+            raise ValueError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
+        if interpolation not in ("bilinear", "nearest"):
+            raise ValueError(
+                f"interpolation must be 'bilinear' or 'nearest', got {interpolation!r}"
+            )
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
+        self.scale = (scale_lo, scale_hi)
+        self.ratio = (ratio_lo, ratio_hi)
+        self.interpolation = interpolation
+        self.attempts = attempts
+
+    def crop_boxes(
+        self, seeds: Any, height: int | tf.Tensor, width: int | tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Sample the crop boxes for images of ``height x width``.
+
+        Args:
+            seeds: Integer tensor ``[B, 2]``.
+            height: Image height (int or scalar tensor).
+            width: Image width (int or scalar tensor).
+
+        Returns:
+            ``(top, left, crop_height, crop_width)``, each int32 ``[B]``: the
+            crop of sample ``b`` is ``image[top:top + crop_height, left:left + crop_width]``.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> top, left, h, w = RandomResizedCrop(8).crop_boxes([[0, 0], [0, 1]], 20, 30)
+            >>> bool(tf.reduce_all((top >= 0) & (top + h <= 20) & (left + w <= 30)))
+            True
+        """
+        seeds = _as_seeds(seeds)
+        n = self.attempts
+        # Attempt k uses draws 4k..4k+3: area fraction, log ratio, top, left. Float64 keeps
+        # the rounding of the box size away from 1-ulp differences between vectorised and
+        # scalar exp() paths, so a sample's box does not depend on the batch size.
+        u = tf.reshape(tf.cast(per_sample_uniform(seeds, 4 * n), tf.float64), [-1, n, 4])
+        height_f = tf.cast(height, tf.float64)
+        width_f = tf.cast(width, tf.float64)
+        log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        area = height_f * width_f * (self.scale[0] + u[..., 0] * (self.scale[1] - self.scale[0]))
+        aspect = tf.exp(log_lo + u[..., 1] * (log_hi - log_lo))
+        crop_w = tf.round(tf.sqrt(area * aspect))
+        crop_h = tf.round(tf.sqrt(area / aspect))
+        fits = (crop_w > 0) & (crop_w <= width_f) & (crop_h > 0) & (crop_h <= height_f)
+        top = tf.floor(u[..., 2] * (height_f - crop_h + 1))
+        left = tf.floor(u[..., 3] * (width_f - crop_w + 1))
+        # First attempt that fits (argmax does not promise the first of ties).
+        first = tf.reduce_min(tf.where(fits, tf.range(n)[tf.newaxis, :], n), axis=1)
+        found = first < n
+        pick = tf.minimum(first, n - 1)
+
+        def chosen(values: tf.Tensor) -> tf.Tensor:
+            return tf.cast(tf.gather(values, pick, axis=1, batch_dims=1), tf.int32)
+
+        crop_h, crop_w, top, left = (chosen(v) for v in (crop_h, crop_w, top, left))
+        # torchvision's fallback: whole image, aspect ratio clamped into `ratio`, centred.
+        in_ratio = width_f / height_f
+        fallback_w = tf.where(in_ratio > self.ratio[1], tf.round(height_f * self.ratio[1]), width_f)
+        fallback_h = tf.where(in_ratio < self.ratio[0], tf.round(width_f / self.ratio[0]), height_f)
+        fallback_w = tf.cast(fallback_w, tf.int32)
+        fallback_h = tf.cast(fallback_h, tf.int32)
+        height_i, width_i = tf.cast(height, tf.int32), tf.cast(width, tf.int32)
+        crop_h = tf.where(found, tf.minimum(crop_h, height_i), fallback_h)
+        crop_w = tf.where(found, tf.minimum(crop_w, width_i), fallback_w)
+        top = tf.where(found, tf.minimum(top, height_i - crop_h), (height_i - fallback_h) // 2)
+        left = tf.where(found, tf.minimum(left, width_i - crop_w), (width_i - fallback_w) // 2)
+        return top, left, crop_h, crop_w
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return the resized crops, float32 ``[B, size_h, size_w, C]``."""
+        shape = tf.shape(images)
+        top, left, crop_h, crop_w = self.crop_boxes(seeds, shape[1], shape[2])
+        # Normalised corner-pixel coordinates: crop_and_resize samples
+        # y1 * (H - 1) + k * (y2 - y1) * (H - 1) / (size - 1), i.e. exactly the
+        # rows top .. top + crop_h - 1 end to end.
+        span_y = tf.cast(tf.maximum(shape[1] - 1, 1), tf.float32)
+        span_x = tf.cast(tf.maximum(shape[2] - 1, 1), tf.float32)
+        top_f, left_f = tf.cast(top, tf.float32), tf.cast(left, tf.float32)
+        boxes = tf.stack(
+            [
+                top_f / span_y,
+                left_f / span_x,
+                (top_f + tf.cast(crop_h - 1, tf.float32)) / span_y,
+                (left_f + tf.cast(crop_w - 1, tf.float32)) / span_x,
+            ],
+            axis=1,
+        )
+        return tf.image.crop_and_resize(
+            images,
+            boxes,
+            tf.range(shape[0]),
+            self.size,
+            method=self.interpolation,
+        )
+
+
+class ToFloat(Augmentation):
+    """Cast to float32 and multiply by ``scale`` (deterministic; ignores the seeds).
+
+    Args:
+        scale: Multiplier; the default maps uint8 ``[0, 255]`` to ``[0, 1]``.
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> ToFloat()(tf.constant([[[[255]]]], tf.uint8), [[0, 0]]).numpy().ravel().tolist()
+        [1.0]
+    """
+
+    def __init__(self, scale: float = 1 / 255, *, image_key: str = "image") -> None:
+        super().__init__(image_key=image_key)
+        self.scale = float(scale)
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return ``float32(images) * scale``."""
+        return tf.cast(images, tf.float32) * self.scale
+
+
+class Normalize(Augmentation):
+    """Standardise channels: ``(float32(images) - mean) / std`` (deterministic).
+
+    Args:
+        mean: Scalar or per-channel sequence, in the images' units.
+        std: Scalar or per-channel sequence, all ``> 0``.
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> norm = Normalize(mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25])
+        >>> norm(tf.ones([1, 1, 1, 3]), [[0, 0]]).numpy().ravel().tolist()
+        [2.0, 2.0, 2.0]
+    """
+
+    def __init__(
+        self,
+        mean: float | Sequence[float],
+        std: float | Sequence[float],
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(image_key=image_key)
+        self.mean = tuple(float(m) for m in mean) if isinstance(mean, Sequence) else float(mean)
+        self.std = tuple(float(s) for s in std) if isinstance(std, Sequence) else float(std)
+        stds = self.std if isinstance(self.std, tuple) else (self.std,)
+        if not stds or any(not s > 0 for s in stds):
+            raise ValueError(f"std must be > 0, got {std!r}")
+
+    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+        """Return the standardised float32 batch."""
+        mean = tf.constant(self.mean, tf.float32)
+        std = tf.constant(self.std, tf.float32)
+        return (tf.cast(images, tf.float32) - mean) / std
+
+
+class Compose:
+    """Apply batched augmentations in order, each with its own derived seeds.
+
+    Stage ``i`` is called as ``stage(example, fold_in(seeds, i))``, so the
+    stages draw from independent streams (two ``RandomFlip`` stages do not
+    flip the same samples) while every draw still depends only on the
+    sample's own seed. Stages may be any callables with ``batched = True``
+    (including other :class:`Compose` objects); each handles the example
+    structure itself.
+
+    Args:
+        stages: The augmentations, applied first to last.
+
+    Raises:
+        TypeError: If a stage is not callable or lacks ``batched = True``.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> aug = Compose([RandomShift(2), ToFloat(), Normalize(0.5, 0.25)])
+        >>> images, labels = aug((tf.zeros([2, 28, 28, 1], tf.uint8), tf.constant([3, 5])),
+        ...                      [[0, 0], [0, 1]])
+        >>> tuple(images.shape), labels.numpy().tolist()
+        ((2, 28, 28, 1), [3, 5])
+    """
+
+    batched: ClassVar[bool] = True
+
+    def __init__(self, stages: Sequence[Callable[[Any, tf.Tensor], Any]]) -> None:
+        stages = list(stages)
+        for stage in stages:
+            if not callable(stage) or getattr(stage, "batched", False) is not True:
+                raise TypeError(
+                    f"Compose stages must be batched augmentations (callable with "
+                    f"batched = True), got {stage!r}"
+                )
+        self.stages = stages
+
+    def __call__(self, example: Any, seeds: Any) -> Any:
+        """Apply every stage to the batched ``example`` with per-sample ``seeds`` ``[B, 2]``."""
+        seeds = _as_seeds(seeds)
+        for index, stage in enumerate(self.stages):
+            example = stage(example, fold_in(seeds, index))
+        return example
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def __repr__(self) -> str:
+        return f"Compose({self.stages!r})"

@@ -1,0 +1,60 @@
+"""Test session set-up: 4 logical CPU devices before TensorFlow initialises.
+
+MirroredStrategy over these gives 4 real replicas on a CPU-only machine.
+TensorFlow is configured in ``pytest_configure``, before any test module can
+initialise it (the pure-NumPy modules check their TF-freedom in subprocesses).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+NUM_LOGICAL_CPUS = 4
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+
+def configure_tf() -> None:
+    """Split the CPU into NUM_LOGICAL_CPUS logical devices (idempotent)."""
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")  # does not initialise the runtime
+    if tf.config.get_logical_device_configuration(cpus[0]):
+        return
+    # list_logical_devices() would initialise the runtime: configure first, check after.
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    configure_tf()
+
+
+@pytest.fixture(scope="session")
+def mirrored4():
+    """A real MirroredStrategy over 4 logical CPU devices."""
+    configure_tf()
+    import tensorflow as tf
+
+    assert len(tf.config.list_logical_devices("CPU")) == NUM_LOGICAL_CPUS
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports

@@ -1,0 +1,44 @@
+"""Run a script as N MultiWorkerMirroredStrategy workers on 127.0.0.1 (test helper)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import free_ports
+
+
+def run_workers(script: Path, n: int, args: list[str], timeout: float = 240) -> list[str]:
+    """Start n workers of ``script`` with TF_CONFIG each; return their outputs, fail on error."""
+    ports = free_ports(n)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for i in range(n):
+        env = dict(os.environ)
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outs = []
+    try:
+        for i, p in enumerate(procs):
+            out, _ = p.communicate(timeout=timeout)
+            outs.append(out)
+            if p.returncode != 0:
+                raise AssertionError(f"worker {i} exited {p.returncode}:\n{out[-4000:]}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return outs

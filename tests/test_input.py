@@ -1,0 +1,293 @@
+"""DistributedInput on real strategies: every replica gets exactly its rank's indices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfdp
+from tfdp.input import DistributedInput
+from tfdp.sources import ArraySource
+
+N = 203  # prime: no batch layout divides it
+
+
+def _source(n: int = N, image: bool = False) -> ArraySource:
+    if image:
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 255, size=(n, 8, 8, 3), dtype=np.uint8)
+        return ArraySource((x, np.arange(n)))
+    return ArraySource((np.arange(n, dtype=np.float32)[:, None], np.arange(n)))
+
+
+def _received(strategy, dds) -> dict[int, list[int]]:
+    """Run every batch through strategy.run and collect the labels (= ids) per replica."""
+
+    @tf.function
+    def step(batch):
+        element, ids = batch
+        ctx = tf.distribute.get_replica_context()
+        return ctx.replica_id_in_sync_group, element[1], ids["index"]
+
+    got: dict[int, list[int]] = {}
+    for batch in dds:
+        rid, y, idx = strategy.run(step, args=(batch,))
+        for r, yy, ii in zip(
+            strategy.experimental_local_results(rid),
+            strategy.experimental_local_results(y),
+            strategy.experimental_local_results(idx),
+            strict=True,
+        ):
+            assert yy.numpy().tolist() == ii.numpy().tolist()
+            got.setdefault(int(r), []).extend(yy.numpy().tolist())
+    return got
+
+
+def _expected(inp: DistributedInput, rank: int, epoch: int) -> list[int]:
+    s = inp.sampler.with_rank(rank)
+    s.set_epoch(epoch)
+    k = inp.steps_per_epoch * inp.batch_size
+    return s.indices()[:k].tolist()
+
+
+@pytest.mark.parametrize(
+    ("sampler", "options"),
+    [
+        ("repeat_aug", {"selected_round": 0}),
+        ("distributed", {}),
+        ("distributed", {"padding": "random"}),
+    ],
+)
+def test_mirrored_each_replica_gets_its_rank(mirrored4, sampler, options):
+    inp = DistributedInput(
+        mirrored4,
+        _source(),
+        sampler=sampler,
+        sampler_options=options,
+        batch_size=4,
+        return_ids=True,
+    )
+    seen_epochs = []
+    for epoch in range(2):
+        got = _received(mirrored4, inp.epoch(epoch))
+        assert sorted(got) == [0, 1, 2, 3]
+        for r in range(4):
+            assert got[r] == _expected(inp, r, epoch), (sampler, r, epoch)
+        seen_epochs.append(got)
+    assert seen_epochs[0] != seen_epochs[1]  # reshuffled per epoch
+
+
+def test_default_strategy_is_rank0_of_1():
+    inp = DistributedInput(
+        None,
+        _source(),
+        sampler="repeat_aug",
+        sampler_options={"selected_round": 0},
+        batch_size=5,
+        return_ids=True,
+    )
+    strategy = tf.distribute.get_strategy()
+    for epoch in range(2):
+        got = _received(strategy, inp.epoch(epoch))
+        assert got[0] == _expected(inp, 0, epoch)
+
+
+def test_one_device_strategy():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    inp = DistributedInput(strategy, _source(), batch_size=7, return_ids=True)
+    assert _received(strategy, inp.epoch(1))[0] == _expected(inp, 0, 1)
+
+
+def test_second_dataset_on_same_strategy_still_exact(mirrored4):
+    """A training set then an evaluation set on one strategy: both stay exact."""
+    train = DistributedInput(
+        mirrored4,
+        _source(),
+        sampler="repeat_aug",
+        sampler_options={"selected_round": 0},
+        batch_size=4,
+        return_ids=True,
+    )
+    _received(mirrored4, train.epoch(0))
+    ev = DistributedInput(mirrored4, _source(), sampler="eval", batch_size=4, return_ids=True)
+
+    @tf.function
+    def step(batch):
+        (_, y, w), _ = batch
+        return y, w
+
+    real = []
+    for batch in ev.epoch(0):
+        y, w = mirrored4.run(step, args=(batch,))
+        for yy, ww in zip(
+            mirrored4.experimental_local_results(y),
+            mirrored4.experimental_local_results(w),
+            strict=True,
+        ):
+            real += yy.numpy()[ww.numpy() > 0].tolist()
+    assert sorted(real) == list(range(N))  # every real sample exactly once
+    assert _received(mirrored4, train.epoch(1))[2] == _expected(train, 2, 1)
+
+
+def test_multiworker_two_processes(tmp_path):
+    from mw import run_workers
+
+    script = Path(__file__).parent / "workers" / "input_worker.py"
+    run_workers(script, 2, [str(tmp_path / "w{task}.json"), "repeat_aug", "2"])
+    records = [json.loads((tmp_path / f"w{i}.json").read_text()) for i in range(2)]
+    assert {r["task"] for r in records} == {0, 1}
+    for rec in records:
+        rank = rec["task"]  # one replica per worker on CPU: global rank = worker index
+        assert rec["replicas"] == 2
+        for epoch in range(2):
+            s = tfdp.RepeatAugSampler(N, 2, rank, selected_round=0)
+            s.set_epoch(epoch)
+            k = rec["steps"] * 4
+            assert rec["record"][str(epoch)]["ids"] == s.indices()[:k].tolist()
+            assert rec["record"][str(epoch)]["positions"] == s.positions()[:k].tolist()
+
+
+def test_start_step_resumes_without_reading_skipped(mirrored4):
+    inp = DistributedInput(
+        mirrored4,
+        _source(),
+        sampler="repeat_aug",
+        sampler_options={"selected_round": 0},
+        batch_size=4,
+        return_ids=True,
+    )
+    full = _received(mirrored4, inp.epoch(1))
+    tail = _received(mirrored4, inp.epoch(1, start_step=5))
+    for r in range(4):
+        assert tail[r] == full[r][5 * 4 :]
+    with pytest.raises(ValueError, match="start_step"):
+        inp.epoch(1, start_step=inp.steps_per_epoch + 1)
+
+
+def test_epochs_stream_matches_epoch_by_epoch():
+    inp = DistributedInput(None, _source(), batch_size=8, return_ids=True)
+    stream = [b[1]["index"].numpy().tolist() for b in inp.rank_dataset(0, 2, 2)]
+    by_epoch = [b[1]["index"].numpy().tolist() for e in (2, 3) for b in inp.rank_dataset(0, e, 1)]
+    assert stream == by_epoch
+    assert len(stream) == 2 * inp.steps_per_epoch
+
+
+def _crop_flip():
+    def augment(example, seed):
+        image, label = example
+        image = tf.image.stateless_random_flip_left_right(image, seed)
+        image = tf.image.stateless_random_crop(
+            tf.pad(image, [[2, 2], [2, 2], [0, 0]]), [8, 8, 3], seed + 1
+        )
+        return image, label
+
+    return augment
+
+
+def test_ra_copies_augmented_differently_and_reruns_identical(mirrored4):
+    src = _source(image=True)
+    inp = DistributedInput(
+        mirrored4,
+        src,
+        sampler="repeat_aug",
+        sampler_options={"selected_round": 0},
+        batch_size=6,
+        augment=_crop_flip(),
+        return_ids=True,
+        seed=3,
+    )
+
+    def collect():
+        out = {}
+        for r in range(4):
+            for (x, _), ids in inp.rank_dataset(r, 0, 1):
+                for img, i, p in zip(
+                    x.numpy(), ids["index"].numpy(), ids["position"].numpy(), strict=True
+                ):
+                    out[(int(i), int(p))] = img
+        return out
+
+    a, b = collect(), collect()
+    assert a.keys() == b.keys()
+    assert all(np.array_equal(a[k], b[k]) for k in a)  # rerun: identical
+    by_index: dict[int, list[np.ndarray]] = {}
+    for (i, _), img in a.items():
+        by_index.setdefault(i, []).append(img)
+    triples = [v for v in by_index.values() if len(v) == 3]
+    assert len(triples) > 10
+    differing = sum(
+        not (np.array_equal(v[0], v[1]) and np.array_equal(v[1], v[2])) for v in triples
+    )
+    assert differing >= 0.9 * len(triples)
+    # Unaugmented, the three copies are the same image: the differences come from the seeds.
+    raw = src.gather(tf.constant([0]))[0][0].numpy()
+    assert raw.shape == (8, 8, 3)
+
+
+def test_fit_accepts_epochs_stream(mirrored4):
+    import keras
+
+    src = ArraySource(
+        (np.random.default_rng(0).normal(size=(256, 4)).astype("float32"), np.arange(256) % 2)
+    )
+    inp = DistributedInput(
+        mirrored4, src, sampler="repeat_aug", sampler_options={"selected_round": 0}, batch_size=8
+    )
+    with mirrored4.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    hist = model.fit(inp.epochs(0, 2), epochs=2, steps_per_epoch=inp.steps_per_epoch, verbose=0)
+    assert len(hist.history["loss"]) == 2 and np.isfinite(hist.history["loss"]).all()
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+
+def test_fewer_examples_than_replicas(mirrored4):
+    with pytest.raises(ValueError, match="fewer than the 4 replicas"):
+        DistributedInput(mirrored4, _source(3), batch_size=1)
+
+
+@pytest.mark.parametrize("bs", [0, -2])
+def test_bad_batch_size(bs):
+    with pytest.raises(ValueError, match="batch_size"):
+        DistributedInput(None, _source(), batch_size=bs)
+
+
+def test_global_batch_size_must_divide(mirrored4):
+    with pytest.raises(ValueError, match="global_batch_size=10 must be a positive multiple"):
+        DistributedInput(mirrored4, _source(), global_batch_size=10)
+    inp = DistributedInput(mirrored4, _source(), global_batch_size=12)
+    assert inp.batch_size == 3
+
+
+def test_sampler_with_other_world_size(mirrored4):
+    with pytest.raises(ValueError, match="num_replicas=2 but the strategy has 4"):
+        DistributedInput(
+            mirrored4, _source(), sampler=tfdp.DistributedSampler(N, 2, 0), batch_size=2
+        )
+
+
+def test_batch_too_large_for_epoch(mirrored4):
+    with pytest.raises(ValueError, match="no full step"):
+        DistributedInput(mirrored4, _source(), batch_size=100)
+
+
+def test_uneven_sampler_refused(mirrored4):
+    with pytest.raises(ValueError, match="uneven"):
+        DistributedInput(
+            mirrored4,
+            _source(),
+            sampler="distributed",
+            sampler_options={"padding": None},
+            batch_size=2,
+        )
+
+
+def test_unknown_sampler_name():
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        DistributedInput(None, _source(), sampler="ra", batch_size=2)
