@@ -20,7 +20,15 @@ from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugS
 __version__ = "0.1.0"
 
 # Public names that live in modules importing TensorFlow: loaded on first access.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "DistributedInput": "tfdp.input",
+    "ArraySource": "tfdp.sources.arrays",
+    "ImageFolderSource": "tfdp.sources.image_folder",
+    "TFRecordSource": "tfdp.sources.tfrecord",
+    "write_tfrecords": "tfdp.sources.tfrecord",
+}
+# Submodules reachable as attributes (``tfdp.augment.RandomCrop``), also loaded on first access.
+_SUBMODULES = {"augment", "indices", "samplers", "sources", "input"}
 
 __all__ = [
     "DistributedEvalSampler",
@@ -33,6 +41,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tfdp.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tfdp' has no attribute {name!r}")

@@ -1,0 +1,192 @@
+"""Exact distributed evaluation, and the per-example loss both training and evaluation use.
+
+This module owns :class:`PerExampleLoss` (which refuses mean-reduced Keras
+losses, the trap of Keras >= 3.8 dividing by the replica count under a
+strategy), :func:`unpack_batch`, and :class:`Evaluator`: metrics updated in
+replica context with the evaluation sampler's weights (padding weighted 0),
+read in cross-replica context -- equal to a single-device pass over the whole
+set, whatever the replica count.
+
+Example:
+    >>> import numpy as np
+    >>> loss = PerExampleLoss("sparse_categorical_crossentropy")
+    >>> loss(np.array([0, 1]), np.array([[0.9, 0.1], [0.2, 0.8]])).shape
+    TensorShape([2])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+__all__ = ["Evaluator", "PerExampleLoss", "evaluate", "unpack_batch"]
+
+_NAMED = {
+    "sparse_categorical_crossentropy": lambda: keras.losses.SparseCategoricalCrossentropy(
+        reduction="none"
+    ),
+    "sparse_categorical_crossentropy_from_logits": lambda: (
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    ),
+    "categorical_crossentropy": lambda: keras.losses.CategoricalCrossentropy(reduction="none"),
+    "categorical_crossentropy_from_logits": lambda: keras.losses.CategoricalCrossentropy(
+        from_logits=True, reduction="none"
+    ),
+    "binary_crossentropy": lambda: keras.losses.BinaryCrossentropy(reduction="none"),
+    "binary_crossentropy_from_logits": lambda: keras.losses.BinaryCrossentropy(
+        from_logits=True, reduction="none"
+    ),
+    "mse": lambda: keras.losses.MeanSquaredError(reduction="none"),
+    "mean_squared_error": lambda: keras.losses.MeanSquaredError(reduction="none"),
+}
+
+
+def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
+    """Split a batch into ``(x, y, sample_weight)`` like ``model.fit`` does.
+
+    Example:
+        >>> unpack_batch((1, 2))
+        (1, 2, None)
+    """
+    if isinstance(batch, dict) and "sample_weight" in batch:
+        rest = {k: v for k, v in batch.items() if k != "sample_weight"}
+        return rest, None, batch["sample_weight"]
+    if isinstance(batch, (tuple, list)):
+        if len(batch) == 2:
+            return batch[0], batch[1], None
+        if len(batch) == 3:
+            return batch[0], batch[1], batch[2]
+        raise ValueError(
+            f"a batch must be (x, y) or (x, y, sample_weight), got a tuple of {len(batch)}"
+        )
+    return batch, None, None
+
+
+class PerExampleLoss:
+    """A loss returning one float32 value per example, whatever it is given.
+
+    Args:
+        loss: A Keras ``Loss`` with ``reduction="none"``, a function
+            ``(y_true, y_pred) -> per-example losses``, or a name from
+            ``sparse_categorical_crossentropy[_from_logits]``,
+            ``categorical_crossentropy[_from_logits]``,
+            ``binary_crossentropy[_from_logits]``, ``mse``.
+
+    Raises:
+        ValueError: for a Keras loss with a mean (or sum) reduction, naming the fix.
+
+    Example:
+        >>> PerExampleLoss("mse").name
+        'mean_squared_error'
+    """
+
+    def __init__(self, loss: Any) -> None:
+        if isinstance(loss, PerExampleLoss):
+            self.fn: Any = loss.fn
+            self.name: str = loss.name
+            return
+        if isinstance(loss, str):
+            if loss not in _NAMED:
+                raise ValueError(f"unknown loss name {loss!r}; valid names: {sorted(_NAMED)}")
+            loss = _NAMED[loss]()
+        if isinstance(loss, keras.losses.Loss):
+            if loss.reduction not in (None, "none"):
+                raise ValueError(
+                    f"loss {loss.name!r} has reduction={loss.reduction!r}: under a tf.distribute "
+                    "strategy Keras >= 3.8 divides a mean-reduced loss by the replica count, "
+                    "scaling gradients wrongly. Build it with reduction='none' (e.g. "
+                    f"keras.losses.{type(loss).__name__}(reduction='none')): tfdp averages over "
+                    "the global batch itself"
+                )
+        elif not callable(loss):
+            raise ValueError(f"loss must be a Keras loss, a callable or a name, got {loss!r}")
+        self.fn = loss
+        self.name = getattr(loss, "name", getattr(loss, "__name__", "loss"))
+
+    def __call__(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+        """Per-example losses, shape ``[B]``, float32 (trailing axes averaged)."""
+        values = tf.convert_to_tensor(self.fn(y_true, y_pred))
+        values = tf.cast(values, tf.float32)
+        if values.shape.rank == 0:
+            raise ValueError(
+                "the loss returned a scalar: it must return one value per example "
+                "(a Keras loss with reduction='none')"
+            )
+        if values.shape.rank and values.shape.rank > 1:
+            values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
+        return values
+
+
+class Evaluator:
+    """Exact evaluation of a model under a strategy.
+
+    Args:
+        strategy: The strategy the model lives under.
+        model: The Keras model.
+        loss: Anything :class:`PerExampleLoss` accepts.
+        metrics: Keras metrics to mirror (they are cloned: training state is untouched).
+
+    Example:
+        >>> Evaluator.__name__
+        'Evaluator'
+    """
+
+    def __init__(
+        self, strategy: Any, model: keras.Model, loss: Any, metrics: Sequence[Any] = ()
+    ) -> None:
+        self.strategy = strategy
+        self.model = model
+        self.loss = PerExampleLoss(loss)
+        with strategy.scope():
+            self.loss_metric = keras.metrics.Mean(name="loss")
+            self.metrics = []
+            for m in metrics:
+                m = keras.metrics.get(m) if isinstance(m, str) else m
+                self.metrics.append(type(m).from_config(m.get_config()))
+        self._fn: Any = None
+
+    def _replica_step(self, batch: Any) -> None:
+        x, y, w = unpack_batch(batch)
+        pred = self.model(x, training=False)
+        per_ex = self.loss(y, pred)
+        self.loss_metric.update_state(per_ex, sample_weight=w)
+        for m in self.metrics:
+            m.update_state(y, pred, sample_weight=w)
+
+    def evaluate(self, eval_input: Any) -> dict[str, float]:
+        """Run over one epoch of ``eval_input`` and return ``{"loss": ..., name: value}``.
+
+        Use ``DistributedInput(..., sampler="eval")`` for exact results: its
+        weights mark padding 0, so every real sample counts exactly once.
+        """
+        if self._fn is None:
+
+            @tf.function
+            def run(iterator: Any, n: tf.Tensor) -> None:
+                for _ in tf.range(n):
+                    self.strategy.run(self._replica_step, args=(next(iterator),))
+
+            self._fn = run
+        self.loss_metric.reset_state()
+        for m in self.metrics:
+            m.reset_state()
+        self._fn(iter(eval_input.epoch(0)), tf.constant(eval_input.steps_per_epoch, tf.int64))
+        out = {"loss": float(self.loss_metric.result())}
+        for m in self.metrics:
+            out[m.name] = float(m.result())
+        return out
+
+
+def evaluate(
+    strategy: Any, model: keras.Model, eval_input: Any, loss: Any, metrics: Sequence[Any] = ()
+) -> dict[str, float]:
+    """One-shot exact evaluation (for the ``model.fit`` path): see :class:`Evaluator`.
+
+    Example:
+        >>> callable(evaluate)
+        True
+    """
+    return Evaluator(strategy, model, loss, metrics).evaluate(eval_input)
