@@ -57,6 +57,7 @@ class TrainState:
     step: int = 0
     global_step: int = 0
     stopped_early: bool = False
+    last_loss: float = float("nan")
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -211,12 +212,24 @@ class Trainer:
                 )
 
     # -- the step ---------------------------------------------------------------
-    def _replica_step(self, batches: tuple[Any, ...], global_batch: int) -> None:
-        model, opt = self.model, self.optimizer
+    def _gradients(
+        self, batches: tuple[Any, ...], global_batch: int
+    ) -> tuple[list[tf.Tensor], tf.Tensor]:
+        """This replica's summed gradients over the micro-batches, and its loss share.
+
+        Runs in replica context; touches only replica-local state (the model's
+        variables read, the metrics' local copies), so it can be XLA-compiled.
+        """
+        model = self.model
         tvars = model.trainable_variables
-        lso = opt if isinstance(opt, keras.optimizers.LossScaleOptimizer) else None
+        lso = (
+            self.optimizer
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+            else None
+        )
         k = len(batches)
         grads_sum: list[Any] | None = None
+        total_loss = tf.constant(0.0)
         for batch in batches:
             x, y, w = unpack_batch(batch)
             with tf.GradientTape() as tape:
@@ -228,6 +241,7 @@ class Trainer:
                     reg = tf.add_n([tf.cast(v, tf.float32) for v in model.losses])
                     loss += tf.nn.scale_regularization_loss(reg) / k
                 scaled = lso.scale_loss(loss) if lso is not None else loss
+            total_loss += tf.cast(loss, tf.float32)
             grads = tape.gradient(scaled, tvars)
             grads = [
                 tf.zeros_like(v) if g is None else g for g, v in zip(grads, tvars, strict=True)
@@ -241,6 +255,13 @@ class Trainer:
             for m in self.train_metrics:
                 m.update_state(y, pred, sample_weight=w)
         assert grads_sum is not None
+        return grads_sum, total_loss
+
+    def _replica_step(self, batches: tuple[Any, ...], global_batch: int) -> tf.Tensor:
+        opt = self.optimizer
+        tvars = self.model.trainable_variables
+        lso = opt if isinstance(opt, keras.optimizers.LossScaleOptimizer) else None
+        grads_sum, total_loss = self._grad_fn(batches, global_batch)
         ctx = tf.distribute.get_replica_context()
         if lso is not None:
             # Keras decides skip/apply from replica 0's local gradients: make every replica's
@@ -251,7 +272,7 @@ class Trainer:
                 ),
                 tf.float32,
             )
-            any_bad = ctx.all_reduce(tf.distribute.ReduceOp.MAX, local_bad) > 0
+            any_bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_bad) > 0
             grads_sum = [
                 tf.where(any_bad, tf.fill(tf.shape(g), float("nan")), g)
                 if g.dtype.is_floating
@@ -266,18 +287,23 @@ class Trainer:
             factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
             grads_sum = [g * tf.cast(factor, g.dtype) for g in grads_sum]
         opt.apply_gradients(zip(grads_sum, tvars, strict=True))
+        return total_loss
 
     def _make_train_fn(self, global_batch: int) -> Any:
         k = self.accumulation_steps
         replica_step = self._replica_step
-        if self.jit_compile:
-            replica_step = tf.function(replica_step, jit_compile=True, reduce_retracing=True)
+        self._grad_fn = self._gradients
+        if self.jit_compile:  # the forward/backward pass; the update stays outside XLA
+            self._grad_fn = tf.function(self._gradients, jit_compile=True)
 
         @tf.function
-        def train_n(iterator: Any, n: tf.Tensor) -> None:
+        def train_n(iterator: Any, n: tf.Tensor) -> tf.Tensor:
+            loss = tf.constant(0.0)
             for _ in tf.range(n):
                 batches = tuple(next(iterator) for _ in range(k))
-                self.strategy.run(replica_step, args=(batches, global_batch))
+                per_replica = self.strategy.run(replica_step, args=(batches, global_batch))
+                loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            return loss
 
         return train_n
 
@@ -446,7 +472,7 @@ class Trainer:
                     n = min(n, max_steps - self.state.global_step)
                 if n <= 0:
                     break
-                self._train_fn(iterator, tf.constant(n, tf.int64))
+                self.state.last_loss = float(self._train_fn(iterator, tf.constant(n, tf.int64)))
                 self.state.step += n
                 self.state.global_step += n
                 steps_done += n

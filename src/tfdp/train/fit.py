@@ -1,0 +1,228 @@
+"""The ``model.fit`` path: tfdp's input, resume and exact evaluation under Keras's own loop.
+
+This module owns :func:`fit`, a thin driver around ``model.fit`` that keeps
+the semantics of :class:`tfdp.train.Trainer`: every fit epoch is exactly one
+sampler epoch (the input is an endless stream of reshuffled epochs with
+``steps_per_epoch`` set, so fit keeps one iterator), checkpoints hold the data
+position (epoch and step within it) and are written every N steps by a
+callback, a run resumes mid-epoch (a short first ``fit`` call finishes the
+interrupted epoch from the saved step, then the rest follows), and the
+validation metrics come from tfdp's exact evaluation (padding weighted 0).
+
+Keras's own ``BackupAndRestore`` restores only at an epoch start; this path
+resumes at the saved step. ``steps_per_execution > 1`` is left to Keras:
+under MirroredStrategy on Keras 3.15 / TF 2.21 it fails with "You must feed a
+value for placeholder tensor", so :func:`fit` refuses it with that reason;
+use :class:`~tfdp.train.Trainer` (``steps_per_call``) for several steps per
+call.
+
+Example:
+    >>> callable(fit)
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+
+from tfdp.distribute import worker_info
+from tfdp.input import DistributedInput
+from tfdp.train.evaluate import Evaluator, PerExampleLoss
+
+__all__ = ["fit", "per_example_loss"]
+
+
+def per_example_loss(loss: Any) -> PerExampleLoss:
+    """The per-example (``reduction="none"``) version of a compiled Keras loss.
+
+    Example:
+        >>> per_example_loss(keras.losses.MeanSquaredError()).name
+        'mean_squared_error'
+    """
+    if isinstance(loss, keras.losses.Loss) and loss.reduction not in (None, "none"):
+        config = {**loss.get_config(), "reduction": "none"}
+        loss = type(loss).from_config(config)
+    elif isinstance(loss, str):
+        loss = keras.losses.get(loss)
+    return PerExampleLoss(loss)
+
+
+class _DataCheckpoint(keras.callbacks.Callback):
+    """Saves (epoch, step) with the model every N batches and at every epoch end."""
+
+    def __init__(
+        self, save: Any, every: int | None, offset: int, max_steps: int | None, global_step: int
+    ) -> None:
+        super().__init__()
+        self.save, self.every, self.offset = save, every, offset
+        self.max_steps = max_steps
+        self.global_step = global_step
+        self.epoch = 0
+        self.stopped_at: tuple[int, int] | None = None
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.global_step += 1
+        step = self.offset + batch + 1
+        stop = self.max_steps is not None and self.global_step >= self.max_steps
+        if (self.every and self.global_step % self.every == 0) or stop:
+            self.save(self.epoch, step, self.global_step)
+        if stop:
+            self.stopped_at = (self.epoch, step)
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.stopped_at is None:
+            self.save(epoch + 1, 0, self.global_step)
+        self.offset = 0
+
+
+class _ExactValidation(keras.callbacks.Callback):
+    def __init__(self, evaluator: Evaluator, eval_input: DistributedInput) -> None:
+        super().__init__()
+        self.evaluator, self.eval_input = evaluator, eval_input
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if logs is not None:
+            for k, v in self.evaluator.evaluate(self.eval_input).items():
+                logs[f"val_{k}"] = v
+
+
+def _compiled_metrics(model: keras.Model, train_input: DistributedInput) -> list[Any]:
+    """The user's compiled metrics (built by running one batch through Keras's container)."""
+    container = getattr(model, "_compile_metrics", None)
+    if container is None:
+        return []
+    if not container.built:
+        x, y = next(iter(train_input.rank_dataset(0)))[:2]
+        container.build(y, model(x, training=False))
+    return list(container.metrics)
+
+
+def fit(
+    model: keras.Model,
+    train_input: DistributedInput,
+    epochs: int,
+    *,
+    eval_input: DistributedInput | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int | None = None,
+    max_to_keep: int = 3,
+    resume: bool = True,
+    max_steps: int | None = None,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+    verbose: int | str = "auto",
+) -> dict[str, list[float]]:
+    """Train a compiled model with ``model.fit`` on tfdp input, with mid-epoch resume.
+
+    Args:
+        model: A model compiled inside ``train_input.strategy.scope()``.
+        train_input: The training input; its epochs become fit's epochs.
+        epochs: Total epochs.
+        eval_input: Exact validation after every epoch (``sampler="eval"``);
+            metrics are reported as ``val_*`` in the history.
+        run_dir: Checkpoints under ``run_dir/checkpoints``.
+        checkpoint_every: Save every N steps (and at every epoch end).
+        max_to_keep: Checkpoints kept.
+        resume: Continue from the latest checkpoint in ``run_dir``.
+        max_steps: Stop (saving a checkpoint) at this global step.
+        callbacks: More Keras callbacks.
+        verbose: Passed to ``model.fit`` (quiet on non-chief workers).
+
+    Returns:
+        The merged Keras history of this call.
+
+    Raises:
+        ValueError: for an uncompiled model, ``steps_per_execution > 1``, or
+            a checkpoint of another configuration.
+    """
+    strategy = train_input.strategy
+    if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
+        raise ValueError("compile the model (inside strategy.scope()) before tfdp.train.fit")
+    if int(getattr(model, "steps_per_execution", 1) or 1) > 1:
+        raise ValueError(
+            "steps_per_execution > 1 fails under MirroredStrategy in Keras 3 ('You must feed a "
+            "value for placeholder tensor'); compile with steps_per_execution=1, or use "
+            "tfdp.train.Trainer(steps_per_call=...) for several steps per call"
+        )
+    info = worker_info(strategy)
+    steps = train_input.steps_per_epoch
+    epoch, step, global_step = 0, 0, 0
+    manager = None
+    if run_dir is not None:
+        from tfdp.checkpoint import CheckpointManager, DataPosition
+
+        if not model.optimizer.built:
+            with strategy.scope():
+                model.optimizer.build(model.trainable_variables)
+        manager = CheckpointManager(
+            os.path.join(os.fspath(run_dir), "checkpoints"),
+            strategy=strategy,
+            max_to_keep=max_to_keep,
+            model=model,
+            optimizer=model.optimizer,
+        )
+        manager.check_writable()
+        config = {
+            "num_replicas": train_input.num_replicas,
+            "batch_size": train_input.batch_size,
+            "sampler": json.loads(json.dumps(train_input.sampler.state_dict()["config"])),
+            "sampler_kind": type(train_input.sampler).__name__,
+            "seed": train_input.seed,
+            "path": "fit",
+        }
+        if resume:
+            restored = manager.restore(expected_config=config)
+            if restored is not None:
+                position, global_step = restored
+                epoch, step = position.epoch, position.step
+
+        def save(e: int, s: int, g: int) -> None:
+            sampler = train_input.sampler.with_rank(0)
+            sampler.set_epoch(min(e, 2**62))
+            pos = min(s * train_input.batch_size, len(sampler))
+            manager.save(DataPosition(e, s, sampler.state_dict(position=pos), config), g)
+    else:
+
+        def save(e: int, s: int, g: int) -> None:
+            return None
+
+    cbs = list(callbacks)
+    if eval_input is not None:
+        evaluator = Evaluator(
+            strategy, model, per_example_loss(model.loss), _compiled_metrics(model, train_input)
+        )
+        cbs.append(_ExactValidation(evaluator, eval_input))
+    verbose = verbose if info.is_chief else 0
+    history: dict[str, list[float]] = {}
+
+    def run(dataset: Any, first: int, last: int, steps_per_epoch: int, offset: int) -> bool:
+        nonlocal global_step
+        tracker = _DataCheckpoint(save, checkpoint_every, offset, max_steps, global_step)
+        hist = model.fit(
+            dataset,
+            epochs=last,
+            initial_epoch=first,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=[tracker, *cbs],
+            verbose=verbose,
+        )
+        for k, v in hist.history.items():
+            history.setdefault(k, []).extend(v)
+        global_step = tracker.global_step
+        return tracker.stopped_at is None
+
+    if epoch < epochs and step > 0:  # finish the interrupted epoch first
+        if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step, step):
+            return history
+        epoch += 1
+    if epoch < epochs and (max_steps is None or global_step < max_steps):
+        run(train_input.epochs(epoch, epochs - epoch), epoch, epochs, steps, 0)
+    return history
