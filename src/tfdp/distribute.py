@@ -1,9 +1,11 @@
-"""Strategy facts: who this process is in the job (worker index, chief, replicas).
+"""Strategy choice and strategy facts: TF_CONFIG, Slurm, logical CPUs; who this process is.
 
-This module owns the questions every other part asks of a ``tf.distribute``
-strategy -- how many workers, which one is this, is it the chief, how many
-replicas per worker -- answered the same way for MirroredStrategy,
-MultiWorkerMirroredStrategy, OneDeviceStrategy and the default strategy.
+This module owns picking and building the strategy (:func:`make_strategy`,
+with TF_CONFIG validated by :func:`parse_tf_config`) and the questions every
+other part asks of a ``tf.distribute`` strategy -- how many workers, which
+one is this, is it the chief, how many replicas per worker -- answered the
+same way for MirroredStrategy, MultiWorkerMirroredStrategy, OneDeviceStrategy
+and the default strategy.
 
 Example:
     >>> import tensorflow as tf
@@ -19,7 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["WorkerInfo", "worker_info"]
+__all__ = ["STRATEGY_KINDS", "WorkerInfo", "make_strategy", "parse_tf_config", "worker_info"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,197 @@ def worker_info(strategy: Any = None) -> WorkerInfo:
     has_chief = "chief" in spec
     is_chief = task_type == "chief" or (task_type == "worker" and not has_chief and index == 0)
     return WorkerInfo(replicas, workers, index, max(1, replicas // workers), task_type, is_chief)
+
+
+# -- TF_CONFIG -------------------------------------------------------------------------------------
+
+
+def parse_tf_config(text: str | None = None) -> dict[str, Any] | None:
+    """Parse and validate TF_CONFIG (default: the environment's); None when unset or empty.
+
+    Checks what MultiWorkerMirroredStrategy would otherwise fail on obscurely
+    or hang on: malformed JSON, a missing ``cluster`` or ``task``, a task type
+    not in the cluster, an index out of range, malformed or duplicate
+    addresses.
+
+    Raises:
+        ValueError: naming the TF_CONFIG field at fault and what would be valid.
+
+    Example:
+        >>> cfg = parse_tf_config('{"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]},'
+        ...                       ' "task": {"type": "worker", "index": 1}}')
+        >>> cfg["task"]["index"]
+        1
+    """
+    import json
+    import os
+
+    if text is None:
+        text = os.environ.get("TF_CONFIG", "")
+    if not text.strip():
+        return None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+    cluster = cfg.get("cluster")
+    if not isinstance(cluster, dict) or not cluster:
+        raise ValueError(
+            "TF_CONFIG['cluster'] is missing or empty: it must map task types to address "
+            'lists, e.g. {"worker": ["host0:2222", "host1:2222"]}'
+        )
+    seen: dict[str, str] = {}
+    for task_type, addresses in cluster.items():
+        if not isinstance(addresses, list) or not addresses:
+            raise ValueError(
+                f"TF_CONFIG['cluster'][{task_type!r}] must be a non-empty list of 'host:port'"
+            )
+        for i, addr in enumerate(addresses):
+            where = f"TF_CONFIG['cluster'][{task_type!r}][{i}]"
+            if not isinstance(addr, str) or ":" not in addr:
+                raise ValueError(f"{where} must be 'host:port', got {addr!r}")
+            port = addr.rsplit(":", 1)[1]
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{where} has an invalid port in {addr!r} (1..65535)")
+            if addr in seen:
+                raise ValueError(f"{where} duplicates {seen[addr]}: address {addr!r} used twice")
+            seen[addr] = where
+    task = cfg.get("task")
+    if not isinstance(task, dict):
+        raise ValueError(
+            "TF_CONFIG['task'] is missing: it must say which task this process is, "
+            'e.g. {"type": "worker", "index": 0}'
+        )
+    task_type = task.get("type")
+    if task_type not in cluster:
+        raise ValueError(
+            f"TF_CONFIG['task']['type'] is {task_type!r}, not a task type of the cluster "
+            f"({', '.join(sorted(cluster))})"
+        )
+    index = task.get("index")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ValueError(f"TF_CONFIG['task']['index'] must be an integer, got {index!r}")
+    if not 0 <= index < len(cluster[task_type]):
+        raise ValueError(
+            f"TF_CONFIG['task']['index'] is {index}, out of range for the "
+            f"{len(cluster[task_type])} {task_type!r} task(s) "
+            f"(valid: 0..{len(cluster[task_type]) - 1})"
+        )
+    return cfg
+
+
+# -- strategy selection ---------------------------------------------------------------------------
+
+STRATEGY_KINDS = ("auto", "mirrored", "multi_worker", "one_device", "cpu", "tpu")
+
+
+def _configure_logical_cpus(n: int) -> list[str]:
+    cpus = tf.config.list_physical_devices("CPU")
+    current = tf.config.get_logical_device_configuration(cpus[0])
+    if current and len(current) == n:
+        return [f"/cpu:{i}" for i in range(n)]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * n
+        )
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        raise ValueError(
+            f"cpu_replicas={n} needs {n} logical CPU devices, but TensorFlow is already "
+            f"initialised with {have}: call tfdp.make_strategy(cpu_replicas={n}) before any "
+            "other TensorFlow work (creating tensors, models or datasets)"
+        ) from None
+    return [f"/cpu:{i}" for i in range(n)]
+
+
+def make_strategy(
+    kind: str = "auto",
+    *,
+    cpu_replicas: int | None = None,
+    collective_timeout: float | None = 600.0,
+    communication: str = "auto",
+    tpu: str | None = None,
+) -> tf.distribute.Strategy:
+    """Pick and build the strategy for this process, the way clusters configure TensorFlow.
+
+    ``kind="auto"``: TF_CONFIG set -> MultiWorkerMirroredStrategy (validated
+    first, see :func:`parse_tf_config`); a Slurm job step with several tasks ->
+    MultiWorkerMirroredStrategy over ``SlurmClusterResolver``; several GPUs ->
+    MirroredStrategy; one GPU -> OneDeviceStrategy on it; otherwise
+    ``cpu_replicas`` logical CPU devices under MirroredStrategy when given, else
+    OneDeviceStrategy on the CPU. Explicit kinds: ``"mirrored"``,
+    ``"multi_worker"``, ``"one_device"``, ``"cpu"`` (MirroredStrategy over
+    ``cpu_replicas`` logical CPUs, for tests and demos) and ``"tpu"``
+    (``TPUClusterResolver(tpu)``; follows the documented API, untested here).
+
+    Args:
+        kind: One of ``STRATEGY_KINDS``.
+        cpu_replicas: Logical CPU replicas (must be set before TF initialises).
+        collective_timeout: Seconds after which a collective with a dead or
+            unreachable peer fails with an error instead of hanging (multi-worker).
+        communication: ``"auto"``, ``"ring"`` or ``"nccl"`` (multi-worker).
+        tpu: TPU name or address for ``kind="tpu"``.
+
+    Raises:
+        ValueError: for an unknown kind, a bad TF_CONFIG, or logical CPUs
+            requested after TensorFlow initialised.
+
+    Example:
+        >>> make_strategy("one_device").num_replicas_in_sync
+        1
+    """
+    import os
+
+    if kind not in STRATEGY_KINDS:
+        raise ValueError(f"strategy kind must be one of {', '.join(STRATEGY_KINDS)}, got {kind!r}")
+    if cpu_replicas is not None and (isinstance(cpu_replicas, bool) or cpu_replicas < 1):
+        raise ValueError(f"cpu_replicas must be an integer >= 1, got {cpu_replicas!r}")
+    if kind == "auto":
+        slurm = int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in os.environ
+        if parse_tf_config() is not None or slurm:
+            kind = "multi_worker"
+        elif len(tf.config.list_physical_devices("GPU")) > 1:
+            kind = "mirrored"
+        elif cpu_replicas and not tf.config.list_physical_devices("GPU"):
+            kind = "cpu"
+        else:
+            kind = "one_device"
+    if kind == "multi_worker":
+        impl = {
+            "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+        }.get(communication)
+        if impl is None:
+            raise ValueError(
+                f"communication must be 'auto', 'ring' or 'nccl', got {communication!r}"
+            )
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=impl, timeout_seconds=collective_timeout
+        )
+        resolver = None
+        if parse_tf_config() is None:
+            if "SLURM_JOB_ID" not in os.environ:
+                raise ValueError(
+                    "strategy 'multi_worker' needs TF_CONFIG (set by tfdp launch, Kubeflow's "
+                    "TFJob or Ray) or a Slurm job step"
+                )
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
+    if kind == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if kind == "cpu":
+        return tf.distribute.MirroredStrategy(_configure_logical_cpus(cpu_replicas or 2))
+    gpus = tf.config.list_physical_devices("GPU")
+    if kind == "mirrored":
+        if gpus:
+            return tf.distribute.MirroredStrategy()
+        return tf.distribute.MirroredStrategy(_configure_logical_cpus(cpu_replicas or 1))
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
