@@ -1,0 +1,109 @@
+"""Built-in models for the ``tfdp train`` command, and loading a user's model factory.
+
+This module owns the small CNN (digits-sized inputs), a ResNet-style network,
+and resolving ``module:function`` references to a model factory.
+
+Example:
+    >>> model = small_cnn((8, 8, 1), 10)
+    >>> model.output_shape
+    (None, 10)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+
+import keras
+
+__all__ = ["build_model", "load_factory", "resnet", "small_cnn"]
+
+
+def small_cnn(input_shape: Sequence[int], num_classes: int, width: int = 32) -> keras.Model:
+    """A small CNN: three 3x3 convolutions, pooling, a dense head; outputs logits.
+
+    Example:
+        >>> small_cnn((28, 28, 1), 10).count_params() > 0
+        True
+    """
+    inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(x)
+    x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.Conv2D(2 * width, 3, padding="same", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(2 * width, activation="relu")(x)
+    outputs = keras.layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="small_cnn")
+
+
+def resnet(
+    input_shape: Sequence[int], num_classes: int, width: int = 32, blocks: Sequence[int] = (2, 2)
+) -> keras.Model:
+    """A ResNet-style network (pre-activation basic blocks, stride-2 stages); outputs logits.
+
+    Example:
+        >>> resnet((32, 32, 3), 10, width=8).output_shape
+        (None, 10)
+    """
+    inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
+    for stage, count in enumerate(blocks):
+        filters = width * 2**stage
+        for block in range(count):
+            stride = 2 if (stage > 0 and block == 0) else 1
+            shortcut = x
+            y = keras.layers.BatchNormalization()(x)
+            y = keras.layers.ReLU()(y)
+            if stride != 1 or shortcut.shape[-1] != filters:
+                shortcut = keras.layers.Conv2D(filters, 1, strides=stride, use_bias=False)(y)
+            y = keras.layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(y)
+            y = keras.layers.BatchNormalization()(y)
+            y = keras.layers.ReLU()(y)
+            y = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(y)
+            x = keras.layers.Add()([shortcut, y])
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="resnet")
+
+
+def load_factory(ref: str) -> Callable[..., keras.Model]:
+    """Resolve ``"package.module:function"`` to the function (a model factory).
+
+    Raises:
+        ValueError: naming the reference when the module or function is missing.
+
+    Example:
+        >>> load_factory("tfdp.models:small_cnn").__name__
+        'small_cnn'
+    """
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--model {ref!r}: expected 'cnn', 'resnet' or 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--model {ref!r}: cannot import module {module_name!r} ({exc})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"--model {ref!r}: module {module_name!r} has no function {attr!r}")
+    return fn
+
+
+def build_model(name: str, input_shape: Sequence[int], num_classes: int) -> keras.Model:
+    """Build ``"cnn"``, ``"resnet"`` or a user's ``module:function(input_shape, num_classes)``.
+
+    Example:
+        >>> build_model("cnn", (8, 8, 1), 10).name
+        'small_cnn'
+    """
+    if name == "cnn":
+        return small_cnn(input_shape, num_classes)
+    if name == "resnet":
+        return resnet(input_shape, num_classes)
+    model = load_factory(name)(tuple(input_shape), num_classes)
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"--model {name!r} returned {type(model).__name__}, not a keras.Model")
+    return model
