@@ -16,6 +16,8 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 NUM_LOGICAL_CPUS = 4
+# Worker scripts run as separate processes; they are not test modules.
+collect_ignore = ["workers", "mw.py"]
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 

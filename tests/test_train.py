@@ -16,6 +16,7 @@ RNG = np.random.default_rng(0)
 X = RNG.normal(size=(N, 8)).astype("float32")
 Y = (X[:, 0] + 0.3 * X[:, 1] > 0).astype("int64")
 LOSS = "sparse_categorical_crossentropy_from_logits"
+DROPOUT = 0.2
 
 
 def make_model(l2: float = 0.0) -> keras.Model:
@@ -248,3 +249,144 @@ def test_fit_refuses_steps_per_execution(mirrored4):
 def test_bad_numbers(mirrored4, kw, match):
     with pytest.raises(ValueError, match=match):
         trainer(mirrored4, **kw)
+
+
+# -- checkpoints and exact resume -----------------------------------------------------------------
+
+
+def _image_input(strategy, return_ids=False):
+    from tfdp.augment import Compose, RandomCrop, RandomFlip, ToFloat
+
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 255, size=(120, 8, 8, 3), dtype=np.uint8)
+    labels = (images[:, :4].mean(axis=(1, 2, 3)) > images[:, 4:].mean(axis=(1, 2, 3))).astype(
+        "int64"
+    )
+    return DistributedInput(
+        strategy,
+        ArraySource((images, labels)),
+        sampler="repeat_aug",
+        sampler_options={"selected_round": 0},
+        batch_size=4,
+        seed=5,
+        return_ids=return_ids,
+        augment=Compose([RandomCrop(8, padding=2), RandomFlip(), ToFloat()]),
+    )
+
+
+def _cnn():
+    keras.utils.set_random_seed(2)
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.Dropout(DROPOUT),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(2),
+        ]
+    )
+
+
+def _cnn_trainer(strategy, run_dir, record=None):
+    return Trainer(
+        strategy,
+        _cnn,
+        lambda: keras.optimizers.Adam(1e-2),
+        LOSS,
+        metrics=["sparse_categorical_accuracy"],
+        run_dir=run_dir,
+        checkpoint_every=3,
+        steps_per_call=2,
+        progress=False,
+        verbose=0,
+        record_samples=record,
+    )
+
+
+def _records(path):
+    import json
+
+    return [json.loads(line) for line in open(path)]
+
+
+def test_trainer_exact_mid_epoch_resume(mirrored4, tmp_path):
+    tf.config.experimental.enable_op_determinism()
+    inp = _image_input(mirrored4, return_ids=True)
+    full = _cnn_trainer(mirrored4, tmp_path / "full", tmp_path / "full.jsonl")
+    full.fit(inp, 2)
+    assert full.state.epoch == 2 and not full.state.stopped_early
+
+    first = _cnn_trainer(mirrored4, tmp_path / "cut", tmp_path / "cut.jsonl")
+    first.fit(inp, 2, max_steps=5)  # a stop in the middle of epoch 0
+    assert first.state.stopped_early and (first.state.epoch, first.state.step) == (0, 5)
+    assert inp.steps_per_epoch > 5
+    # the stop really happened: the newest checkpoint is at global step 5, mid-epoch
+    assert tf.train.latest_checkpoint(str(tmp_path / "cut" / "checkpoints")).endswith("ckpt-5")
+    second = _cnn_trainer(mirrored4, tmp_path / "cut", tmp_path / "cut.jsonl")
+    assert any(  # before resuming, the fresh model differs from the stopped one
+        not np.array_equal(a.numpy(), b.numpy())
+        for a, b in zip(first.model.weights, second.model.weights, strict=True)
+    )
+    second.fit(inp, 2)
+    assert second.state.global_step == full.state.global_step
+    for a, b in zip(full.model.weights, second.model.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # bit-identical
+    for a, b in zip(full.optimizer.variables, second.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # ... and the resumed run consumed exactly the samples of the uninterrupted one
+    assert _records(tmp_path / "cut.jsonl") == _records(tmp_path / "full.jsonl")
+    lines = [r for r in _records(tmp_path / "full.jsonl") if r["epoch"] == 0 and r["step"] == 0]
+    assert [r["rank"] for r in lines] == [0, 1, 2, 3]
+    s = inp.sampler.with_rank(2)
+    assert lines[2]["ids"] == s.indices(0, 4).tolist()
+    # logs: one metrics.jsonl line per epoch, TensorBoard events
+    assert len(_records(tmp_path / "full" / "metrics.jsonl")) == 2
+    assert list((tmp_path / "full" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_resume_with_another_configuration_is_refused(mirrored4, tmp_path):
+    inp = _image_input(mirrored4)
+    _cnn_trainer(mirrored4, tmp_path / "run").fit(inp, 1, max_steps=3)
+    other = DistributedInput(
+        mirrored4,
+        inp.source,
+        sampler="repeat_aug",
+        sampler_options={"selected_round": 0},
+        batch_size=2,
+        seed=5,
+    )
+    with pytest.raises(ValueError, match="batch_size: saved 4, now 2"):
+        _cnn_trainer(mirrored4, tmp_path / "run").fit(other, 1)
+
+
+def test_unwritable_run_dir_fails_before_the_first_step(mirrored4, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    tr = _cnn_trainer(mirrored4, blocker / "run")
+    with pytest.raises(Exception, match="file"):
+        tr.fit(_image_input(mirrored4), 1)
+    assert tr.state.global_step == 0
+
+
+def test_fit_path_exact_mid_epoch_resume(mirrored4, tmp_path):
+    tf.config.experimental.enable_op_determinism()
+    inp = _image_input(mirrored4)
+
+    def compiled():
+        with mirrored4.scope():
+            model = _cnn()
+            model.compile(
+                keras.optimizers.Adam(1e-2),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+        return model
+
+    full = compiled()
+    fit(full, inp, 2, run_dir=tmp_path / "full", checkpoint_every=3, verbose=0)
+    cut = compiled()
+    fit(cut, inp, 2, run_dir=tmp_path / "cut", checkpoint_every=3, max_steps=7, verbose=0)
+    assert tf.train.latest_checkpoint(str(tmp_path / "cut" / "checkpoints")).endswith("ckpt-7")
+    resumed = compiled()
+    fit(resumed, inp, 2, run_dir=tmp_path / "cut", checkpoint_every=3, verbose=0)
+    for a, b in zip(full.weights, resumed.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -149,9 +151,120 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _arg_type(name: str, type_name: str) -> Any:
+    def convert(text: str) -> Any:
+        if text.lower() in ("none", "null") and "None" in type_name:
+            return None
+        try:
+            if type_name.startswith("int"):
+                return int(text)
+            if type_name.startswith("float"):
+                return float(text)
+        except ValueError:
+            kind = "an integer" if type_name.startswith("int") else "a number"
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        return text
+
+    convert.__name__ = type_name.split(" ")[0]
+    return convert
+
+
+def _add_train_options(p: argparse.ArgumentParser) -> None:
+    from tfdp.job import TrainConfig
+
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="YAML or TOML file of options (flags given here win)",
+    )
+    for name, f in TrainConfig.fields().items():
+        flag = "--" + name.replace("_", "-")
+        type_name = str(f.type)
+        default = f.default
+        help_text = f"{f.metadata['help']} (default: {default})"
+        if type_name.startswith("bool"):
+            p.add_argument(
+                flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=help_text
+            )
+            continue
+        choices = f.metadata.get("choices")
+        p.add_argument(
+            flag,
+            dest=name,
+            default=None,
+            type=_arg_type(name, type_name),
+            metavar=name.upper()
+            if choices is None
+            else "{" + ",".join(str(c) for c in choices) + "}",
+            help=help_text,
+        )
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    from tfdp.job import TrainConfig, coerce, load_config_file
+
+    values: dict[str, Any] = {}
+    if args.config:
+        values.update(load_config_file(args.config))
+    for name in TrainConfig.fields():
+        given = getattr(args, name, None)
+        if given is not None:
+            values[name] = coerce(name, given, f"--{name.replace('_', '-')}")
+    return TrainConfig(**values)
+
+
+def _quiet_tf() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    cfg = _train_config(args)
+    _quiet_tf()
+    from tfdp.job import run_train
+
+    run_train(cfg)  # a stop by Ctrl-C / SIGTERM saves a checkpoint and is a clean exit
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    _quiet_tf()
+    from tfdp.job import run_evaluate
+
+    print(json.dumps(run_evaluate(args.run_dir, args.replicas), indent=2))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfdp", description="Synchronous data-parallel training for TF/Keras.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    tp = sub.add_parser(
+        "train",
+        help="train a model (default: a small CNN on the bundled digits)",
+        description="Train with Repeated Augmentation on MirroredStrategy (logical CPU replicas "
+        "without a GPU), evaluating exactly on a held-out split after every epoch. Every option "
+        "can also come from --config FILE (YAML or TOML); flags win.",
+    )
+    _add_train_options(tp)
+    tp.set_defaults(func=_cmd_train)
+    ep = sub.add_parser(
+        "evaluate",
+        help="evaluate a run's latest checkpoint on its held-out split",
+        description="Exact evaluation: the same metrics whatever --replicas.",
+    )
+    ep.add_argument("run_dir", help="a run directory written by tfdp train")
+    ep.add_argument(
+        "--replicas",
+        type=_positive_int,
+        default=None,
+        help="logical CPU replicas (default: the run's)",
+    )
+    ep.set_defaults(func=_cmd_evaluate)
+    from tfdp import launch
+
+    launch.register(sub)
     sp = sub.add_parser(
         "sampler",
         help="show which rank takes which sample at which step",
@@ -226,6 +339,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfdp: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # no bare tracebacks: one line, the full trace on request
+        if os.environ.get("TFDP_DEBUG"):
+            raise
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        print(
+            f"tfdp: error: {type(exc).__name__}: {first_line} (set TFDP_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,9 +25,16 @@ from typing import Any
 
 from tfdp.sources.arrays import ArraySource
 
-__all__ = ["ArraySource", "ImageFolderSource", "TFRecordSource", "write_tfrecords"]
+__all__ = [
+    "ArrayRecordSource",
+    "ArraySource",
+    "ImageFolderSource",
+    "TFRecordSource",
+    "write_tfrecords",
+]
 
 _LAZY = {
+    "ArrayRecordSource": "tfdp.sources.array_record",
     "ImageFolderSource": "tfdp.sources.image_folder",
     "TFRecordSource": "tfdp.sources.tfrecord",
     "write_tfrecords": "tfdp.sources.tfrecord",

@@ -23,13 +23,19 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import keras
 
+from tfdp.checkpoint import (
+    CheckpointCallback,
+    CheckpointManager,
+    DataPosition,
+    input_config,
+    keras_trackables,
+)
 from tfdp.distribute import worker_info
 from tfdp.input import DistributedInput
 from tfdp.train.evaluate import Evaluator, PerExampleLoss
@@ -52,36 +58,28 @@ def per_example_loss(loss: Any) -> PerExampleLoss:
     return PerExampleLoss(loss)
 
 
-class _DataCheckpoint(keras.callbacks.Callback):
-    """Saves (epoch, step) with the model every N batches and at every epoch end."""
+class _StopAt(keras.callbacks.Callback):
+    """Stops ``fit`` once the global step reaches ``max_steps`` (a deliberate preemption)."""
 
-    def __init__(
-        self, save: Any, every: int | None, offset: int, max_steps: int | None, global_step: int
-    ) -> None:
+    def __init__(self, global_step: int, max_steps: int | None) -> None:
         super().__init__()
-        self.save, self.every, self.offset = save, every, offset
-        self.max_steps = max_steps
-        self.global_step = global_step
-        self.epoch = 0
-        self.stopped_at: tuple[int, int] | None = None
-
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self.epoch = epoch
+        self.global_step, self.max_steps = global_step, max_steps
+        self.stopped = False
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self.global_step += 1
-        step = self.offset + batch + 1
-        stop = self.max_steps is not None and self.global_step >= self.max_steps
-        if (self.every and self.global_step % self.every == 0) or stop:
-            self.save(self.epoch, step, self.global_step)
-        if stop:
-            self.stopped_at = (self.epoch, step)
+        if self.max_steps is not None and self.global_step >= self.max_steps:
+            self.stopped = True
             self.model.stop_training = True
 
+
+class _EpochEndCheckpoint(CheckpointCallback):
+    """:class:`tfdp.checkpoint.CheckpointCallback` that also saves at every epoch end."""
+
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        if self.stopped_at is None:
-            self.save(epoch + 1, 0, self.global_step)
-        self.offset = 0
+        super().on_epoch_end(epoch, logs)
+        if self._saved_at != self.global_step:
+            self._save()
 
 
 class _ExactValidation(keras.callbacks.Callback):
@@ -154,11 +152,9 @@ def fit(
         )
     info = worker_info(strategy)
     steps = train_input.steps_per_epoch
-    epoch, step, global_step = 0, 0, 0
+    start, global_step = DataPosition(0, 0), 0
     manager = None
     if run_dir is not None:
-        from tfdp.checkpoint import CheckpointManager, DataPosition
-
         if not model.optimizer.built:
             with strategy.scope():
                 model.optimizer.build(model.trainable_variables)
@@ -166,34 +162,14 @@ def fit(
             os.path.join(os.fspath(run_dir), "checkpoints"),
             strategy=strategy,
             max_to_keep=max_to_keep,
-            model=model,
-            optimizer=model.optimizer,
+            **keras_trackables(model, model.optimizer),
         )
         manager.check_writable()
-        config = {
-            "num_replicas": train_input.num_replicas,
-            "batch_size": train_input.batch_size,
-            "sampler": json.loads(json.dumps(train_input.sampler.state_dict()["config"])),
-            "sampler_kind": type(train_input.sampler).__name__,
-            "seed": train_input.seed,
-            "path": "fit",
-        }
         if resume:
-            restored = manager.restore(expected_config=config)
+            restored = manager.restore(expected_config=input_config(train_input, path="fit"))
             if restored is not None:
-                position, global_step = restored
-                epoch, step = position.epoch, position.step
-
-        def save(e: int, s: int, g: int) -> None:
-            sampler = train_input.sampler.with_rank(0)
-            sampler.set_epoch(min(e, 2**62))
-            pos = min(s * train_input.batch_size, len(sampler))
-            manager.save(DataPosition(e, s, sampler.state_dict(position=pos), config), g)
-    else:
-
-        def save(e: int, s: int, g: int) -> None:
-            return None
-
+                start, global_step = restored
+    epoch, step = start.epoch, start.step
     cbs = list(callbacks)
     if eval_input is not None:
         evaluator = Evaluator(
@@ -203,26 +179,42 @@ def fit(
     verbose = verbose if info.is_chief else 0
     history: dict[str, list[float]] = {}
 
-    def run(dataset: Any, first: int, last: int, steps_per_epoch: int, offset: int) -> bool:
-        nonlocal global_step
-        tracker = _DataCheckpoint(save, checkpoint_every, offset, max_steps, global_step)
+    def run(dataset: Any, first: int, last: int, steps_per_epoch: int) -> bool:
+        nonlocal global_step, start
+        stopper = _StopAt(global_step, max_steps)
+        extra: list[keras.callbacks.Callback] = [stopper]
+        if manager is not None:
+            extra.append(
+                _EpochEndCheckpoint(
+                    manager,
+                    train_input,
+                    every_n_steps=checkpoint_every or 2**62,
+                    start=start,
+                    global_step=global_step,
+                    path="fit",
+                )
+            )
         hist = model.fit(
             dataset,
             epochs=last,
             initial_epoch=first,
             steps_per_epoch=steps_per_epoch,
-            callbacks=[tracker, *cbs],
+            callbacks=[*extra, *cbs],
             verbose=verbose,
+            shuffle=False,
         )
         for k, v in hist.history.items():
             history.setdefault(k, []).extend(v)
-        global_step = tracker.global_step
-        return tracker.stopped_at is None
+        done = stopper.global_step - global_step
+        absolute = start.epoch * steps + start.step + done
+        start = DataPosition(absolute // steps, absolute % steps)
+        global_step = stopper.global_step
+        return not stopper.stopped
 
     if epoch < epochs and step > 0:  # finish the interrupted epoch first
-        if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step, step):
+        if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step):
             return history
         epoch += 1
     if epoch < epochs and (max_steps is None or global_step < max_steps):
-        run(train_input.epochs(epoch, epochs - epoch), epoch, epochs, steps, 0)
+        run(train_input.epochs(epoch, epochs - epoch), epoch, epochs, steps)
     return history

@@ -100,6 +100,10 @@ class Trainer:
         max_to_keep: Checkpoints kept.
         progress: A progress bar on the chief.
         verbose: 1 prints a line per epoch on the chief; 0 is quiet.
+        record_samples: Append, per step and global rank, the example ids
+            each replica consumed, as JSON lines, to this file (the input must
+            have ``return_ids=True``; the ids are all-gathered, so the chief
+            writes every rank's).
 
     Raises:
         ValueError: for a model built outside the scope, a loss with a mean
@@ -128,6 +132,7 @@ class Trainer:
         max_to_keep: int = 3,
         progress: bool = True,
         verbose: int = 1,
+        record_samples: str | os.PathLike[str] | None = None,
     ) -> None:
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.info = worker_info(self.strategy)
@@ -157,6 +162,8 @@ class Trainer:
         self.progress = progress and self.info.is_chief
         self.verbose = verbose if self.info.is_chief else 0
         self._stop = threading.Event()
+        self.record_samples = os.fspath(record_samples) if record_samples is not None else None
+        self._with_ids = False
 
         if mixed_precision in ("mixed_float16", "mixed_bfloat16"):
             keras.mixed_precision.set_dtype_policy(mixed_precision)
@@ -257,12 +264,18 @@ class Trainer:
         assert grads_sum is not None
         return grads_sum, total_loss
 
-    def _replica_step(self, batches: tuple[Any, ...], global_batch: int) -> tf.Tensor:
+    def _replica_step(self, batches: tuple[Any, ...], global_batch: int) -> Any:
         opt = self.optimizer
         tvars = self.model.trainable_variables
         lso = opt if isinstance(opt, keras.optimizers.LossScaleOptimizer) else None
-        grads_sum, total_loss = self._grad_fn(batches, global_batch)
         ctx = tf.distribute.get_replica_context()
+        ids = None
+        if self._with_ids:  # elements are (example, {"index", "position"})
+            ids = tf.stack([b[1]["index"] for b in batches])  # [k, B]
+            batches = tuple(b[0] for b in batches)
+            if self.record_samples:
+                ids = ctx.all_gather(ids, axis=1)  # [k, W * B], in global rank order
+        grads_sum, total_loss = self._grad_fn(batches, global_batch)
         if lso is not None:
             # Keras decides skip/apply from replica 0's local gradients: make every replica's
             # gradients non-finite when any replica's are, so all replicas decide alike.
@@ -287,6 +300,8 @@ class Trainer:
             factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
             grads_sum = [g * tf.cast(factor, g.dtype) for g in grads_sum]
         opt.apply_gradients(zip(grads_sum, tvars, strict=True))
+        if self.record_samples:
+            return total_loss, ids
         return total_loss
 
     def _make_train_fn(self, global_batch: int) -> Any:
@@ -296,41 +311,73 @@ class Trainer:
         if self.jit_compile:  # the forward/backward pass; the update stays outside XLA
             self._grad_fn = tf.function(self._gradients, jit_compile=True)
 
+        reduce_sum = tf.distribute.ReduceOp.SUM
+
         @tf.function
         def train_n(iterator: Any, n: tf.Tensor) -> tf.Tensor:
             loss = tf.constant(0.0)
             for _ in tf.range(n):
                 batches = tuple(next(iterator) for _ in range(k))
                 per_replica = self.strategy.run(replica_step, args=(batches, global_batch))
-                loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+                loss = self.strategy.reduce(reduce_sum, per_replica, axis=None)
             return loss
 
-        return train_n
+        @tf.function
+        def train_n_recording(iterator: Any, n: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            loss = tf.constant(0.0)
+            ids = tf.TensorArray(tf.int64, size=tf.cast(n, tf.int32))
+            for i in tf.range(n):
+                batches = tuple(next(iterator) for _ in range(k))
+                per_loss, per_ids = self.strategy.run(replica_step, args=(batches, global_batch))
+                loss = self.strategy.reduce(reduce_sum, per_loss, axis=None)
+                ids = ids.write(
+                    tf.cast(i, tf.int32), self.strategy.experimental_local_results(per_ids)[0]
+                )
+            return loss, ids.stack()
+
+        return train_n_recording if self.record_samples else train_n
+
+    def _write_records(self, ids: Any, first_step: int, world: int) -> None:
+        """Append ``--record-samples`` lines: per step, micro-batch and global rank."""
+        if not self.info.is_chief or self.record_samples is None:
+            return
+        arr = ids.numpy()  # [n, k, W * B]
+        n, k, total = arr.shape
+        b = total // world
+        with open(self.record_samples, "a") as f:
+            for i in range(n):
+                for m in range(k):
+                    for r in range(world):
+                        rec = {
+                            "epoch": self.state.epoch,
+                            "step": first_step + i,
+                            "rank": r,
+                            "ids": arr[i, m, r * b : (r + 1) * b].tolist(),
+                        }
+                        if k > 1:
+                            rec["micro_batch"] = m
+                        f.write(json.dumps(rec) + "\n")
 
     # -- checkpoints --------------------------------------------------------------
     def _checkpoint_manager(self) -> Any:
         if self._ckpt is None and self.run_dir is not None:
-            from tfdp.checkpoint import CheckpointManager
+            from tfdp.checkpoint import CheckpointManager, keras_trackables
 
             self._ckpt = CheckpointManager(
                 os.path.join(self.run_dir, "checkpoints"),
                 strategy=self.strategy,
                 max_to_keep=self.max_to_keep,
-                model=self.model,
-                optimizer=self.optimizer,
+                **keras_trackables(self.model, self.optimizer),
             )
             self._ckpt.check_writable()
         return self._ckpt
 
     def _data_config(self, train_input: DistributedInput) -> dict[str, Any]:
-        return {
-            "num_replicas": train_input.num_replicas,
-            "batch_size": train_input.batch_size,
-            "accumulation_steps": self.accumulation_steps,
-            "sampler": json.loads(json.dumps(train_input.sampler.state_dict()["config"])),
-            "sampler_kind": type(train_input.sampler).__name__,
-            "seed": train_input.seed,
-        }
+        from tfdp.checkpoint import input_config
+
+        return input_config(
+            train_input, accumulation_steps=self.accumulation_steps, seed=train_input.seed
+        )
 
     def _save(self, train_input: DistributedInput) -> None:
         mgr = self._checkpoint_manager()
@@ -338,18 +385,15 @@ class Trainer:
             return
         from tfdp.checkpoint import DataPosition
 
-        sampler = train_input.sampler.with_rank(0)
-        sampler.set_epoch(self.state.epoch)
-        pos = min(self.state.step * self.accumulation_steps * train_input.batch_size, len(sampler))
-        mgr.save(
-            DataPosition(
-                epoch=self.state.epoch,
-                step=self.state.step,
-                sampler=sampler.state_dict(position=pos),
-                config=self._data_config(train_input),
-            ),
-            self.state.global_step,
+        k = self.accumulation_steps
+        position = DataPosition.from_input(
+            train_input,
+            self.state.epoch,
+            self.state.step * k,
+            accumulation_steps=k,
+            seed=train_input.seed,
         )
+        mgr.save(position, self.state.global_step)
 
     def restore(self, train_input: DistributedInput) -> bool:
         """Restore the latest checkpoint of ``run_dir``; True if there was one.
@@ -364,7 +408,8 @@ class Trainer:
         if restored is None:
             return False
         position, global_step = restored
-        self.state.epoch, self.state.step = position.epoch, position.step
+        self.state.epoch = position.epoch
+        self.state.step = position.step // self.accumulation_steps
         self.state.global_step = int(global_step)
         if self.verbose:
             print(f"resumed from {mgr.latest}: epoch {position.epoch}, step {position.step}")
@@ -443,7 +488,13 @@ class Trainer:
             self._checkpoint_manager()  # fails before the first step if the directory is unwritable
         if resume:
             self.restore(train_input)
+        if self.record_samples and not train_input.return_ids:
+            raise ValueError(
+                "record_samples needs the ids of each batch: build the training input with "
+                "DistributedInput(..., return_ids=True)"
+            )
         if self._train_fn is None:
+            self._with_ids = train_input.return_ids
             self._train_fn = self._make_train_fn(train_input.global_batch_size)
         writer = None
         if self.run_dir is not None and self.info.is_chief:
@@ -472,7 +523,11 @@ class Trainer:
                     n = min(n, max_steps - self.state.global_step)
                 if n <= 0:
                     break
-                self.state.last_loss = float(self._train_fn(iterator, tf.constant(n, tf.int64)))
+                out = self._train_fn(iterator, tf.constant(n, tf.int64))
+                if self.record_samples:
+                    out, ids = out
+                    self._write_records(ids, self.state.step, train_input.num_replicas)
+                self.state.last_loss = float(out)
                 self.state.step += n
                 self.state.global_step += n
                 steps_done += n

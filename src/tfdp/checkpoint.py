@@ -1,0 +1,815 @@
+"""Checkpoints of a data-parallel run: model, optimizer, global step and data position.
+
+This module owns how tfdp saves and resumes a run: :class:`DataPosition` (where
+in the data the run is: epoch, step within it, the sampler's state, and a
+fingerprint of the data configuration that must match on resume),
+:class:`CheckpointManager` (a ``tf.train.Checkpoint`` + ``tf.train.CheckpointManager``
+holding the caller's trackables *and* the global step and data position, with
+fallback past corrupt checkpoints and multi-worker saving), and
+:class:`CheckpointCallback` (the same for ``model.fit``).
+
+Exact mid-epoch resume: a checkpoint taken after step ``s`` of epoch ``e``
+stores ``DataPosition(e, s)``; the resumed run rebuilds its input with
+``DistributedInput.epoch(e, start_step=s)`` (custom loop) or
+``DistributedInput.epochs(e, start_step=s)`` (``model.fit``) and continues
+with exactly the batches the interrupted run would have seen next.
+
+Multi-worker (``MultiWorkerMirroredStrategy``), as TensorFlow's multi-worker
+guide prescribes: every worker calls :meth:`CheckpointManager.save` (saving
+may run collectives, e.g. to read sync-on-read variables), but only the chief
+writes to ``directory``; the other workers write to a private temporary
+directory inside it and delete it after the save. Restoring reads the chief's
+``directory`` on every worker, so **the directory must be on a filesystem all
+workers share** (NFS, GCS, ...) for multi-worker resume.
+
+Atomicity: TensorFlow writes a checkpoint's data and index files first and
+only then (atomically) rewrites the ``checkpoint`` state file naming the
+newest one, so a crash mid-save leaves the previous checkpoint the latest one;
+leftover temporary files are ignored.
+
+Example:
+    >>> import tempfile, keras
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> manager = CheckpointManager(tempfile.mkdtemp(), model=model)
+    >>> manager.restore() is None  # nothing saved yet: start from scratch
+    True
+    >>> path = manager.save(DataPosition(epoch=0, step=5, config={"batch_size": 8}), 5)
+    >>> manager.restore(expected_config={"batch_size": 8})
+    (DataPosition(epoch=0, step=5, sampler=None, config={'batch_size': 8}), 5)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+__all__ = [
+    "CheckpointCallback",
+    "CheckpointError",
+    "CheckpointManager",
+    "CheckpointWarning",
+    "DataPosition",
+    "input_config",
+    "keras_trackables",
+]
+
+logger = logging.getLogger(__name__)
+
+_FORMAT = "tfdp.DataPosition"
+_VERSION = 1
+_STEP_NAME = "step"
+_DATA_NAME = "data_position"
+_RESERVED = frozenset({_STEP_NAME, _DATA_NAME, "save_counter"})
+_STEP_KEY = f"{_STEP_NAME}/.ATTRIBUTES/VARIABLE_VALUE"
+_DATA_KEY = f"{_DATA_NAME}/.ATTRIBUTES/VARIABLE_VALUE"
+_CHECKPOINT_NAME = "ckpt"
+_TMP_PREFIX = ".tfdp_tmp_"
+_NUMBERED = re.compile(rf"{_CHECKPOINT_NAME}-(\d+)\.index$")
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint could be read, or the checkpoint directory is unusable.
+
+    Example:
+        >>> issubclass(CheckpointError, RuntimeError)
+        True
+    """
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped (corrupt or truncated) and an older one is used.
+
+    Example:
+        >>> import warnings
+        >>> warnings.simplefilter("error", CheckpointWarning)  # make fallbacks fatal
+    """
+
+
+def _json_plain(value: Any, what: str) -> Any:
+    """``value`` after a JSON round trip (tuples become lists); refuses what JSON cannot hold."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} must be JSON-serialisable: {e}") from e
+
+
+def _check_count(name: str, value: Any) -> int:
+    """A Python int >= 0 from an int, NumPy integer, or integer scalar tensor or variable."""
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    if array.ndim != 0 or array.dtype.kind not in "iu" or int(array) < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(array)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPosition:
+    """Where a run is in its data, and what the data configuration was.
+
+    Attributes:
+        epoch: The sampler epoch in progress.
+        step: Steps already done within ``epoch`` (the resumed run starts at
+            this step: ``inp.epoch(epoch, start_step=step)``).
+        sampler: A :meth:`tfdp.Sampler.state_dict` at this position, or None.
+        config: A fingerprint of everything that must match on resume (world
+            size, per-replica batch size, sampler configuration, ...); see
+            :func:`input_config`. Stored after a JSON round trip, so tuples
+            become lists.
+
+    Example:
+        >>> p = DataPosition(epoch=2, step=17, config={"num_replicas": 4, "batch_size": 32})
+        >>> DataPosition.from_json(p.to_json()) == p
+        True
+    """
+
+    epoch: int
+    step: int
+    sampler: dict[str, Any] | None = None
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epoch", _check_count("epoch", self.epoch))
+        object.__setattr__(self, "step", _check_count("step", self.step))
+        if self.sampler is not None and not isinstance(self.sampler, Mapping):
+            raise ValueError(
+                f"sampler must be a Sampler.state_dict() or None, got {type(self.sampler)}"
+            )
+        if not isinstance(self.config, Mapping):
+            raise ValueError(f"config must be a dict, got {type(self.config).__name__}")
+        if self.sampler is not None:
+            object.__setattr__(self, "sampler", _json_plain(dict(self.sampler), "sampler"))
+        object.__setattr__(self, "config", _json_plain(dict(self.config), "config"))
+
+    def to_json(self) -> str:
+        """This position as a JSON string (keys sorted: equal positions give equal strings).
+
+        Example:
+            >>> DataPosition(1, 2).to_json()[:40]
+            '{"config": {}, "epoch": 1, "format": "tf'
+        """
+        return json.dumps(
+            {
+                "format": _FORMAT,
+                "version": _VERSION,
+                "epoch": self.epoch,
+                "step": self.step,
+                "sampler": self.sampler,
+                "config": self.config,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> DataPosition:
+        """Parse :meth:`to_json`'s output.
+
+        Raises:
+            ValueError: for text that is not a tfdp data position of a known version.
+
+        Example:
+            >>> DataPosition.from_json(DataPosition(3, 0).to_json()).epoch
+            3
+        """
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"data position is not valid JSON: {e}") from e
+        if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
+            raise ValueError(f"not a tfdp data position: {text[:80]!r}")
+        if obj.get("version") != _VERSION:
+            raise ValueError(
+                f"data position version {obj.get('version')!r} is not supported "
+                f"(this tfdp reads version {_VERSION})"
+            )
+        return cls(
+            epoch=obj["epoch"], step=obj["step"], sampler=obj["sampler"], config=obj["config"]
+        )
+
+    @classmethod
+    def from_input(cls, inp: Any, epoch: int, step: int, **extra_config: Any) -> DataPosition:
+        """The position after ``step`` steps of ``epoch`` of a :class:`tfdp.DistributedInput`.
+
+        A ``step`` of ``inp.steps_per_epoch`` or more rolls over into the next
+        epoch(s), so the end of epoch ``e`` is stored as ``(e + 1, 0)``. The
+        sampler state is rank 0's, ``step * batch_size`` entries into the
+        epoch (every rank shares epoch and position).
+
+        Args:
+            inp: A ``DistributedInput`` (anything with ``sampler``,
+                ``batch_size``, ``num_replicas`` and ``steps_per_epoch``).
+            epoch: The sampler epoch.
+            step: Steps done within ``epoch``.
+            **extra_config: More fields for :attr:`config` (e.g. a dataset name).
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.input import DistributedInput
+            >>> from tfdp.sources import ArraySource
+            >>> inp = DistributedInput(None, ArraySource((np.zeros((40, 1), "float32"),)),
+            ...                        batch_size=8)
+            >>> p = DataPosition.from_input(inp, 0, 5)  # 5 steps of 5: epoch 0 done
+            >>> (p.epoch, p.step, p.sampler["epoch"], p.sampler["position"])
+            (1, 0, 1, 0)
+        """
+        epoch, step = _check_count("epoch", epoch), _check_count("step", step)
+        steps_per_epoch = int(inp.steps_per_epoch)
+        epoch, step = epoch + step // steps_per_epoch, step % steps_per_epoch
+        sampler = inp.sampler.with_rank(inp.sampler.rank)
+        sampler.set_epoch(epoch)
+        state = sampler.state_dict(position=min(step * int(inp.batch_size), len(sampler)))
+        return cls(epoch, step, state, input_config(inp, **extra_config))
+
+
+def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:
+    """What to checkpoint of a Keras model for an exact resume: weights, optimizer, RNG state.
+
+    Keras 3's ``SeedGenerator`` states (dropout and other random layers) are
+    model variables that ``tf.train.Checkpoint(model=...)`` does not save;
+    without them a resumed run draws other dropout masks. They are added here
+    as ``rng_states``.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dropout(0.5)])
+        >>> sorted(keras_trackables(m, keras.optimizers.SGD()))
+        ['model', 'optimizer', 'rng_states']
+    """
+    states = [getattr(v, "value", v) for v in model.variables if "seed_generator" in v.path]
+    return {"model": model, "optimizer": optimizer, "rng_states": states}
+
+
+def input_config(inp: Any, **extra: Any) -> dict[str, Any]:
+    """The configuration of a :class:`tfdp.DistributedInput` that must match on resume.
+
+    World size, per-replica batch size, steps per epoch and the sampler's kind
+    and configuration (number of examples, seed, repeats, ...), plus ``extra``.
+
+    Example:
+        >>> import numpy as np
+        >>> from tfdp.input import DistributedInput
+        >>> from tfdp.sources import ArraySource
+        >>> inp = DistributedInput(None, ArraySource((np.zeros((40, 1), "float32"),)),
+        ...                        batch_size=8)
+        >>> cfg = input_config(inp, run="demo")
+        >>> cfg["num_replicas"], cfg["batch_size"], cfg["sampler"]["kind"], cfg["run"]
+        (1, 8, 'DistributedSampler', 'demo')
+    """
+    state = inp.sampler.state_dict(position=0)
+    config: dict[str, Any] = {
+        "num_replicas": int(inp.num_replicas),
+        "batch_size": int(inp.batch_size),
+        "steps_per_epoch": int(inp.steps_per_epoch),
+        "sampler": {"kind": state["sampler"], **state["config"]},
+    }
+    config.update(extra)
+    return _json_plain(config, "config")
+
+
+def _config_diffs(saved: Any, now: Any, prefix: str = "") -> list[str]:
+    """``"field: saved X, now Y"`` for every differing (nested: dotted) field."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        out: list[str] = []
+        for key in sorted(set(saved) | set(now), key=str):
+            name = f"{prefix}{key}"
+            if key not in saved:
+                out.append(f"{name}: saved <absent>, now {now[key]!r}")
+            elif key not in now:
+                out.append(f"{name}: saved {saved[key]!r}, now <absent>")
+            else:
+                out.extend(_config_diffs(saved[key], now[key], f"{name}."))
+        return out
+    if saved != now:
+        return [f"{prefix.rstrip('.')}: saved {saved!r}, now {now!r}"]
+    return []
+
+
+def _role(resolver: Any) -> tuple[bool, str | None, int | None]:
+    """(is_chief, task_type, task_id) from a cluster resolver (``None``: a single process).
+
+    The chief is the ``"chief"`` task, or ``"worker"`` 0 when the cluster has
+    no chief -- TensorFlow's rule (``multi_worker_util.is_chief``).
+    """
+    if resolver is None:
+        return True, None, None
+    task_type = getattr(resolver, "task_type", None)
+    task_id = getattr(resolver, "task_id", None)
+    if task_type is None:
+        return True, None, task_id
+    task_id = int(task_id or 0)
+    if task_type == "chief":
+        return True, task_type, task_id
+    try:
+        jobs = resolver.cluster_spec().as_dict()
+    except (AttributeError, ValueError):
+        jobs = {}
+    has_chief = "chief" in jobs
+    return (task_type == "worker" and task_id == 0 and not has_chief), task_type, task_id
+
+
+def _without_strategy(fn: Any) -> Any:
+    """Call ``fn()`` in a fresh thread: no ``strategy.scope()``, device or variable creator.
+
+    A strategy scope (and its variable creator) is thread-local in TensorFlow,
+    and there is no public way to leave one temporarily; variables created in
+    a fresh thread are plain ``ResourceVariable``s on the host.
+    """
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # re-raised in the caller's thread
+            result["error"] = e
+
+    thread = threading.Thread(target=run, name="tfdp-checkpoint-variables")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def _gfile_call(fn: Any, *args: Any) -> Any:
+    """Run a ``tf.io.gfile`` call, turning TensorFlow's I/O errors into ``OSError``."""
+    try:
+        return fn(*args)
+    except tf.errors.OpError as e:
+        raise OSError(f"{type(e).__name__}: {e.message}") from e
+
+
+class CheckpointManager:
+    """Saves and restores the caller's trackables together with the global step and data position.
+
+    Wraps a ``tf.train.Checkpoint(**trackables, step=<int64 Variable>,
+    data_position=<string Variable holding DataPosition JSON>)`` and a
+    ``tf.train.CheckpointManager``. Checkpoints are named ``ckpt-<global
+    step>``. The step and data variables are plain host variables whether the
+    manager is created inside or outside a ``strategy.scope()``.
+
+    Multi-worker: call :meth:`save` on every worker; the chief writes to
+    ``directory``, the others to a temporary directory inside it that is
+    deleted after each save. :meth:`restore` reads ``directory`` on every
+    worker: it must be on a shared filesystem.
+
+    Args:
+        directory: Where the checkpoints live (local path or any ``tf.io.gfile``
+            URL such as ``gs://``).
+        strategy: The ``tf.distribute`` strategy; its cluster resolver decides
+            which worker is the chief. ``None`` means the current strategy (or,
+            outside any scope, the ``TF_CONFIG`` environment variable).
+        max_to_keep: Checkpoints kept (oldest deleted first); ``None`` keeps all.
+        **trackables: What to save, e.g. ``model=model, optimizer=optimizer``
+            (any ``tf.train.Checkpoint`` argument except ``step``,
+            ``data_position`` and ``save_counter``, which are reserved).
+
+    Raises:
+        ValueError: for a reserved trackable name, no trackables, or a bad ``max_to_keep``.
+
+    Example:
+        >>> import tempfile, keras
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> opt = keras.optimizers.Adam(); opt.build(model.trainable_variables)
+        >>> manager = CheckpointManager(tempfile.mkdtemp(), model=model, optimizer=opt)
+        >>> manager.check_writable()
+        >>> for step in range(1, 7):
+        ...     # ... train one step ...
+        ...     if manager.should_save(step, every_n_steps=3):
+        ...         _ = manager.save(DataPosition(epoch=0, step=step), global_step=step)
+        >>> [os.path.basename(p) for p in manager.checkpoints]
+        ['ckpt-3', 'ckpt-6']
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        strategy: tf.distribute.Strategy | None = None,
+        max_to_keep: int | None = 3,
+        **trackables: Any,
+    ) -> None:
+        if not tf.executing_eagerly():
+            raise RuntimeError("CheckpointManager must be created eagerly, not in a tf.function")
+        reserved = sorted(_RESERVED & set(trackables))
+        if reserved:
+            raise ValueError(
+                f"trackable name(s) {reserved} are reserved by tfdp's CheckpointManager "
+                "(it stores the global step and data position itself); use other names"
+            )
+        if not trackables:
+            raise ValueError(
+                "nothing to checkpoint: pass trackables, e.g. model=..., optimizer=..."
+            )
+        if max_to_keep is not None and (
+            isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1
+        ):
+            raise ValueError(f"max_to_keep must be an integer >= 1 or None, got {max_to_keep!r}")
+        self.directory = os.fspath(directory)
+        self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+        self.max_to_keep = max_to_keep
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        if resolver is None and strategy is None and os.environ.get("TF_CONFIG"):
+            # No strategy given and none in scope, in a multi-worker job: TF_CONFIG decides,
+            # so that only the chief writes even then.
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        self.is_chief, self.task_type, self.task_id = _role(resolver)
+
+        def make() -> tuple[tf.Variable, tf.Variable, tf.train.Checkpoint]:
+            with tf.device("/cpu:0"):  # a string variable has no GPU kernels
+                step = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfdp_step")
+                data = tf.Variable("", dtype=tf.string, trainable=False, name="tfdp_data_position")
+                ckpt = tf.train.Checkpoint(**trackables, **{_STEP_NAME: step, _DATA_NAME: data})
+                _ = ckpt.save_counter  # else created lazily, maybe in a strategy scope
+            return step, data, ckpt
+
+        self._step, self._data, self.checkpoint = _without_strategy(make)
+        self._manager: tf.train.CheckpointManager | None = None
+        if self.is_chief:
+            self._manager = tf.train.CheckpointManager(
+                self.checkpoint, self.directory, max_to_keep, checkpoint_name=_CHECKPOINT_NAME
+            )
+        self._last_saved_step: int | None = None
+
+    # -- where ------------------------------------------------------------------
+    @property
+    def write_directory(self) -> str:
+        """Where this worker writes: ``directory`` on the chief, a temporary directory elsewhere.
+
+        Example:
+            >>> import tempfile
+            >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
+            >>> m.write_directory == m.directory  # single process: the chief
+            True
+        """
+        if self.is_chief:
+            return self.directory
+        name = f"{_TMP_PREFIX}{self.task_type}_{self.task_id}"
+        return os.path.join(self.directory, name)
+
+    @property
+    def checkpoints(self) -> list[str]:
+        """The managed checkpoint paths in ``directory``, oldest first (read from disk).
+
+        Example:
+            >>> import tempfile
+            >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).checkpoints
+            []
+        """
+        state = tf.train.get_checkpoint_state(self.directory)
+        if state is None:
+            return []
+        return list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+
+    @property
+    def latest(self) -> str | None:
+        """The newest checkpoint path in ``directory``, or None.
+
+        Example:
+            >>> import tempfile
+            >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).latest is None
+            True
+        """
+        state = tf.train.get_checkpoint_state(self.directory)
+        return None if state is None else state.model_checkpoint_path
+
+    # -- writing ----------------------------------------------------------------
+    def check_writable(self) -> None:
+        """Create ``directory`` and write and remove a probe file: fail now, not at the first save.
+
+        Call it on every worker before the first step (non-chief workers write
+        their temporary checkpoints inside ``directory`` too).
+
+        Raises:
+            CheckpointError: naming the directory and the cause.
+
+        Example:
+            >>> import tempfile
+            >>> d = os.path.join(tempfile.mkdtemp(), "run")
+            >>> CheckpointManager(d, model=keras.layers.Dense(1)).check_writable()
+            >>> os.path.isdir(d)
+            True
+        """
+        probe = os.path.join(
+            self.directory, f"{_TMP_PREFIX}probe_{self.task_type}_{self.task_id}_{uuid.uuid4().hex}"
+        )
+        try:
+            _gfile_call(tf.io.gfile.makedirs, self.directory)
+            with tf.io.gfile.GFile(probe, "w") as f:
+                f.write("tfdp write probe\n")
+            _gfile_call(tf.io.gfile.remove, probe)
+        except (OSError, tf.errors.OpError) as e:
+            raise CheckpointError(
+                f"checkpoint directory {self.directory!r} is not writable "
+                f"({type(e).__name__}: {e}); choose a directory this process can create "
+                "and write, or fix its permissions"
+            ) from e
+
+    def should_save(self, step: int, every_n_steps: int) -> bool:
+        """Whether a save is due at global ``step``: a multiple of ``every_n_steps`` was reached.
+
+        True when ``step // every_n_steps`` exceeds that of the last saved or
+        restored step (0 at first), and stays True until the next save: checking
+        only every k steps (e.g. every ``steps_per_execution``) still saves once
+        per interval. Every worker gets the same answer for the same step.
+        ``every_n_steps=0`` never saves.
+
+        Example:
+            >>> import tempfile
+            >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
+            >>> saved = []
+            >>> for step in range(1, 8):
+            ...     if m.should_save(step, every_n_steps=3):
+            ...         _ = m.save(DataPosition(0, step), global_step=step)
+            ...         saved.append(step)
+            >>> saved
+            [3, 6]
+        """
+        every = _check_count("every_n_steps", every_n_steps)
+        if every == 0:
+            return False
+        last = self._last_saved_step or 0
+        return _check_count("step", step) // every > last // every
+
+    def save(self, position: DataPosition, global_step: int) -> str:
+        """Save the trackables, ``global_step`` and ``position`` as ``ckpt-<global_step>``.
+
+        Call it on every worker (it may run collectives). Saving again at the
+        same global step overwrites that checkpoint.
+
+        Args:
+            position: The data position after ``global_step`` steps.
+            global_step: Optimizer steps done so far.
+
+        Returns:
+            The checkpoint path in ``directory`` (on a non-chief worker: the
+            path the chief writes).
+
+        Example:
+            >>> import tempfile
+            >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
+            >>> os.path.basename(m.save(DataPosition(0, 10), global_step=10))
+            'ckpt-10'
+        """
+        if not isinstance(position, DataPosition):
+            raise ValueError(f"position must be a DataPosition, got {type(position).__name__}")
+        global_step = _check_count("global_step", global_step)
+        self._step.assign(global_step)
+        self._data.assign(position.to_json())
+        if self._manager is not None:
+            path = self._manager.save(checkpoint_number=global_step)
+        else:
+            path = os.path.join(self.directory, f"{_CHECKPOINT_NAME}-{global_step}")
+            tmp = self.write_directory
+            self._remove_tree(tmp)  # a leftover of a crash would confuse the manager below
+            try:
+                temp_manager = tf.train.CheckpointManager(
+                    self.checkpoint, tmp, max_to_keep=1, checkpoint_name=_CHECKPOINT_NAME
+                )
+                temp_manager.save(checkpoint_number=global_step)
+            finally:
+                self._remove_tree(tmp)
+        self._last_saved_step = global_step
+        return path
+
+    @staticmethod
+    def _remove_tree(path: str) -> None:
+        try:
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.rmtree(path)
+        except tf.errors.OpError as e:  # pragma: no cover - depends on the filesystem
+            logger.warning("could not remove temporary checkpoint directory %s: %s", path, e)
+
+    # -- reading ----------------------------------------------------------------
+    def _candidates(self) -> list[str]:
+        """Checkpoints to try, newest first: those of the state file, else those on disk."""
+        listed = self.checkpoints
+        if listed:
+            return listed[::-1]
+        try:
+            names = tf.io.gfile.listdir(self.directory)
+        except tf.errors.OpError:
+            return []
+        found = sorted(
+            (int(m.group(1)), os.path.join(self.directory, m.group(0)[: -len(".index")]))
+            for m in map(_NUMBERED.match, names)
+            if m
+        )
+        if found:
+            self._warn(
+                f"checkpoint state file in {self.directory!r} is missing or unreadable; "
+                f"trying the {len(found)} checkpoint(s) found on disk, highest number first"
+            )
+        return [path for _, path in reversed(found)]
+
+    @staticmethod
+    def _warn(message: str) -> None:
+        logger.warning(message)
+        warnings.warn(message, CheckpointWarning, stacklevel=3)
+
+    @staticmethod
+    def _read(path: str) -> tuple[DataPosition, int]:
+        """Read every tensor of ``path`` (each checked against its CRC) and its tfdp fields.
+
+        A truncated data file makes TensorFlow's reader raise ``IndexError``
+        ("Read less bytes than requested"), a missing or garbled file an
+        ``OpError``, a flipped data byte an ``OpError`` (checksum mismatch).
+        """
+        reader = tf.train.load_checkpoint(path)
+        names = reader.get_variable_to_shape_map()
+        for name in sorted(names):
+            reader.get_tensor(name)
+        if _DATA_KEY not in names or _STEP_KEY not in names:
+            raise ValueError("not a tfdp checkpoint (no global step / data position in it)")
+        position = DataPosition.from_json(reader.get_tensor(_DATA_KEY))
+        return position, int(reader.get_tensor(_STEP_KEY))
+
+    def restore(
+        self, expected_config: Mapping[str, Any] | None = None
+    ) -> tuple[DataPosition, int] | None:
+        """Restore the newest readable checkpoint into the trackables.
+
+        Every tensor of a candidate is read and checked first; a corrupt or
+        truncated checkpoint is skipped with a :class:`CheckpointWarning` (and
+        a log record) naming it, and the previous one is used: at most one
+        save interval is lost. Nothing is assigned before a checkpoint has
+        been found readable and its configuration matching.
+
+        Args:
+            expected_config: The data configuration of this run (e.g.
+                :func:`input_config`); must equal the saved one.
+
+        Returns:
+            ``(position, global_step)`` of the restored checkpoint, or None
+            when ``directory`` holds no checkpoint.
+
+        Raises:
+            CheckpointError: when checkpoints exist but none is readable (lists them).
+            ValueError: when ``expected_config`` differs from the saved
+                configuration (names each field, saved vs now), or the
+                checkpoint does not match the trackables.
+
+        Example:
+            >>> import tempfile
+            >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
+            >>> _ = m.save(DataPosition(1, 3, config={"batch_size": 8}), global_step=13)
+            >>> m.restore({"batch_size": 16})  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: checkpoint /tmp/.../ckpt-13 was saved with another data configuration:
+              batch_size: saved 8, now 16
+            ...
+        """
+        candidates = self._candidates()
+        if not candidates:
+            return None
+        failures: list[str] = []
+        for i, path in enumerate(candidates):
+            try:
+                position, global_step = self._read(path)
+            except Exception as e:  # the reader raises OpError, IndexError, ValueError, ...
+                reason = f"{type(e).__name__}: {getattr(e, 'message', None) or e}"
+                failures.append(f"  {path}: {reason}")
+                then = (
+                    f"falling back to the previous checkpoint {candidates[i + 1]}"
+                    if i + 1 < len(candidates)
+                    else "no older checkpoint is left"
+                )
+                self._warn(
+                    f"checkpoint {path} is unreadable (corrupt or truncated: {reason}); {then}"
+                )
+                continue
+            if expected_config is not None:
+                self._check_config(path, position.config, expected_config)
+            status = self.checkpoint.restore(path)
+            try:
+                status.assert_existing_objects_matched()
+            except AssertionError as e:
+                raise ValueError(
+                    f"checkpoint {path} does not match the objects being restored (a different "
+                    f"model or optimizer?): {e}"
+                ) from e
+            self._last_saved_step = global_step
+            return position, global_step
+        raise CheckpointError(
+            f"none of the {len(candidates)} checkpoint(s) in {self.directory!r} is readable:\n"
+            + "\n".join(failures)
+            + "\nDelete the directory to start over, or restore a backup of it."
+        )
+
+    @staticmethod
+    def _check_config(path: str, saved: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+        diffs = _config_diffs(dict(saved), _json_plain(dict(expected), "expected_config"))
+        if diffs:
+            raise ValueError(
+                f"checkpoint {path} was saved with another data configuration:\n  "
+                + "\n  ".join(diffs)
+                + "\nResuming would not continue the same data order. Resume with the same "
+                "world size, per-replica batch size and sampler settings, or start a new run "
+                "in a new checkpoint directory."
+            )
+
+    def __repr__(self) -> str:
+        role = "chief" if self.is_chief else f"{self.task_type} {self.task_id}"
+        return (
+            f"CheckpointManager({self.directory!r}, {role}, max_to_keep={self.max_to_keep}, "
+            f"latest={self.latest!r})"
+        )
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Checkpoints ``model.fit`` every n steps with the exact data position, for mid-epoch resume.
+
+    Counts the batches ``fit`` has trained on since ``start`` and saves
+    ``DataPosition.from_input(inp, ...)`` of the absolute position reached, so
+    the fit epochs need not coincide with the sampler epochs. Feed ``fit`` the
+    matching stream: ``inp.epochs(start.epoch, start_step=start.step)``.
+
+    Args:
+        manager: The :class:`CheckpointManager` (whose trackables include the model).
+        inp: The ``DistributedInput`` feeding ``fit``.
+        every_n_steps: Save when the global step reaches a multiple of this.
+        start: The data position ``fit`` starts from (a restored one); default
+            epoch 0, step 0.
+        global_step: The global step at ``start`` (a restored one); default 0.
+        save_at_end: Also save when training ends (if not just saved).
+        **extra_config: More fields for the saved configuration.
+
+    Example:
+        >>> restored = manager.restore(expected_config=input_config(inp))  # doctest: +SKIP
+        >>> start, step = restored or (DataPosition(0, 0), 0)  # doctest: +SKIP
+        >>> cb = CheckpointCallback(manager, inp, every_n_steps=100, start=start,
+        ...                         global_step=step)  # doctest: +SKIP
+        >>> model.fit(inp.epochs(start.epoch, start_step=start.step), callbacks=[cb],
+        ...           steps_per_epoch=inp.steps_per_epoch, epochs=...)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        manager: CheckpointManager,
+        inp: Any,
+        *,
+        every_n_steps: int,
+        start: DataPosition | None = None,
+        global_step: int = 0,
+        save_at_end: bool = True,
+        **extra_config: Any,
+    ) -> None:
+        super().__init__()
+        self.manager = manager
+        self.inp = inp
+        self.every_n_steps = _check_count("every_n_steps", every_n_steps)
+        start = start if start is not None else DataPosition(0, 0)
+        self._start = start.epoch * int(inp.steps_per_epoch) + start.step
+        self._step0 = _check_count("global_step", global_step)
+        self.save_at_end = bool(save_at_end)
+        self.extra_config = extra_config
+        self._done_before = 0  # batches of finished fit epochs
+        self._in_epoch = 0  # batches of the current fit epoch
+        self._saved_at: int | None = None
+
+    @property
+    def global_step(self) -> int:
+        """The global step reached (``global_step`` + batches trained by ``fit`` so far)."""
+        return self._step0 + self._done_before + self._in_epoch
+
+    def position(self) -> DataPosition:
+        """The data position reached so far."""
+        absolute = self._start + self._done_before + self._in_epoch
+        epoch, step = divmod(absolute, int(self.inp.steps_per_epoch))
+        return DataPosition.from_input(self.inp, epoch, step, **self.extra_config)
+
+    def _save(self) -> None:
+        self.manager.save(self.position(), self.global_step)
+        self._saved_at = self.global_step
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Start counting a new fit epoch's batches."""
+        self._in_epoch = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Save when a multiple of ``every_n_steps`` was reached."""
+        self._in_epoch = int(batch) + 1
+        if self.manager.should_save(self.global_step, self.every_n_steps):
+            self._save()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """Add the fit epoch's batches to the count."""
+        self._done_before += self._in_epoch
+        self._in_epoch = 0
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        """Save the final position (unless it was just saved)."""
+        if self.save_at_end and self._saved_at != self.global_step:
+            self._save()

@@ -1,0 +1,762 @@
+"""``tfdp launch``: start, watch, and restart a group of local tf.distribute workers.
+
+This module owns the launcher, TensorFlow's missing ``torchrun``: it turns one
+command into N worker processes configured for ``MultiWorkerMirroredStrategy``
+through ``TF_CONFIG``, supervises them, and restarts the whole group on failure.
+It never imports TensorFlow.
+
+Three layers, each usable on its own:
+
+* :func:`plan` (pure): the argv and environment of every worker, given the ports.
+  :func:`free_ports` and :func:`ports_from_base` choose the ports.
+* :func:`launch` (real processes): start the workers, each in its own process
+  group, prefix their output lines with ``[worker i]``, forward SIGINT/SIGTERM,
+  stop the group when a worker fails, and restart it up to ``max_restarts``
+  times with fresh ports and ``TFDP_RESTART`` incremented.
+* :func:`register` / :func:`run_from_args` / :func:`main`: the command line,
+  ``tfdp launch`` or ``python -m tfdp.launch``.
+
+POSIX only (process groups and signals).
+
+Example:
+    $ tfdp launch --workers 2 --max-restarts 3 -- python train.py --epochs 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+__all__ = [
+    "LaunchError",
+    "WorkerSpec",
+    "free_ports",
+    "launch",
+    "main",
+    "plan",
+    "ports_from_base",
+    "register",
+    "run_from_args",
+]
+
+PROG = "tfdp launch"
+DEFAULT_GRACE_SECONDS = 30.0
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# How long to wait for processes that got SIGKILL to be reaped before giving up on them.
+_KILL_WAIT_SECONDS = 30.0
+# How long to wait for a worker's output to drain after it (and its group) ended.
+_DRAIN_SECONDS = 5.0
+
+
+class LaunchError(ValueError):
+    """A launch that cannot start: bad arguments, ports, or command.
+
+    Example:
+        >>> plan([], [2222], env={})
+        Traceback (most recent call last):
+        ...
+        tfdp.launch.LaunchError: no command to run: give the command after --, e.g. tfdp launch --workers 2 -- python train.py
+    """  # noqa: E501
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one worker process runs: its index, argv, and complete environment.
+
+    Attributes:
+        index: The worker's task index in ``TF_CONFIG`` (0 is the chief).
+        argv: The command to run (the launch command, unchanged).
+        env: The worker's full environment (the parent's plus the tfdp variables).
+
+    Example:
+        >>> spec = plan(["python", "train.py"], [2222, 2223], env={})[1]
+        >>> spec.index, spec.argv, spec.env["TFDP_WORKER_INDEX"]
+        (1, ['python', 'train.py'], '1')
+    """
+
+    index: int
+    argv: list[str]
+    env: dict[str, str] = field(repr=False)
+
+
+def _address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 literal in brackets as gRPC wants it."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def _check_host(host: str) -> None:
+    if not host or any(c.isspace() for c in host):
+        raise LaunchError(f"bad --host {host!r}: expected a host name or IP address")
+
+
+def _check_workers(workers: int) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise LaunchError(f"need at least 1 worker, got --workers {workers!r}")
+
+
+def plan(
+    command: Sequence[str],
+    ports: Sequence[int],
+    *,
+    host: str = "127.0.0.1",
+    env: Mapping[str, str],
+    restart: int = 0,
+) -> list[WorkerSpec]:
+    """Plan one worker per port: the command and the environment each one gets.
+
+    Pure: no processes, sockets, or global state. Worker ``i`` listens on
+    ``host:ports[i]``; every worker gets the same cluster in ``TF_CONFIG`` and its
+    own task index, plus ``TFDP_WORKER_INDEX``, ``TFDP_NUM_WORKERS`` and
+    ``TFDP_RESTART`` (how many times the group has been restarted, so a training
+    script can tell a restart from a first start). ``PYTHONUNBUFFERED=1`` is added
+    unless ``env`` sets it, so Python workers' lines reach the launcher as they are
+    printed. Everything else in ``env`` passes through; ``env`` is not modified.
+
+    Args:
+        command: The worker command and its arguments, e.g. ``["python", "train.py"]``.
+        ports: One distinct TCP port per worker (1..65535); ``len(ports)`` is the
+            number of workers.
+        host: The address every worker's gRPC server uses (an IPv6 literal is
+            bracketed in ``TF_CONFIG``).
+        env: The parent environment to start from (e.g. ``os.environ``).
+        restart: The restart count (0 on the first start).
+
+    Returns:
+        One :class:`WorkerSpec` per worker, in index order.
+
+    Raises:
+        LaunchError: Empty command, no ports, ports out of range or repeated,
+            bad host, or negative restart count.
+
+    Example:
+        >>> specs = plan(["python", "train.py"], [2222, 2223], env={"HOME": "/root"})
+        >>> json.loads(specs[1].env["TF_CONFIG"])
+        {'cluster': {'worker': ['127.0.0.1:2222', '127.0.0.1:2223']}, 'task': {'type': 'worker', 'index': 1}}
+        >>> {k: v for k, v in specs[1].env.items() if k.startswith(("TFDP_", "HOME"))}
+        {'HOME': '/root', 'TFDP_WORKER_INDEX': '1', 'TFDP_NUM_WORKERS': '2', 'TFDP_RESTART': '0'}
+    """  # noqa: E501
+    argv = [str(a) for a in command]
+    if not argv:
+        raise LaunchError(
+            "no command to run: give the command after --, "
+            "e.g. tfdp launch --workers 2 -- python train.py"
+        )
+    ports = list(ports)
+    _check_workers(len(ports))
+    _check_host(host)
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise LaunchError(f"port {port!r} is out of range: ports are 1..65535")
+    seen: set[int] = set()
+    dups = sorted({p for p in ports if p in seen or seen.add(p)})
+    if dups:
+        raise LaunchError(f"duplicate port(s) {dups}: every worker needs its own port")
+    if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
+        raise LaunchError(f"restart count must be an integer >= 0, got {restart!r}")
+
+    cluster = {"worker": [_address(host, p) for p in ports]}
+    specs = []
+    for i in range(len(ports)):
+        worker_env = dict(env)
+        worker_env["TF_CONFIG"] = json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": i}}
+        )
+        worker_env["TFDP_WORKER_INDEX"] = str(i)
+        worker_env["TFDP_NUM_WORKERS"] = str(len(ports))
+        worker_env["TFDP_RESTART"] = str(restart)
+        worker_env.setdefault("PYTHONUNBUFFERED", "1")
+        specs.append(WorkerSpec(index=i, argv=list(argv), env=worker_env))
+    return specs
+
+
+def ports_from_base(port_base: int, workers: int) -> list[int]:
+    """The fixed ports ``port_base, port_base + 1, ..., port_base + workers - 1``.
+
+    Args:
+        port_base: The first port (1..65535).
+        workers: How many workers (>= 1).
+
+    Returns:
+        ``workers`` consecutive ports.
+
+    Raises:
+        LaunchError: If ``workers < 1`` or a port falls outside 1..65535.
+
+    Example:
+        >>> ports_from_base(29500, 3)
+        [29500, 29501, 29502]
+    """
+    _check_workers(workers)
+    if isinstance(port_base, bool) or not isinstance(port_base, int) or port_base < 1:
+        raise LaunchError(f"--port-base must be an integer in 1..65535, got {port_base!r}")
+    last = port_base + workers - 1
+    if last > 65535:
+        raise LaunchError(
+            f"--port-base {port_base} with {workers} workers needs ports up to {last}, "
+            "past 65535: use a lower --port-base"
+        )
+    return list(range(port_base, last + 1))
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """Ask the OS for ``n`` distinct free TCP ports on ``host`` (by binding port 0).
+
+    All ``n`` sockets are held open until every port is known, so the ports are
+    distinct; they are closed before returning, so another process could in
+    principle take one before the worker binds it (a worker that cannot bind
+    fails, and ``--max-restarts`` retries with fresh ports).
+
+    Args:
+        n: How many ports (>= 1).
+        host: The address to bind (an IPv6 literal may be bracketed).
+
+    Returns:
+        ``n`` distinct port numbers.
+
+    Raises:
+        LaunchError: If ``host`` cannot be bound.
+
+    Example:
+        >>> ports = free_ports(2)
+        >>> len(set(ports)) == 2 and all(1 <= p <= 65535 for p in ports)
+        True
+    """
+    _check_workers(n)
+    _check_host(host)
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            bare, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError as exc:
+        raise LaunchError(f"cannot resolve --host {host!r}: {exc}") from None
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(family, kind, proto)
+            socks.append(s)
+            s.bind(address)
+        return [s.getsockname()[1] for s in socks]
+    except OSError as exc:
+        raise LaunchError(f"cannot bind a port on --host {host!r}: {exc}") from None
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _describe_exit(index: int, returncode: int) -> str:
+    if returncode < 0:
+        return f"worker {index} was killed by {_signal_name(-returncode)}"
+    return f"worker {index} exited with code {returncode}"
+
+
+def _exit_status(returncode: int) -> int:
+    """The launcher's exit status for a worker's return code (128+N for signal N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Output:
+    """Serialises worker lines (to stdout) and launcher messages (to stderr)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._broken = False
+
+    def worker_line(self, index: int, line: bytes) -> None:
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        data = b"[worker %d] " % index + line
+        with self._lock:
+            if self._broken:
+                return
+            try:
+                stream = sys.stdout
+                buffer = getattr(stream, "buffer", None)
+                if buffer is not None:
+                    stream.flush()
+                    buffer.write(data)
+                    buffer.flush()
+                else:  # a text-only stdout (notebooks, doctest): decode
+                    stream.write(data.decode("utf-8", "replace"))
+                    stream.flush()
+            except (OSError, ValueError):  # e.g. `tfdp launch ... | head`: keep draining
+                self._broken = True
+
+    def message(self, text: str) -> None:
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+
+    def pump(self, index: int, pipe: IO[bytes]) -> None:
+        """Copy one worker's output, line by line, until EOF."""
+        try:
+            for line in iter(pipe.readline, b""):
+                self.worker_line(index, line)
+        finally:
+            pipe.close()
+
+
+@dataclass
+class _Outcome:
+    """How one group run ended."""
+
+    failed_index: int | None = None  # the first worker to fail, if any
+    returncode: int = 0  # its return code (negative: killed by that signal)
+    signum: int | None = None  # a signal received by the launcher, if any
+
+
+class _Group:
+    """One running group of workers: their processes, readers, and exit queue."""
+
+    def __init__(self, specs: Sequence[WorkerSpec], out: _Output) -> None:
+        self.specs = list(specs)
+        self.out = out
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.threads: list[threading.Thread] = []
+        self.exits: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.returncodes: dict[int, int] = {}
+
+    def start(self) -> None:
+        # Each worker leads its own process group, so a signal reaches its children
+        # too, and a Ctrl-C in the terminal reaches only the launcher (which forwards it).
+        group: dict[str, Any] = (
+            {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+        )
+        for spec in self.specs:
+            try:
+                proc = subprocess.Popen(
+                    spec.argv,
+                    env=spec.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    **group,
+                )
+            except OSError as exc:
+                exc.filename = exc.filename or spec.argv[0]
+                raise _StartError(spec.index, exc) from exc
+            self.procs.append(proc)
+            assert proc.stdout is not None
+            for target, args in (
+                (self.out.pump, (spec.index, proc.stdout)),
+                (self._wait, (spec.index, proc)),
+            ):
+                thread = threading.Thread(
+                    target=target, args=args, name=f"tfdp-worker-{spec.index}", daemon=True
+                )
+                thread.start()
+                self.threads.append(thread)
+
+    def _wait(self, index: int, proc: subprocess.Popen[bytes]) -> None:
+        self.exits.put((index, proc.wait()))
+
+    @property
+    def running(self) -> list[int]:
+        return [i for i in range(len(self.procs)) if i not in self.returncodes]
+
+    def next_exit(self, timeout: float) -> tuple[int, int] | None:
+        """The next worker to exit within ``timeout`` seconds, as (index, returncode)."""
+        try:
+            index, returncode = self.exits.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return None
+        self.returncodes[index] = returncode
+        return index, returncode
+
+    def signal_all(self, signum: int) -> None:
+        """Send ``signum`` to every worker's process group (leftover children included)."""
+        for proc in self.procs:
+            if proc.returncode is not None and _pid_exists(proc.pid):
+                # The leader was reaped and its pid reused, which the kernel allows only
+                # once no process is left in its group: that group id is someone else's.
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # group gone
+                os.killpg(proc.pid, signum)
+
+    def drain(self) -> None:
+        """Wait (bounded) for the readers, so this group's output precedes what follows."""
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        for thread in self.threads:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+
+
+class _StartError(Exception):
+    """A worker's command could not be started (not found, not executable)."""
+
+    def __init__(self, index: int, error: OSError) -> None:
+        super().__init__(f"cannot start worker {index}: {error}")
+        self.error = error
+
+
+class _Supervisor:
+    """Runs groups of workers; records the signals the launcher receives."""
+
+    def __init__(self, grace_seconds: float, out: _Output) -> None:
+        self.grace_seconds = grace_seconds
+        self.out = out
+        self.signals: list[int] = []
+
+    def handle_signal(self, signum: int, frame: object) -> None:
+        self.signals.append(signum)
+
+    def run_group(self, specs: Sequence[WorkerSpec]) -> _Outcome:
+        group = _Group(specs, self.out)
+        try:
+            group.start()
+            while group.running:
+                if self.signals:
+                    signum = self.signals[0]
+                    self.out.message(
+                        f"got {_signal_name(signum)}: forwarding it to the workers"
+                        f" (SIGKILL after {self.grace_seconds:g}s)"
+                    )
+                    self._stop(group, signum)
+                    return _Outcome(signum=signum)
+                ended = group.next_exit(timeout=0.1)
+                if ended is None or ended[1] == 0:
+                    continue
+                index, returncode = ended
+                others = ", ".join(str(i) for i in group.running)
+                self.out.message(
+                    f"{_describe_exit(index, returncode)}"
+                    + (f"; stopping worker(s) {others}" if others else "")
+                )
+                self._stop(group, signal.SIGTERM)
+                return _Outcome(
+                    failed_index=index,
+                    returncode=returncode,
+                    signum=self.signals[0] if self.signals else None,
+                )
+            return _Outcome()
+        finally:
+            if group.running:  # only on an unexpected error: leave nothing behind
+                group.signal_all(signal.SIGKILL)
+            group.drain()
+
+    def _stop(self, group: _Group, signum: int) -> None:
+        """Send ``signum`` to all, wait up to the grace period, then SIGKILL what is left.
+
+        A further signal to the launcher during the grace period means SIGKILL now.
+        """
+        seen = len(self.signals)
+        group.signal_all(signum)
+        deadline = time.monotonic() + self.grace_seconds
+        while group.running and len(self.signals) == seen:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            group.next_exit(timeout=min(remaining, 0.1))
+        stubborn = group.running
+        if stubborn:
+            why = (
+                "another signal"
+                if len(self.signals) > seen
+                else f"no exit {self.grace_seconds:g}s after {_signal_name(signum)}"
+            )
+            names = ", ".join(str(i) for i in stubborn)
+            self.out.message(f"{why}: sending SIGKILL to worker(s) {names}")
+        # SIGKILL every group, also the ones whose leader exited: no orphans survive.
+        group.signal_all(signal.SIGKILL)
+        deadline = time.monotonic() + _KILL_WAIT_SECONDS
+        while group.running and time.monotonic() < deadline:
+            group.next_exit(timeout=0.1)
+        if group.running:
+            names = ", ".join(str(i) for i in group.running)
+            self.out.message(f"warning: worker(s) {names} did not die after SIGKILL")
+
+
+def launch(
+    command: Sequence[str],
+    workers: int,
+    *,
+    max_restarts: int = 0,
+    port_base: int | None = None,
+    host: str = "127.0.0.1",
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``command`` as ``workers`` tf.distribute workers and supervise them.
+
+    Every worker gets the :func:`plan` environment and runs in its own process
+    group; its stdout and stderr lines are printed to this process's stdout as
+    ``[worker i] ...``. When a worker exits non-zero or is killed, the others get
+    SIGTERM, then SIGKILL after ``grace_seconds``; then, while restarts are left,
+    the whole group starts again with fresh ports (the same ports with
+    ``port_base``) and ``TFDP_RESTART`` incremented. SIGINT and SIGTERM sent to
+    this process are forwarded to every worker (a second one: SIGKILL at once);
+    this needs the main thread (elsewhere, signals are not intercepted), and a
+    signal that this process ignores stays ignored.
+
+    Args:
+        command: The worker command, e.g. ``["python", "train.py"]``.
+        workers: How many workers (>= 1).
+        max_restarts: How many times the group may be restarted after a failure.
+        port_base: Use ports ``port_base + i``; ``None``: free ports chosen at each start.
+        host: The workers' address in ``TF_CONFIG``.
+        grace_seconds: How long stopping workers get between SIGTERM and SIGKILL.
+        env: The base environment (default ``os.environ``).
+
+    Returns:
+        The launcher's exit status: 0 when all workers exit 0; the failing worker's
+        exit code (128+N if killed by signal N) once restarts are used up; 130 on
+        SIGINT and 143 on SIGTERM.
+
+    Raises:
+        LaunchError: Bad arguments, or a worker command that cannot be started.
+
+    Example:
+        >>> launch([sys.executable, "-c", "print('hello')"], workers=1)
+        [worker 0] hello
+        0
+    """
+    if os.name != "posix":  # pragma: no cover - depends on the platform
+        raise LaunchError("tfdp launch needs a POSIX system (process groups and signals)")
+    command = list(command)
+    _check_workers(workers)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise LaunchError(f"--max-restarts must be an integer >= 0, got {max_restarts!r}")
+    if not grace_seconds >= 0:
+        raise LaunchError(f"--grace-seconds must be >= 0, got {grace_seconds!r}")
+    base_env = dict(os.environ if env is None else env)
+    fixed = None if port_base is None else ports_from_base(port_base, workers)
+    plan(command, fixed or list(range(1, workers + 1)), host=host, env={})  # validate early
+
+    out = _Output()
+    sup = _Supervisor(grace_seconds, out)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in _FORWARDED_SIGNALS:
+            # An ignored signal (e.g. SIGINT for `cmd &` in a script) stays ignored, as
+            # in Python itself; the workers inherit that.
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, sup.handle_signal)
+    try:
+        for restart in range(max_restarts + 1):
+            if sup.signals:
+                break
+            ports = fixed if fixed is not None else free_ports(workers, host)
+            specs = plan(command, ports, host=host, env=base_env, restart=restart)
+            try:
+                outcome = sup.run_group(specs)
+            except _StartError as exc:
+                raise LaunchError(str(exc)) from exc.error
+            if outcome.signum is not None or sup.signals:
+                break
+            if outcome.failed_index is None:
+                return 0
+            what = _describe_exit(outcome.failed_index, outcome.returncode)
+            if restart < max_restarts:
+                out.message(
+                    f"restarting all {workers} worker(s) (restart {restart + 1} of {max_restarts})"
+                )
+                continue
+            used = f" (after {restart} restart{'s' if restart != 1 else ''})" if restart else ""
+            out.message(f"error: {what}{used}")
+            return _exit_status(outcome.returncode)
+        signum = sup.signals[0]
+        out.message(f"error: interrupted by {_signal_name(signum)}")
+        return 128 + signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _nonnegative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _nonnegative_int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
+    if not value >= 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    return value
+
+
+_DESCRIPTION = """\
+Run COMMAND as N local tf.distribute workers (TF_CONFIG set for
+MultiWorkerMirroredStrategy), print their output as '[worker i] ...', and stop
+(or, with --max-restarts, restart) the whole group when one fails. Each worker
+also gets TFDP_WORKER_INDEX, TFDP_NUM_WORKERS and TFDP_RESTART. SIGINT and
+SIGTERM are forwarded to every worker (a second one: SIGKILL at once).
+Exit status: 0, the failing worker's code (128+N if killed by signal N),
+130 on SIGINT, 143 on SIGTERM."""
+_EPILOG = """\
+example:
+  tfdp launch --workers 2 --max-restarts 3 -- python train.py --epochs 10"""
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers", type=_positive_int, required=True, metavar="N", help="number of workers"
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=_nonnegative_int,
+        default=0,
+        metavar="K",
+        help="restart the whole group up to K times after a failure (default 0)",
+    )
+    parser.add_argument(
+        "--port-base",
+        type=_port,
+        default=None,
+        metavar="P",
+        help="worker i listens on port P+i (default: free ports chosen at each start)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the workers' address (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=_seconds,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="S",
+        help=f"seconds between SIGTERM and SIGKILL when stopping workers "
+        f"(default {DEFAULT_GRACE_SECONDS:g})",
+    )
+    parser.add_argument(
+        "worker_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the worker command and its arguments",
+    )
+    parser.set_defaults(func=run_from_args)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``launch`` subcommand to a ``tfdp`` argparse subparsers object.
+
+    Args:
+        subparsers: What ``ArgumentParser.add_subparsers()`` returned.
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="tfdp")
+        >>> register(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["launch", "--workers", "2", "--", "python", "t.py"])
+        >>> args.workers, args.worker_command, args.func is run_from_args
+        (2, ['--', 'python', 't.py'], True)
+    """
+    parser = subparsers.add_parser(
+        "launch",
+        help="run a command as N local tf.distribute workers",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_arguments(parser)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run ``tfdp launch`` from parsed arguments; returns the exit status.
+
+    Errors are printed as one ``tfdp launch: error: ...`` line: status 2 for bad
+    arguments, 127 (126) when the command is not found (not executable).
+
+    Args:
+        args: Parsed by a parser set up with :func:`register`.
+
+    Example:
+        >>> args = argparse.Namespace(workers=2, max_restarts=0, port_base=None,
+        ...     host="127.0.0.1", grace_seconds=30.0, worker_command=["--"])
+        >>> run_from_args(args)
+        2
+    """
+    command = list(args.worker_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    try:
+        return launch(
+            command,
+            args.workers,
+            max_restarts=args.max_restarts,
+            port_base=args.port_base,
+            host=args.host,
+            grace_seconds=args.grace_seconds,
+        )
+    except LaunchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        cause = exc.__cause__
+        if isinstance(cause, FileNotFoundError):
+            return 127
+        if isinstance(cause, PermissionError):
+            return 126
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``tfdp launch`` standalone (``python -m tfdp.launch``); returns the exit status.
+
+    Args:
+        argv: The arguments after the program name (default ``sys.argv[1:]``).
+
+    Example:
+        >>> main(["--workers", "1", "--", sys.executable, "-c", "print('hi')"])
+        [worker 0] hi
+        0
+    """
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run_from_args(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,607 @@
+"""Image folders in the ImageNet layout ``root/<class>/<image>``, read by index inside the graph.
+
+This module owns :class:`ImageFolderSource`: the file list (built once, with
+``os.scandir``), the class ids, and a graph-compatible ``load(index)`` that
+reads and decodes one file with TensorFlow ops -- no per-sample Python.
+
+Order and class ids match ``torchvision.datasets.ImageFolder``: classes are
+the sorted sub-folder names of ``root``; files are collected per class, the
+class folder walked recursively (symlinks followed), directories in sorted
+path order and files sorted by name within each; an extension matches
+case-insensitively. Index ``i`` is therefore the same image as
+``torchvision``'s ``dataset.samples[i]``.
+
+TensorFlow's decoders do not name the file they fail on, so ``load`` checks
+the bytes inside the graph before decoding: an empty file, an unrecognised
+header, a truncated JPEG (no end-of-image marker after the image data,
+embedded EXIF thumbnails skipped), a truncated PNG (no ``IEND`` chunk), a BMP
+whose size does not match its header, or a truncated WebP (shorter than its
+RIFF header says) raises an error whose message names the path. The checks
+only flag files TensorFlow's decoders reject (a JPEG with junk after its end
+marker still loads). With ``on_error="skip"`` such a file yields a
+placeholder image with weight 0 instead (see :meth:`ImageFolderSource.load_with_weight`),
+so the number of samples -- and every rank's step count -- never changes.
+
+Limits: GIF and BMP files are checked by header only; damage deep inside the
+compressed data that only the decoder notices raises TensorFlow's own decode
+error, which does not name the file (find such files once with
+:meth:`ImageFolderSource.find_bad_files`); a file that cannot be *opened*
+(deleted after construction, no permission) raises TensorFlow's
+``NotFoundError``/``PermissionDeniedError``, which names the path, in both
+modes -- a failed read cannot be caught inside a graph.
+
+Example:
+    >>> import os, tempfile, tensorflow as tf
+    >>> root = tempfile.mkdtemp()
+    >>> for cls in ("cat", "dog"):
+    ...     os.makedirs(os.path.join(root, cls))
+    ...     png = tf.io.encode_png(tf.zeros([4, 6, 3], tf.uint8))
+    ...     tf.io.write_file(os.path.join(root, cls, "a.png"), png)
+    >>> src = ImageFolderSource(root)
+    >>> src.classes, src.num_examples
+    (['cat', 'dog'], 2)
+    >>> image, label = src.load(1)
+    >>> image.shape, int(label)
+    (TensorShape([4, 6, 3]), 1)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
+
+#: Height and width of the placeholder image ``on_error="skip"`` returns for a bad file.
+PLACEHOLDER_SIZE = 16
+
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+_JPEG_EOI = b"\xff\xd9"
+# Upper bound on the markers walked while looking for a JPEG's first scan; past
+# it the file is passed to the decoder unjudged (never rejected on a guess).
+_JPEG_MAX_STEPS = 512
+_MAX_LISTED = 5
+
+
+def _contains(data: tf.Tensor, needle: bytes) -> tf.Tensor:
+    """Whether the scalar string ``data`` contains ``needle`` (binary-safe)."""
+    return tf.size(tf.strings.split(data, sep=needle, maxsplit=1)) > 1
+
+
+def _byte_values(data: tf.Tensor, pos: tf.Tensor, count: int) -> tf.Tensor:
+    """``count`` bytes of ``data`` from ``pos`` as int32, zero past the end."""
+    size = tf.strings.length(data)
+    chunk = tf.strings.substr(data, tf.minimum(pos, size), count)
+    padded = tf.strings.join([chunk, tf.constant(b"\x00" * count)])
+    return tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 0, count), tf.uint8), tf.int32)
+
+
+def _jpeg_scan_start(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Walk a JPEG's marker segments to its first start-of-scan.
+
+    Returns ``(status, pos)``: status 1 with the offset of the first SOS
+    marker, 0 when the data ended (or an EOI came) before any scan, -1 when
+    the walk gave up (too many markers): no verdict.
+    """
+    size = tf.strings.length(data)
+
+    def body(
+        pos: tf.Tensor, status: tf.Tensor, steps: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        b = _byte_values(data, pos, 4)
+        marker = b[1]
+        seg_len = b[2] * 256 + b[3]
+        standalone = (marker == 0x01) | (marker == 0xD8) | ((marker >= 0xD0) & (marker <= 0xD7))
+        # libjpeg skips stray bytes before a marker and 0xFF fill bytes: so do we.
+        step = tf.where(
+            (b[0] != 0xFF) | (marker == 0xFF),
+            1,
+            tf.where(standalone, 2, 2 + seg_len),
+        )
+        at_end = pos + 4 > size
+        found = (b[0] == 0xFF) & (marker == 0xDA)
+        eoi = (b[0] == 0xFF) & (marker == 0xD9)
+        new_status = tf.where(found, 1, tf.where(at_end | eoi, 0, status))
+        new_steps = steps + 1
+        new_status = tf.where((new_status == 2) & (new_steps >= _JPEG_MAX_STEPS), -1, new_status)
+        return pos + tf.where(new_status == 2, step, 0), new_status, new_steps
+
+    pos, status, _ = tf.while_loop(
+        lambda pos, status, steps: status == 2,
+        body,
+        (tf.constant(2), tf.constant(2), tf.constant(0)),
+    )
+    return status, pos
+
+
+def _jpeg_problem(data: tf.Tensor) -> tf.Tensor:
+    """Empty string for a JPEG whose image data is followed by an end-of-image marker."""
+    size = tf.strings.length(data)
+    ends_with_eoi = tf.strings.substr(data, tf.maximum(size - 2, 0), 2) == _JPEG_EOI
+
+    def walk() -> tf.Tensor:
+        status, pos = _jpeg_scan_start(data)
+        rest = tf.strings.substr(data, tf.minimum(pos + 2, size), size)
+        complete = (status == -1) | ((status == 1) & _contains(rest, _JPEG_EOI))
+        return tf.where(
+            complete,
+            tf.constant(""),
+            tf.constant("truncated or corrupt JPEG (no end-of-image marker after the image data)"),
+        )
+
+    return tf.cond(ends_with_eoi, lambda: tf.constant(""), walk)
+
+
+def _png_problem(data: tf.Tensor) -> tf.Tensor:
+    """Empty string for a PNG that has its ``IEND`` chunk (CRC included)."""
+    size = tf.strings.length(data)
+    tail = tf.strings.substr(data, tf.maximum(size - 12, 0), 12)
+    return tf.cond(
+        (tail == _PNG_IEND) | _contains(data, _PNG_IEND),
+        lambda: tf.constant(""),
+        lambda: tf.constant("truncated or corrupt PNG (no IEND chunk)"),
+    )
+
+
+def _le_uint(head: tf.Tensor, offset: int, nbytes: int) -> tf.Tensor:
+    """Little-endian unsigned integer of ``nbytes`` at ``offset`` of ``head``, as int64."""
+    b = tf.cast(tf.io.decode_raw(tf.strings.substr(head, offset, nbytes), tf.uint8), tf.int64)
+    return sum(b[i] * 2 ** (8 * i) for i in range(nbytes))
+
+
+def _webp_problem(head: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+    """Empty string for a WebP at least as long as its RIFF header says."""
+    short = tf.cast(size, tf.int64) < _le_uint(head, 4, 4) + 8
+    return tf.where(short, tf.constant("truncated WebP (shorter than its RIFF header)"), "")
+
+
+def _bmp_problem(head: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+    """Empty string for a BMP whose size is what TensorFlow's decoder requires (exactly)."""
+    offset = _le_uint(head, 10, 4)
+    width = _le_uint(head, 18, 4)
+    height = _le_uint(head, 22, 4)
+    height = tf.where(height >= 2**31, height - 2**32, height)  # signed: negative = top-down
+    channels = _le_uint(head, 28, 2) // 8
+    row = (channels * width + 3) // 4 * 4
+    ok = (
+        (tf.cast(size, tf.int64) >= 32)
+        & ((channels == 1) | (channels == 3) | (channels == 4))
+        & (width > 0)
+        & (height != 0)
+        & (tf.cast(size, tf.int64) == offset + row * tf.abs(height))
+    )
+    return tf.where(ok, "", tf.constant("truncated or corrupt BMP (size does not match header)"))
+
+
+# Format codes of _sniff.
+_UNKNOWN, _JPEG, _PNG, _GIF, _BMP, _WEBP = range(6)
+
+
+def _sniff(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(format code, problem)`` of encoded image bytes; problem ``""`` when sound."""
+    size = tf.strings.length(data)
+    head = tf.strings.join([tf.strings.substr(data, 0, 32), tf.constant(b"\x00" * 32)])
+    is_jpeg = tf.strings.substr(head, 0, 3) == _JPEG_MAGIC
+    is_png = tf.strings.substr(head, 0, 8) == _PNG_MAGIC
+    sig6 = tf.strings.substr(head, 0, 6)
+    is_gif = (sig6 == b"GIF87a") | (sig6 == b"GIF89a")
+    is_bmp = tf.strings.substr(head, 0, 2) == b"BM"
+    is_webp = (tf.strings.substr(head, 0, 4) == b"RIFF") & (
+        tf.strings.substr(head, 8, 4) == b"WEBP"
+    )
+    fmt = tf.where(
+        is_jpeg,
+        _JPEG,
+        tf.where(
+            is_png,
+            _PNG,
+            tf.where(is_gif, _GIF, tf.where(is_bmp, _BMP, tf.where(is_webp, _WEBP, _UNKNOWN))),
+        ),
+    )
+    problem = tf.switch_case(
+        fmt,
+        [
+            lambda: tf.constant("not a JPEG, PNG, GIF, BMP or WebP file (unrecognised header)"),
+            lambda: _jpeg_problem(data),
+            lambda: _png_problem(data),
+            lambda: tf.constant(""),
+            lambda: _bmp_problem(head, size),
+            lambda: _webp_problem(head, size),
+        ],
+    )
+    problem = tf.where(size == 0, tf.constant("empty file"), problem)
+    return fmt, problem
+
+
+def image_problem(data: tf.Tensor) -> tf.Tensor:
+    """Why the encoded image ``data`` cannot be decoded, or ``""`` when it looks sound.
+
+    A graph-compatible check of the header (JPEG, PNG, GIF, BMP, WebP) and of
+    truncation (JPEG, PNG, BMP, WebP; GIF by header only), run before decoding
+    because TensorFlow's decode errors do not say which file failed. It only
+    reports files TensorFlow's decoders would reject.
+
+    Args:
+        data: A scalar ``tf.string``, the file's bytes.
+
+    Returns:
+        A scalar ``tf.string``: empty when the file looks sound, else the reason.
+
+    Example:
+        >>> image_problem(tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8))).numpy()
+        b''
+        >>> image_problem(tf.constant(b"not an image")).numpy()
+        b'not a JPEG, PNG, GIF, BMP or WebP file (unrecognised header)'
+    """
+    return _sniff(tf.convert_to_tensor(data, tf.string))[1]
+
+
+def _to_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
+    """Convert a decoded uint8 image with 1, 3 or 4 channels to ``channels`` channels."""
+    have = tf.shape(image)[-1]
+    if channels == 1:
+        return tf.cond(
+            have == 1,
+            lambda: image,
+            lambda: tf.image.rgb_to_grayscale(image[..., :3]),
+        )
+    rgb = tf.cond(have == 1, lambda: tf.tile(image[..., :1], [1, 1, 3]), lambda: image[..., :3])
+    if channels == 3:
+        return rgb
+    opaque = tf.constant(255, tf.uint8)
+    return tf.cond(
+        have == 4,
+        lambda: image,
+        lambda: tf.concat([rgb, tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0), opaque)], -1),
+    )
+
+
+def _normalise_extensions(extensions: str | Iterable[str]) -> tuple[str, ...]:
+    exts = (extensions,) if isinstance(extensions, str) else tuple(extensions)
+    if not exts or not all(isinstance(e, str) and e for e in exts):
+        raise ValueError(f"extensions must be non-empty strings, got {extensions!r}")
+    return tuple(e.lower() for e in exts)
+
+
+def _list_class(class_dir: str, exts: tuple[str, ...]) -> list[str]:
+    """Image files under ``class_dir``, in torchvision's order, as full paths."""
+    found: list[tuple[str, list[str]]] = []
+    stack = [class_dir]
+    st = os.stat(class_dir)
+    seen = {(st.st_dev, st.st_ino)}
+    while stack:
+        directory = stack.pop()
+        names = []
+        with os.scandir(directory) as it:
+            for entry in it:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    st = entry.stat()
+                    key = (st.st_dev, st.st_ino)
+                    if key not in seen:  # a symlink cycle would never end
+                        seen.add(key)
+                        stack.append(entry.path)
+                elif entry.name.lower().endswith(exts):
+                    names.append(entry.name)
+        found.append((directory, names))
+    found.sort(key=lambda item: item[0])
+    return [os.path.join(d, name) for d, names in found for name in sorted(names)]
+
+
+class ImageFolderSource:
+    """Random access to an image folder ``root/<class>/<image>`` (ImageNet layout).
+
+    The file list is read once, at construction, in ``torchvision``'s order
+    (see the module docstring); as in ``torchvision``, every sub-folder of
+    ``root`` is a class, hidden ones (``.ipynb_checkpoints``) included.
+    ``load(i)`` reads and decodes file ``i`` inside the graph and returns
+    ``(image, label)``: ``image`` uint8 ``[H, W, channels]`` (static rank 3;
+    sizes vary), ``label`` int64.
+
+    Args:
+        root: The folder holding one sub-folder per class.
+        extensions: File endings that count as images (case-insensitive).
+        on_error: ``"raise"`` (default): a corrupt file raises, when read, an
+            error naming its path. ``"skip"``: it yields a zero placeholder
+            image of ``PLACEHOLDER_SIZE`` pixels square with weight 0 in
+            :meth:`load_with_weight`, and is recorded in :meth:`skipped_files`;
+            the number of samples never changes, so ranks stay in lock-step.
+        channels: Colour channels of the decoded image: 1, 3 or 4.
+
+    Attributes:
+        classes: Sorted class folder names; ``classes[k]`` has label ``k``.
+        class_to_index: ``{class name: label}``.
+        num_examples: Number of image files.
+        labels: int64 array of the labels, in file order.
+        paths: str array of the file paths (built on first access: on
+            ImageNet about 250 MB, whereas the source itself keeps only the
+            compact relative paths).
+
+    Raises:
+        FileNotFoundError: ``root`` does not exist; it has no class folder; a
+            class folder has no image (the empty ones are named).
+        ValueError: ``root`` is not a directory; a bad ``on_error``,
+            ``channels`` or ``extensions``.
+
+    Example:
+        >>> import os, tempfile, tensorflow as tf
+        >>> root = tempfile.mkdtemp()
+        >>> os.makedirs(os.path.join(root, "n01"))
+        >>> tf.io.write_file(os.path.join(root, "n01", "x.png"),
+        ...                  tf.io.encode_png(tf.zeros([3, 5, 3], tf.uint8)))
+        >>> src = ImageFolderSource(root)
+        >>> ds = tf.data.Dataset.range(src.num_examples).map(src.load)
+        >>> [(img.shape.as_list(), int(y)) for img, y in ds]
+        [([3, 5, 3], 0)]
+    """
+
+    streaming = False
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        extensions: str | Iterable[str] = (".jpg", ".jpeg", ".png"),
+        on_error: str = "raise",
+        channels: int = 3,
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if isinstance(channels, bool) or channels not in (1, 3, 4):
+            raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}")
+        self.extensions = _normalise_extensions(extensions)
+        self.on_error = on_error
+        self.channels = int(channels)
+        root_str = os.path.abspath(os.path.expanduser(os.fspath(root)))
+        if not os.path.exists(root_str):
+            raise FileNotFoundError(f"ImageFolderSource: root {root_str!r} does not exist")
+        if not os.path.isdir(root_str):
+            raise ValueError(f"ImageFolderSource: root {root_str!r} is not a directory")
+        self.root = root_str
+        with os.scandir(root_str) as it:
+            self.classes: list[str] = sorted(e.name for e in it if e.is_dir())
+        if not self.classes:
+            raise FileNotFoundError(
+                f"ImageFolderSource: no class folder in {root_str!r} "
+                "(expected the layout root/<class>/<image>)"
+            )
+        self.class_to_index: dict[str, int] = {c: i for i, c in enumerate(self.classes)}
+        rel: list[bytes] = []
+        counts: list[int] = []
+        empty: list[str] = []
+        cut = len(root_str) + len(os.sep)
+        for cls in self.classes:
+            files = _list_class(os.path.join(root_str, cls), self.extensions)
+            if not files:
+                empty.append(cls)
+            counts.append(len(files))
+            rel.extend(os.fsencode(f[cut:]) for f in files)
+        if empty:
+            listed = ", ".join(repr(c) for c in empty[:_MAX_LISTED])
+            more = f" and {len(empty) - _MAX_LISTED} more" if len(empty) > _MAX_LISTED else ""
+            raise FileNotFoundError(
+                f"ImageFolderSource: {len(empty)} class folder(s) of {root_str!r} hold no image "
+                f"with extension {'/'.join(self.extensions)}: {listed}{more}"
+            )
+        self.num_examples = len(rel)
+        self._rel = np.array(rel, dtype=np.bytes_)
+        self.labels = np.repeat(np.arange(len(self.classes), dtype=np.int64), counts)
+        self._tensors: tuple[tf.Tensor, tf.Tensor] | None = None
+        self._prefix = os.fsencode(root_str + os.sep)
+        self._lock = threading.Lock()
+        self._skipped: dict[str, str] = {}
+        self._skip_events = 0
+
+    # -- metadata -----------------------------------------------------------------
+    @cached_property
+    def paths(self) -> np.ndarray:
+        """All file paths, in index order, as a NumPy str array (built on first access)."""
+        return np.array([self.path(i) for i in range(self.num_examples)], dtype=np.str_)
+
+    def path(self, index: int) -> str:
+        """The path of file ``index`` (cheap: no array of all paths is built).
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.png"),
+            ...                  tf.io.encode_png(tf.zeros([1, 1, 3], tf.uint8)))
+            >>> ImageFolderSource(root).path(0).endswith(os.path.join("a", "1.png"))
+            True
+        """
+        return os.fsdecode(self._prefix + self._rel[int(index)])
+
+    @property
+    def element_spec(self) -> tuple[tf.TensorSpec, tf.TensorSpec]:
+        """``(image uint8 [None, None, channels], label int64 [])``."""
+        return (
+            tf.TensorSpec([None, None, self.channels], tf.uint8),
+            tf.TensorSpec([], tf.int64),
+        )
+
+    def __len__(self) -> int:
+        return self.num_examples
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageFolderSource(root={self.root!r}, num_examples={self.num_examples}, "
+            f"num_classes={len(self.classes)}, on_error={self.on_error!r})"
+        )
+
+    # -- graph-side loading ---------------------------------------------------------
+    def _table(self) -> tuple[tf.Tensor, tf.Tensor]:
+        if self._tensors is None:
+            with tf.init_scope(), tf.device("/cpu:0"):  # eager, even when first traced
+                self._tensors = (tf.constant(self._rel), tf.constant(self.labels))
+        return self._tensors
+
+    def _decode(self, data: tf.Tensor, fmt: tf.Tensor) -> tf.Tensor:
+        # PNG (and JPEG, up to 3 channels) decode straight to the wanted channels;
+        # TF's other decoders refuse some channel counts, so those decode as stored.
+        def as_stored() -> tf.Tensor:
+            image = tf.io.decode_image(data, channels=0, expand_animations=False)
+            return _to_channels(image, self.channels)
+
+        direct = fmt == _PNG
+        if self.channels < 4:
+            direct |= fmt == _JPEG
+        image = tf.cond(
+            direct,
+            lambda: tf.io.decode_image(data, channels=self.channels, expand_animations=False),
+            as_stored,
+        )
+        image.set_shape([None, None, self.channels])
+        return image
+
+    def _read(self, index: Any, on_error: str) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+        rel, labels = self._table()
+        index = tf.cast(index, tf.int64)
+        path = tf.strings.join([tf.constant(self._prefix), tf.gather(rel, index)])
+        label = tf.gather(labels, index)
+        data = tf.io.read_file(path)
+        fmt, problem = _sniff(data)
+        ok = tf.equal(problem, "")
+        if on_error == "raise":
+            message = tf.strings.join(
+                ["ImageFolderSource: cannot decode image ", path, ": ", problem]
+            )
+            check = tf.debugging.Assert(ok, [message], summarize=1)
+            with tf.control_dependencies([check]):
+                image = self._decode(tf.identity(data), fmt)
+            return (image, label), tf.constant(1.0)
+
+        def bad() -> tuple[tf.Tensor, tf.Tensor]:
+            token = tf.numpy_function(
+                self._note_skip, [index, problem], tf.int64, stateful=True, name="note_skip"
+            )
+            with tf.control_dependencies([token]):
+                placeholder = tf.zeros(
+                    [PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, self.channels], tf.uint8
+                )
+            return placeholder, tf.constant(0.0)
+
+        image, weight = tf.cond(ok, lambda: (self._decode(data, fmt), tf.constant(1.0)), bad)
+        image.set_shape([None, None, self.channels])
+        return (image, label), weight
+
+    def load(self, index: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """Read and decode file ``index``: ``(image uint8 [H, W, C], label int64)``.
+
+        Graph-compatible (use it in ``tf.data.Dataset.map``). Under
+        ``on_error="raise"`` a bad file raises ``InvalidArgumentError`` naming
+        its path; under ``"skip"`` it gives the placeholder (see
+        :meth:`load_with_weight` for the weight that marks it).
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.png"),
+            ...                  tf.io.encode_png(tf.zeros([2, 3, 1], tf.uint8)))
+            >>> image, label = ImageFolderSource(root).load(0)
+            >>> image.shape, image.dtype, label.dtype
+            (TensorShape([2, 3, 3]), tf.uint8, tf.int64)
+        """
+        example, _ = self._read(index, self.on_error)
+        return example
+
+    def load_with_weight(self, index: Any) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+        """Like :meth:`load`, plus a float32 weight: 0.0 for a skipped bad file, else 1.0.
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.jpg"), b"garbage")
+            >>> src = ImageFolderSource(root, on_error="skip")
+            >>> (image, label), weight = src.load_with_weight(0)
+            >>> image.shape, float(weight), len(src.skipped_files())
+            (TensorShape([16, 16, 3]), 0.0, 1)
+        """
+        return self._read(index, self.on_error)
+
+    # -- skipped files -------------------------------------------------------------------
+    def _note_skip(self, index: np.ndarray, problem: np.ndarray) -> np.int64:
+        path = self.path(int(index))
+        reason = problem.decode("utf-8", "replace") if isinstance(problem, bytes) else str(problem)
+        with self._lock:
+            self._skipped.setdefault(path, reason)
+            self._skip_events += 1
+        return np.int64(0)
+
+    def skipped_files(self) -> list[str]:
+        """Paths of the bad files skipped so far in this process, sorted.
+
+        Counted on the Python side when a bad file is read (each file once,
+        however often it is read); a process only knows the reads it did.
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.png"), b"")
+            >>> src = ImageFolderSource(root, on_error="skip")
+            >>> _ = src.load(0)
+            >>> [os.path.basename(p) for p in src.skipped_files()]
+            ['1.png']
+        """
+        with self._lock:
+            return sorted(self._skipped)
+
+    def report(self) -> str:
+        """A one-line summary of the bad files skipped so far (see :meth:`skipped_files`).
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.png"),
+            ...                  tf.io.encode_png(tf.zeros([1, 1, 3], tf.uint8)))
+            >>> ImageFolderSource(root, on_error="skip").report()
+            'ImageFolderSource: 0 of 1 files skipped'
+        """
+        with self._lock:
+            items = sorted(self._skipped.items())
+            events = self._skip_events
+        line = f"ImageFolderSource: {len(items)} of {self.num_examples} files skipped"
+        if not items:
+            return line
+        shown = "; ".join(f"{p} ({why})" for p, why in items[:_MAX_LISTED])
+        more = f"; and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
+        return f"{line} ({events} reads replaced by placeholders): {shown}{more}"
+
+    def find_bad_files(self, num_parallel_calls: int = tf.data.AUTOTUNE) -> list[str]:
+        """Read and decode every file once; return the paths that fail, sorted.
+
+        A one-off scan (a full pass over the data) that also catches the
+        damage only the decoder notices, which :meth:`load` cannot attribute
+        to a file. It does not touch :meth:`skipped_files`.
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "bad.png"), b"junk")
+            >>> tf.io.write_file(os.path.join(root, "a", "ok.png"),
+            ...                  tf.io.encode_png(tf.zeros([1, 1, 3], tf.uint8)))
+            >>> [os.path.basename(p) for p in ImageFolderSource(root).find_bad_files()]
+            ['bad.png']
+        """
+
+        def good(index: tf.Tensor) -> tf.Tensor:
+            (image, _), _ = self._read(index, "raise")
+            with tf.control_dependencies([image]):
+                return tf.identity(index)
+
+        ds = tf.data.Dataset.range(self.num_examples).map(good, num_parallel_calls)
+        ds = ds.ignore_errors(log_warning=False)
+        seen = np.zeros(self.num_examples, bool)
+        for index in ds.as_numpy_iterator():
+            seen[index] = True
+        return sorted(self.path(i) for i in np.flatnonzero(~seen))

@@ -1,0 +1,1098 @@
+"""TFRecord shards: a writer for any source or arrays, and a streaming source for training.
+
+This module owns :func:`write_tfrecords` (source or arrays -> balanced
+``tf.train.Example`` shards plus a JSON manifest) and :class:`TFRecordSource`,
+a *streaming* source: TFRecord files cannot be read by index, so each rank
+reads a share of the files instead of sampler indices.
+
+Repeated Augmentation on a stream keeps DeiT's layout -- the ``R`` copies of a
+record go to ``R`` different replicas in the same step -- this way: ranks
+form ``G = W / R`` groups of ``R`` consecutive ranks; each epoch the files are
+permuted by a key of ``(seed, epoch)`` and group ``g`` reads ``files[g::G]``;
+the ``R`` ranks of a group read the same files in the same order through the
+same seeded shuffle, so they see identical record streams, and each augments
+its copy differently (its positions differ). Every rank takes exactly
+``steps_per_epoch * batch_size`` records, so multi-worker collectives never
+wait on a rank that ran dry.
+
+The records :func:`write_tfrecords` writes (one ``tf.train.Example`` per
+example; the manifest says which encoding each feature uses):
+
+=========  =====================================================================
+encoding   what the record holds under the feature's name ``k``
+=========  =====================================================================
+``png``    ``k``: one PNG (uint8 images ``[H, W]``/``[H, W, C]``, C in 1, 3, 4; sizes may vary)
+``raw``    ``k``: the array's little-endian bytes; ``k/shape``: its shape (int64 list)
+``int64``  ``k``: the values as an int64 list (integers and bools of a fixed shape)
+``float``  ``k``: the values as a float list (float16/float32 of a fixed shape)
+``bytes``  ``k``: the values as a bytes list (strings of a fixed shape)
+=========  =====================================================================
+
+Example:
+    >>> import tempfile, numpy as np
+    >>> out = tempfile.mkdtemp()
+    >>> images = np.zeros((10, 4, 4, 3), np.uint8)
+    >>> files = write_tfrecords((images, np.arange(10)), out, num_shards=2)
+    >>> src = TFRecordSource(files)  # features and counts from the manifest
+    >>> src.num_examples, src.steps_per_epoch(num_replicas=2, num_repeats=2, batch_size=4)
+    (10, 2)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfdp.indices import KeyedPermutation
+
+__all__ = ["MANIFEST_SUFFIX", "TFRecordSource", "read_manifest", "write_tfrecords"]
+
+#: The manifest of ``write_tfrecords(..., prefix=p)`` is ``<out_dir>/<p>.manifest.json``.
+MANIFEST_SUFFIX = ".manifest.json"
+_FORMAT = "tfdp.tfrecord"
+_VERSION = 1
+_ENCODINGS = ("png", "raw", "int64", "float", "bytes")
+_TAG_SHUFFLE = 0x5354_5245  # "STRE": domain tag of the stream's shuffle keys
+_IO_THREADS = 16
+# tf.io.decode_raw has no unsigned 32/64-bit output: read as signed, then bitcast.
+_RAW_VIA = {"uint32": tf.int32, "uint64": tf.int64}
+_MAX_LISTED = 5
+
+
+# ----------------------------------------------------------------------------------------
+# Feature encodings
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Feature:
+    """One component of an example and how it is stored in a record."""
+
+    name: str
+    encoding: str
+    dtype: str  # NumPy dtype name, or "string"
+    shape: tuple[int | None, ...]
+
+    @property
+    def tf_dtype(self) -> tf.DType:
+        return tf.string if self.dtype == "string" else tf.as_dtype(self.dtype)
+
+    def parse_spec(self) -> dict[str, Any]:
+        if self.encoding in ("png", "raw"):
+            spec = {self.name: tf.io.FixedLenFeature([], tf.string)}
+            if self.encoding == "raw":
+                spec[f"{self.name}/shape"] = tf.io.FixedLenFeature([len(self.shape)], tf.int64)
+            return spec
+        dtype = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string}[self.encoding]
+        return {self.name: tf.io.FixedLenFeature(list(self.shape), dtype)}
+
+    def decode(self, parsed: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        value = parsed[self.name]
+        if self.encoding == "png":
+            channels = self.shape[2] if len(self.shape) == 3 else 1
+            image = tf.io.decode_png(value, channels=channels)
+            if len(self.shape) == 2:
+                image = image[..., 0]
+            image.set_shape(self.shape)
+            return image
+        if self.encoding == "raw":
+            via = _RAW_VIA.get(self.dtype)  # decode_raw lacks uint32/uint64: bitcast
+            flat = tf.io.decode_raw(value, via or self.tf_dtype, little_endian=True)
+            if via is not None:
+                flat = tf.bitcast(flat, self.tf_dtype)
+            out = tf.reshape(flat, parsed[f"{self.name}/shape"])
+            out.set_shape(self.shape)
+            return out
+        if value.dtype != self.tf_dtype:
+            value = tf.cast(value, self.tf_dtype)
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        keys = {}
+        for key, spec in self.parse_spec().items():
+            keys[key] = {
+                "kind": type(spec).__name__,
+                "shape": list(spec.shape),
+                "dtype": tf.as_dtype(spec.dtype).name,
+            }
+        return {
+            "name": self.name,
+            "encoding": self.encoding,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "keys": keys,
+        }
+
+    @classmethod
+    def from_description(cls, d: Mapping[str, Any]) -> _Feature:
+        return cls(d["name"], d["encoding"], d["dtype"], tuple(d["shape"]))
+
+
+def _dtype_name(dtype: Any) -> str:
+    if isinstance(dtype, tf.DType):
+        if dtype == tf.string:
+            return "string"
+        dtype = dtype.as_numpy_dtype
+    np_dtype = np.dtype(dtype)
+    return "string" if np_dtype.kind in "SUO" else np_dtype.name
+
+
+def _infer_encoding(dtype: str, shape: tuple[int | None, ...]) -> str:
+    known = all(d is not None for d in shape)
+    if dtype == "uint8" and (len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3, 4))):
+        return "png"
+    if dtype == "string":
+        return "bytes"
+    if known and (dtype == "bool" or dtype in ("int8", "int16", "int32", "int64", "uint8")):
+        return "int64"
+    if known and dtype in ("uint16", "uint32"):
+        return "int64"
+    if known and dtype in ("float16", "float32"):
+        return "float"
+    return "raw"
+
+
+def _check_encoding(f: _Feature) -> None:
+    if f.encoding not in _ENCODINGS:
+        raise ValueError(
+            f"feature {f.name!r}: unknown encoding {f.encoding!r}; use one of {_ENCODINGS}"
+        )
+    known = all(d is not None for d in f.shape)
+    if f.encoding == "png" and not (
+        f.dtype == "uint8"
+        and (len(f.shape) == 2 or (len(f.shape) == 3 and f.shape[2] in (1, 3, 4)))
+    ):
+        raise ValueError(
+            f"feature {f.name!r}: 'png' needs uint8 [H, W] or [H, W, C] with C in 1, 3, 4; "
+            f"got {f.dtype} of shape {list(f.shape)}"
+        )
+    if f.encoding == "raw" and f.dtype == "string":
+        raise ValueError(f"feature {f.name!r}: strings cannot be stored 'raw'; use 'bytes'")
+    if f.encoding in ("int64", "float", "bytes") and not known:
+        raise ValueError(
+            f"feature {f.name!r}: {f.encoding!r} needs a fixed shape, got {list(f.shape)}; "
+            "use 'raw' (or 'png') for shapes that vary"
+        )
+    if f.encoding == "bytes" and f.dtype != "string":
+        raise ValueError(f"feature {f.name!r}: 'bytes' is for strings, got {f.dtype}")
+    if f.encoding == "int64" and not (f.dtype == "bool" or np.dtype(f.dtype).kind in "iu"):
+        raise ValueError(f"feature {f.name!r}: 'int64' is for integers and bools, got {f.dtype}")
+    if f.encoding == "int64" and f.dtype == "uint64":
+        raise ValueError(f"feature {f.name!r}: uint64 does not fit int64; use 'raw'")
+    if f.encoding == "float" and f.dtype not in ("float16", "float32"):
+        raise ValueError(
+            f"feature {f.name!r}: 'float' stores float32, got {f.dtype}; use 'raw' to keep it exact"
+        )
+
+
+def _to_feature(f: _Feature, value: Any, where: str) -> dict[str, tf.train.Feature]:
+    """Serialise one component (a NumPy value; PNG bytes already encoded) into record features."""
+    if f.encoding == "png":
+        return {f.name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(value)]))}
+    arr = np.asarray(value)
+    if f.encoding == "raw":
+        if arr.ndim != len(f.shape) or any(
+            d is not None and d != s for d, s in zip(f.shape, arr.shape, strict=True)
+        ):
+            raise ValueError(
+                f"{where}: feature {f.name!r} has shape {arr.shape}, expected {f.shape}"
+            )
+        data = np.ascontiguousarray(arr, dtype=np.dtype(f.dtype).newbyteorder("<")).tobytes()
+        return {
+            f.name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+            f"{f.name}/shape": tf.train.Feature(int64_list=tf.train.Int64List(value=arr.shape)),
+        }
+    if arr.shape != f.shape:
+        raise ValueError(f"{where}: feature {f.name!r} has shape {arr.shape}, expected {f.shape}")
+    flat = arr.reshape(-1)
+    if f.encoding == "int64":
+        feature = tf.train.Feature(int64_list=tf.train.Int64List(value=flat.astype(np.int64)))
+    elif f.encoding == "float":
+        feature = tf.train.Feature(float_list=tf.train.FloatList(value=flat.astype(np.float32)))
+    else:
+        values = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat.tolist()]
+        feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+    return {f.name: feature}
+
+
+def _encode_png(value: Any, f: _Feature) -> tf.Tensor:
+    image = tf.convert_to_tensor(value)
+    if len(f.shape) == 2:
+        image = image[..., tf.newaxis]
+    return tf.io.encode_png(image)
+
+
+# ----------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------
+
+
+def _components(structure: str, example: Any, keys: Sequence[Any]) -> list[Any]:
+    if structure == "single":
+        return [example]
+    if structure == "dict":
+        return [example[k] for k in keys]
+    return list(example)
+
+
+def _plan_features(
+    structure: str,
+    keys: Sequence[Any],
+    specs: Sequence[tuple[str, tuple[int | None, ...]]],
+    features: Any,
+) -> list[_Feature]:
+    """Names and encodings of the components, from the defaults and ``features``."""
+    n = len(specs)
+    if structure == "dict":
+        names = [str(k) for k in keys]
+    elif n == 2:
+        names = ["image", "label"]
+    else:
+        names = [f"f{i}" for i in range(n)]
+    encodings: list[str | None] = [None] * n
+    if features is not None:
+        if isinstance(features, Mapping):
+            if structure == "dict":
+                unknown = sorted(set(features) - set(names))
+                if unknown:
+                    raise ValueError(f"features names keys the data does not have: {unknown}")
+                encodings = [features.get(k) for k in names]
+            else:
+                if len(features) != n:
+                    raise ValueError(
+                        f"features must name all {n} components of an example, got {len(features)}"
+                    )
+                names = [str(k) for k in features]
+                encodings = list(features.values())
+        elif isinstance(features, Sequence) and not isinstance(features, str):
+            if structure == "dict" or len(features) != n:
+                raise ValueError(
+                    f"features as a list names the {n} components of a tuple example; "
+                    f"got {list(features)!r}"
+                )
+            names = [str(k) for k in features]
+        else:
+            raise ValueError(
+                "features must be None, a list of names, or a dict name -> encoding; "
+                f"got {features!r}"
+            )
+    out = []
+    for name, (dtype, shape), enc in zip(names, specs, encodings, strict=True):
+        f = _Feature(name, enc or _infer_encoding(dtype, shape), dtype, shape)
+        _check_encoding(f)
+        out.append(f)
+    all_keys = [k for f in out for k in f.parse_spec()]
+    if len(set(all_keys)) != len(all_keys):
+        raise ValueError(f"feature names collide: {all_keys}")
+    return out
+
+
+def _is_source(obj: Any) -> bool:
+    return hasattr(obj, "num_examples") and callable(getattr(obj, "load", None))
+
+
+def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]], int]:
+    """``(structure, keys, [(dtype, shape)], num_examples)`` of a source or arrays."""
+    if _is_source(data):
+        spec = data.element_spec
+        if isinstance(spec, Mapping):
+            structure, keys, leaves = "dict", list(spec), list(spec.values())
+        elif isinstance(spec, (tuple, list)):
+            structure, keys, leaves = "tuple", list(range(len(spec))), list(spec)
+        else:
+            structure, keys, leaves = "single", [0], [spec]
+        for leaf in leaves:
+            if not isinstance(leaf, tf.TensorSpec) or leaf.shape.rank is None:
+                raise ValueError(
+                    "write_tfrecords handles examples whose components are plain tensors of "
+                    f"known rank (a tuple or dict of them); got element_spec {spec!r}"
+                )
+        specs = [(_dtype_name(s.dtype), tuple(s.shape.as_list())) for s in leaves]
+        return structure, keys, specs, int(data.num_examples)
+    if isinstance(data, Mapping):
+        structure, keys, arrays = "dict", list(data), [np.asarray(v) for v in data.values()]
+    elif isinstance(data, (tuple, list)):
+        structure, keys, arrays = "tuple", list(range(len(data))), [np.asarray(v) for v in data]
+    elif isinstance(data, np.ndarray):
+        structure, keys, arrays = "single", [0], [data]
+    else:
+        raise ValueError(
+            "write_tfrecords takes a source (num_examples and load) or a NumPy array, "
+            f"tuple or dict of arrays; got {type(data).__name__}"
+        )
+    if not arrays:
+        raise ValueError("write_tfrecords: no arrays given")
+    lengths = {str(k): (a.shape[0] if a.ndim else None) for k, a in zip(keys, arrays, strict=True)}
+    if None in lengths.values() or len(set(lengths.values())) != 1:
+        raise ValueError(f"arrays must share their first (example) axis; lengths: {lengths}")
+    specs = [(_dtype_name(a.dtype), tuple(a.shape[1:])) for a in arrays]
+    return structure, keys, specs, int(arrays[0].shape[0])
+
+
+def _example_stream(
+    data: Any, structure: str, keys: list[Any], feats: list[_Feature], order: np.ndarray
+) -> Any:
+    """Yield ``(source index, [component values])`` in ``order``, PNGs already encoded."""
+    png = [f.encoding == "png" for f in feats]
+    if _is_source(data):
+        weighted = callable(getattr(data, "load_with_weight", None))
+
+        def fetch(index: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor]:
+            if weighted:
+                example, weight = data.load_with_weight(index)
+            else:
+                example, weight = data.load(index), tf.constant(1.0)
+            parts = _components(structure, example, keys)
+            parts = tuple(
+                _encode_png(p, f) if is_png else p
+                for p, f, is_png in zip(parts, feats, png, strict=True)
+            )
+            return index, parts, tf.cast(weight, tf.float32)
+
+        ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
+        ds = ds.map(fetch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        for index, parts, weight in ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
+            if weight == 0:
+                where = data.path(int(index)) if hasattr(data, "path") else f"index {index}"
+                raise ValueError(
+                    f"write_tfrecords: example {int(index)} ({where}) could not be read and "
+                    "would be written as a placeholder; fix or remove it and retry"
+                )
+            yield int(index), parts
+        return
+    arrays = _components(structure, data, keys)
+    arrays = [np.asarray(a) for a in arrays]
+    for index in order.tolist():
+        parts = [a[index] for a in arrays]
+        parts = [
+            _encode_png(p, f).numpy() if is_png else p
+            for p, f, is_png in zip(parts, feats, png, strict=True)
+        ]
+        yield index, parts
+
+
+def _atomic_write_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_tfrecords(
+    source_or_arrays: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    num_shards: int,
+    prefix: str = "data",
+    features: Sequence[str] | Mapping[str, str | None] | None = None,
+    progress: bool = False,
+    shuffle_seed: int | None = 0,
+    compression: str | None = None,
+) -> list[str]:
+    """Write a random-access source or arrays as balanced TFRecord shards plus a manifest.
+
+    Shard ``i`` is ``<out_dir>/<prefix>-<i:05d>-of-<num_shards:05d>.tfrecord``;
+    shard sizes differ by at most one record. Each record is a
+    ``tf.train.Example`` with one entry per component of the example (see the
+    module docstring for the encodings). The manifest
+    ``<out_dir>/<prefix>.manifest.json`` lists the files (relative to
+    ``out_dir``), their record counts, the features (name, encoding, dtype,
+    shape and the ``tf.io`` parsing spec of each key), the example structure
+    and the compression; :class:`TFRecordSource` reads it.
+
+    Nothing is left half-written: shards are written under temporary names
+    and renamed only once all succeeded, the manifest last (temp file, then
+    ``os.replace``); on error the temporary files are removed and an existing
+    dataset under the same names is untouched. ``out_dir`` must be a local
+    directory. Files of an earlier write with a different ``num_shards`` are
+    not removed (the new manifest does not list them).
+
+    Args:
+        source_or_arrays: A random-access source (``num_examples``,
+            ``element_spec`` and ``load``; read through ``tf.data``, PNG
+            encoding in parallel) or a NumPy array / tuple / dict of arrays
+            sharing axis 0. A source with ``load_with_weight`` (e.g.
+            ``ImageFolderSource(on_error="skip")``) makes the write fail on an
+            example of weight 0 rather than store a placeholder.
+        out_dir: Output directory (created if missing).
+        num_shards: Number of files, ``1 <= num_shards <= num_examples``.
+        prefix: File name prefix.
+        features: Names and encodings. ``None``: dict keys, or for tuples
+            ``("image", "label")`` when there are two components, else
+            ``f0, f1, ...``; encodings inferred (uint8 images -> ``png``,
+            integers/bools -> ``int64``, float16/32 -> ``float``, strings ->
+            ``bytes``, anything else or of varying shape -> ``raw``). A list
+            of names renames tuple components; a dict ``name -> encoding``
+            (``None`` = inferred) chooses encodings (for dict data, a subset
+            of its keys).
+        progress: Print one line per finished shard to stderr.
+        shuffle_seed: Records are written in the order of
+            ``KeyedPermutation(num_examples, shuffle_seed, 0)`` -- so that a
+            class-sorted source (an image folder) does not give class-sorted
+            shards, which a stream's local shuffle could not mix. ``None``
+            keeps the source order.
+        compression: ``None``, ``"GZIP"`` or ``"ZLIB"``.
+
+    Returns:
+        The shard paths, in shard order.
+
+    Raises:
+        ValueError: bad arguments, an unsupported dtype/encoding pair, an
+            example whose shape differs from the spec (naming its index).
+
+    Example:
+        >>> import json, os, tempfile, numpy as np
+        >>> out = tempfile.mkdtemp()
+        >>> data = {"x": np.random.rand(7, 3).astype("float32"), "y": np.arange(7)}
+        >>> files = write_tfrecords(data, out, num_shards=3, prefix="toy")
+        >>> [os.path.basename(f) for f in files][:1]
+        ['toy-00000-of-00003.tfrecord']
+        >>> json.load(open(os.path.join(out, "toy.manifest.json")))["counts"]
+        [3, 2, 2]
+    """
+    structure, keys, specs, n = _describe_input(source_or_arrays)
+    if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)):
+        raise ValueError(f"num_shards must be an integer, got {num_shards!r}")
+    if n < 1:
+        raise ValueError("write_tfrecords: the data holds no example")
+    if not 1 <= num_shards <= n:
+        raise ValueError(f"num_shards must be in [1, num_examples={n}], got {num_shards}")
+    if not prefix or os.sep in prefix:
+        raise ValueError(f"prefix must be a plain file name prefix, got {prefix!r}")
+    if compression not in (None, "", "GZIP", "ZLIB"):
+        raise ValueError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
+    compression = compression or None
+    feats = _plan_features(structure, keys, specs, features)
+    out = os.fspath(out_dir)
+    os.makedirs(out, exist_ok=True)
+    num_shards = int(num_shards)
+    sizes = [n // num_shards + (i < n % num_shards) for i in range(num_shards)]
+    names = [f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
+    finals = [os.path.join(out, name) for name in names]
+    token = uuid.uuid4().hex
+    temps = [f"{path}.tmp-{token}" for path in finals]
+    if shuffle_seed is None:
+        order = np.arange(n, dtype=np.int64)
+    else:
+        order = KeyedPermutation(n, int(shuffle_seed), 0)(np.arange(n))
+    options = tf.io.TFRecordOptions(compression_type=compression or "")
+    stream = _example_stream(source_or_arrays, structure, keys, feats, order)
+    try:
+        for shard, (tmp, size) in enumerate(zip(temps, sizes, strict=True)):
+            with tf.io.TFRecordWriter(tmp, options) as writer:
+                for _ in range(size):
+                    index, parts = next(stream)
+                    record: dict[str, tf.train.Feature] = {}
+                    for f, value in zip(feats, parts, strict=True):
+                        record.update(_to_feature(f, value, f"example {index}"))
+                    example = tf.train.Example(features=tf.train.Features(feature=record))
+                    writer.write(example.SerializeToString())
+            if progress:
+                print(
+                    f"write_tfrecords: shard {shard + 1}/{num_shards} ({size} records) -> "
+                    f"{finals[shard]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        manifest = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "num_examples": n,
+            "files": names,
+            "counts": sizes,
+            "compression": compression,
+            "structure": structure,
+            "features": [f.describe() for f in feats],
+            "shuffle_seed": shuffle_seed,
+        }
+        manifest_path = os.path.join(out, prefix + MANIFEST_SUFFIX)
+        if os.path.exists(manifest_path):  # never leave an old manifest over new shards
+            os.remove(manifest_path)
+        for tmp, final in zip(temps, finals, strict=True):
+            os.replace(tmp, final)
+        _atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
+    except BaseException:
+        for tmp in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    finally:
+        stream.close()
+    return finals
+
+
+# ----------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load a manifest written by :func:`write_tfrecords`, with ``files`` made absolute.
+
+    Raises:
+        ValueError: the file is not a tfdp TFRecord manifest (naming it).
+
+    Example:
+        >>> import os, tempfile, numpy as np
+        >>> out = tempfile.mkdtemp()
+        >>> _ = write_tfrecords(np.zeros((4, 2), "float32"), out, num_shards=2)
+        >>> m = read_manifest(os.path.join(out, "data.manifest.json"))
+        >>> m["counts"], m["features"][0]["encoding"]
+        ([2, 2], 'float')
+    """
+    path = os.fspath(path)
+    try:
+        with tf.io.gfile.GFile(path, "r") as fh:
+            manifest = json.loads(fh.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a JSON manifest ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        raise ValueError(f"{path}: not a {_FORMAT} manifest (written by write_tfrecords)")
+    if manifest.get("version") != _VERSION:
+        raise ValueError(f"{path}: manifest version {manifest.get('version')} is not supported")
+    base = os.path.dirname(path)
+    manifest["files"] = [os.path.join(base, f) for f in manifest["files"]]
+    return manifest
+
+
+_KIND = {tf.int64: "int64_list", tf.float32: "float_list", tf.string: "bytes_list"}
+
+
+def _check_record(serialized: bytes, features: Mapping[str, Any], path: str) -> None:
+    """Raise a ValueError naming ``path`` and the feature when a record does not fit the spec."""
+    try:
+        example = tf.train.Example.FromString(serialized)
+    except Exception:  # protobuf's DecodeError
+        raise ValueError(
+            f"{path}: the first record is not a tf.train.Example "
+            "(wrong file, or a compressed file read without compression=?)"
+        ) from None
+    fmap = example.features.feature
+    present = sorted(fmap)
+
+    def fail(key: str, what: str) -> None:
+        raise ValueError(f"{path}: feature {key!r} {what} (the first record has {present})")
+
+    def check_kind(key: str, dtype: Any) -> list[Any] | None:
+        if key not in fmap:
+            return None
+        want = _KIND.get(tf.as_dtype(dtype))
+        kind = fmap[key].WhichOneof("kind")
+        if want is not None and kind is not None and kind != want:
+            fail(key, f"holds {kind} values but the spec asks for {tf.as_dtype(dtype).name}")
+        return list(getattr(fmap[key], kind).value) if kind else []
+
+    for key, spec in features.items():
+        if isinstance(spec, tf.io.FixedLenFeature):
+            values = check_kind(key, spec.dtype)
+            if values is None:
+                if spec.default_value is None:
+                    fail(key, "is missing from the records")
+                continue
+            want = int(np.prod(spec.shape, dtype=np.int64))
+            if len(values) != want:
+                fail(
+                    key,
+                    f"has {len(values)} values; the spec's shape {list(spec.shape)} needs {want}",
+                )
+        elif isinstance(spec, tf.io.FixedLenSequenceFeature):
+            values = check_kind(key, spec.dtype)
+            if values is None and not spec.allow_missing:
+                fail(key, "is missing from the records")
+            step = int(np.prod(spec.shape, dtype=np.int64))
+            if values is not None and step and len(values) % step:
+                fail(key, f"has {len(values)} values, not a multiple of {list(spec.shape)}")
+        elif isinstance(spec, tf.io.VarLenFeature):
+            check_kind(key, spec.dtype)
+        elif isinstance(spec, tf.io.SparseFeature):
+            index_keys = [spec.index_key] if isinstance(spec.index_key, str) else spec.index_key
+            for k in index_keys:
+                check_kind(k, tf.int64)
+            check_kind(spec.value_key, spec.dtype)
+        elif isinstance(spec, tf.io.RaggedFeature):
+            check_kind(spec.value_key or key, spec.dtype)
+
+
+def _read_first(path: str, compression: str | None) -> bytes | None:
+    try:
+        for record in tf.data.TFRecordDataset(path, compression_type=compression or "").take(1):
+            return record.numpy()
+    except tf.errors.OpError as err:
+        raise ValueError(
+            f"{path}: cannot read a record ({type(err).__name__}: {err.message.splitlines()[0]}); "
+            f"is it a TFRecord file with compression={compression!r}?"
+        ) from None
+    return None
+
+
+def _count_records(path: str, compression: str | None) -> int:
+    ds = tf.data.TFRecordDataset(path, compression_type=compression or "")
+    try:
+        return int(ds.reduce(np.int64(0), lambda n, _: n + 1))
+    except tf.errors.OpError as err:
+        raise ValueError(
+            f"{path}: cannot count its records ({type(err).__name__}: "
+            f"{err.message.splitlines()[0]}); is it a TFRecord file with "
+            f"compression={compression!r}?"
+        ) from None
+
+
+def _map_threads(fn: Callable[[str], Any], paths: Sequence[str]) -> list[Any]:
+    with concurrent.futures.ThreadPoolExecutor(min(_IO_THREADS, len(paths))) as pool:
+        return list(pool.map(fn, paths))
+
+
+def _resolve_files(files: Any) -> tuple[list[str], dict[str, Any] | None]:
+    """The file list, and the manifest when ``files`` names one."""
+    if isinstance(files, (str, os.PathLike)):
+        pattern = os.fspath(files)
+        if pattern.endswith(MANIFEST_SUFFIX):
+            manifest = read_manifest(pattern)
+            return list(manifest["files"]), manifest
+        paths = sorted(tf.io.gfile.glob(pattern))
+        if not paths:
+            raise FileNotFoundError(f"TFRecordSource: no file matches {pattern!r}")
+        return paths, None
+    paths = [os.fspath(f) for f in files]
+    if not paths:
+        raise ValueError("TFRecordSource: files is empty")
+    return paths, None
+
+
+def _find_manifests(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``{file: manifest}`` for the files some manifest in their directory lists."""
+    found: dict[str, dict[str, Any]] = {}
+    for directory in sorted({os.path.dirname(p) for p in paths}):
+        pattern = os.path.join(directory or ".", "*" + MANIFEST_SUFFIX)
+        for mpath in sorted(tf.io.gfile.glob(pattern)):
+            try:
+                manifest = read_manifest(mpath)
+            except ValueError:
+                continue  # someone else's JSON: ignore
+            for f in manifest["files"]:
+                found.setdefault(os.path.normpath(f), manifest)
+    return found
+
+
+def _group_key(seed: int, epoch: int, group: int) -> int:
+    ss = np.random.SeedSequence([seed, epoch, group, _TAG_SHUFFLE])
+    return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+class TFRecordSource:
+    """A streaming source over TFRecord files, with DeiT's Repeated Augmentation layout.
+
+    Args:
+        files: A glob pattern, a list of paths, or the path of a manifest
+            written by :func:`write_tfrecords`. A pattern is expanded and
+            sorted; a list keeps its order.
+        features: ``tf.io`` parsing spec (``{key: tf.io.FixedLenFeature(...)}``
+            etc.). ``None``: taken from the manifest (which must cover every
+            file), decoding included.
+        decode: ``parsed dict -> example``, graph-compatible. Default: with
+            ``features=None``, the manifest's decoding (PNG -> uint8 image,
+            raw -> array of its dtype and shape, ...) returning the written
+            structure -- ``(image, label)`` for a two-component tuple; with
+            explicit ``features``, the parsed values as a tuple in the key
+            order of ``features`` (the bare value for a single key).
+        shuffle_buffer: Records are shuffled in consecutive blocks of this
+            many (``0`` or ``1``: not shuffled) by a stateless permutation
+            keyed by ``(seed, epoch, group)``; the buffer holds serialized
+            records.
+        counts: Records per file (a list aligned with the files, or a dict
+            ``path -> count``), used when no manifest covers the files.
+            Without a manifest or counts every file is read once at
+            construction to count its records -- a full pass over the data in
+            every process that builds the source.
+        compression: ``None``, ``"GZIP"`` or ``"ZLIB"`` (default: the
+            manifest's, else none).
+        check_files: Read the first record of every file at construction and
+            check it against ``features``, raising a ValueError that names the
+            file and the feature on a mismatch (cheap: one record per file,
+            read in parallel). Later records are not checked; a record that
+            does not parse raises TensorFlow's error, which names the feature
+            but not the file.
+        cycle_length: Files read concurrently (interleaved) by each rank.
+        num_parallel_calls: Parallelism of reading and parsing.
+
+    Attributes:
+        files: The resolved file list (the order the per-epoch permutation acts on).
+        counts: int64 array of records per file.
+        num_examples: Total records.
+        element_spec: Spec of one decoded example.
+        manifest: The manifest used, or ``None``.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> out = tempfile.mkdtemp()
+        >>> files = write_tfrecords((np.zeros((12, 2, 2), "uint8"), np.arange(12)), out,
+        ...                         num_shards=4)
+        >>> src = TFRecordSource(files)
+        >>> ds = src.stream(rank=1, num_replicas=2, num_repeats=1, seed=0, epoch=0, batch_size=3)
+        >>> [(image.shape, int(pos)) for (image, label), pos in ds.take(2)]
+        [(TensorShape([2, 2]), 1), (TensorShape([2, 2]), 3)]
+    """
+
+    streaming = True
+
+    def __init__(
+        self,
+        files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        features: Mapping[str, Any] | None = None,
+        *,
+        decode: Callable[[dict[str, Any]], Any] | None = None,
+        shuffle_buffer: int = 1024,
+        counts: Sequence[int] | Mapping[str, int] | None = None,
+        compression: str | None = None,
+        check_files: bool = True,
+        cycle_length: int = 16,
+        num_parallel_calls: int = tf.data.AUTOTUNE,
+    ) -> None:
+        paths, manifest = _resolve_files(files)
+        if len(set(paths)) != len(paths):
+            raise ValueError("TFRecordSource: a file is listed twice")
+        missing = [p for p in paths if not tf.io.gfile.exists(p)]
+        if missing:
+            raise FileNotFoundError(
+                f"TFRecordSource: {len(missing)} file(s) not found: {missing[:_MAX_LISTED]}"
+            )
+        self.files = paths
+        self.shuffle_buffer = _check_int("shuffle_buffer", shuffle_buffer, 0)
+        self.cycle_length = _check_int("cycle_length", cycle_length, 1)
+        self.num_parallel_calls = num_parallel_calls
+        if compression not in (None, "", "GZIP", "ZLIB"):
+            raise ValueError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
+
+        by_file = {}
+        if manifest is not None:
+            by_file = {os.path.normpath(f): manifest for f in manifest["files"]}
+        else:
+            by_file = _find_manifests(paths)
+        covered = [by_file.get(os.path.normpath(p)) for p in paths]
+        manifests = [m for m in covered if m is not None]
+        if len(manifests) == len(paths):
+            self.manifest: dict[str, Any] | None = manifests[0]
+        else:
+            self.manifest = None
+        if manifests:
+            mcomp = {m.get("compression") for m in manifests}
+            if len(mcomp) == 1:
+                (mc,) = mcomp
+                if compression and mc and compression != mc:
+                    raise ValueError(f"compression={compression!r} but the manifest says {mc!r}")
+                compression = compression or mc
+        self.compression = compression or None
+
+        # -- features and decoding --
+        if features is None:
+            if self.manifest is None:
+                raise ValueError(
+                    "TFRecordSource: features=None needs a manifest (written by "
+                    "write_tfrecords) covering every file; pass features= otherwise"
+                )
+            descs = [tuple(map(json.dumps, m["features"])) for m in manifests]
+            if len(set(descs)) != 1:
+                raise ValueError(
+                    "TFRecordSource: the files come from manifests with different features"
+                )
+            feats = [_Feature.from_description(d) for d in self.manifest["features"]]
+            spec: dict[str, Any] = {}
+            for f in feats:
+                spec.update(f.parse_spec())
+            self.features: dict[str, Any] = spec
+            if decode is None:
+                decode = _manifest_decoder(feats, self.manifest["structure"])
+        else:
+            if not isinstance(features, Mapping) or not features:
+                raise ValueError(
+                    f"features must be a non-empty dict of tf.io feature specs, got {features!r}"
+                )
+            self.features = dict(features)
+            if decode is None:
+                keys = list(self.features)
+                if len(keys) == 1:
+                    (only,) = keys
+
+                    def decode(parsed: dict[str, Any]) -> Any:
+                        return parsed[only]
+                else:
+
+                    def decode(parsed: dict[str, Any]) -> Any:
+                        return tuple(parsed[k] for k in keys)
+
+        self._decode = decode
+
+        # -- record counts --
+        self.counts = self._resolve_counts(paths, covered, counts)
+        self.num_examples = int(self.counts.sum())
+
+        if check_files:
+            self._check_first_records()
+        self.element_spec = (
+            tf.data.Dataset.from_tensors(tf.constant(b"")).map(self.parse).element_spec
+        )
+
+    # -- construction helpers --------------------------------------------------------------
+    def _resolve_counts(self, paths: list[str], covered: list[Any], counts: Any) -> np.ndarray:
+        from_manifest = None
+        if all(m is not None for m in covered):
+            from_manifest = []
+            for p, m in zip(paths, covered, strict=True):
+                names = [os.path.normpath(f) for f in m["files"]]
+                from_manifest.append(int(m["counts"][names.index(os.path.normpath(p))]))
+        given = None
+        if counts is not None:
+            if isinstance(counts, Mapping):
+                norm = {os.path.normpath(os.fspath(k)): v for k, v in counts.items()}
+                lost = [p for p in paths if os.path.normpath(p) not in norm]
+                if lost:
+                    raise ValueError(f"counts has no entry for {lost[:_MAX_LISTED]}")
+                given = [norm[os.path.normpath(p)] for p in paths]
+            else:
+                given = list(counts)
+                if len(given) != len(paths):
+                    raise ValueError(f"counts has {len(given)} entries for {len(paths)} files")
+            given = [_check_int("counts[...]", c, 0) for c in given]
+        if from_manifest is not None:
+            if given is not None and given != from_manifest:
+                raise ValueError("counts= disagrees with the manifest's record counts")
+            return np.asarray(from_manifest, np.int64)
+        if given is not None:
+            return np.asarray(given, np.int64)
+        return np.asarray(
+            _map_threads(lambda p: _count_records(p, self.compression), paths), np.int64
+        )
+
+    def _check_first_records(self) -> None:
+        todo = [p for p, c in zip(self.files, self.counts, strict=True) if c > 0]
+        if not todo:
+            return
+        firsts = _map_threads(lambda p: _read_first(p, self.compression), todo)
+        for path, record in zip(todo, firsts, strict=True):
+            if record is None:
+                raise ValueError(f"{path}: expected records, found none")
+            _check_record(record, self.features, path)
+            try:
+                tf.io.parse_single_example(record, self.features)
+            except (tf.errors.OpError, ValueError, TypeError) as err:
+                msg = err.message if isinstance(err, tf.errors.OpError) else str(err)
+                raise ValueError(
+                    f"{path}: the first record does not match features: {msg.splitlines()[0]}"
+                ) from None
+        try:
+            self.parse(firsts[0])
+        except (tf.errors.OpError, ValueError, TypeError) as err:
+            msg = err.message if isinstance(err, tf.errors.OpError) else str(err)
+            raise ValueError(
+                f"{todo[0]}: decoding its first record failed: {msg.splitlines()[0]}"
+            ) from None
+
+    # -- public API ------------------------------------------------------------------------
+    def parse(self, record: Any) -> Any:
+        """Parse and decode one serialized record into an example (graph-compatible).
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> out = tempfile.mkdtemp()
+            >>> files = write_tfrecords((np.ones((2, 3), "float32"), np.arange(2)), out,
+            ...                         num_shards=1, shuffle_seed=None)
+            >>> src = TFRecordSource(files)
+            >>> record = next(iter(tf.data.TFRecordDataset(files)))
+            >>> x, y = src.parse(record)
+            >>> x.numpy().tolist(), int(y)
+            ([1.0, 1.0, 1.0], 0)
+        """
+        return self._decode(tf.io.parse_single_example(record, self.features))
+
+    def _layout(self, num_replicas: Any, num_repeats: Any) -> tuple[int, int, int]:
+        w = _check_int("num_replicas", num_replicas, 1)
+        if isinstance(num_repeats, float) and num_repeats.is_integer():
+            num_repeats = int(num_repeats)
+        if isinstance(num_repeats, bool) or not isinstance(num_repeats, (int, np.integer)):
+            raise ValueError(
+                f"num_repeats must be an integer >= 1 for a streaming source, got {num_repeats!r}"
+            )
+        r = int(num_repeats)
+        if r < 1 or w % r:
+            raise ValueError(
+                f"num_repeats={r} must be >= 1 and divide num_replicas={w}: the copies of a "
+                "record go to num_repeats ranks of one group"
+            )
+        g = w // r
+        if len(self.files) < g:
+            raise ValueError(
+                f"{len(self.files)} file(s) for num_replicas={w} / num_repeats={r} = {g} "
+                "groups: each group needs at least one file; write more shards"
+            )
+        return w, r, g
+
+    def steps_per_epoch(self, num_replicas: int, num_repeats: int, batch_size: int) -> int:
+        """Steps every rank takes in each epoch: the same for all ranks and all epochs.
+
+        Group ``g`` of ``G = num_replicas / num_repeats`` reads a permuted
+        ``files[g::G]``; the smallest group gets ``F // G`` files, so no group
+        ever has fewer records than the ``F // G`` smallest files hold.
+        Steps = that bound ``// batch_size``. Records beyond
+        ``steps * batch_size`` in a group's share are dropped that epoch: less
+        than one batch per rank when the shards are balanced (as
+        :func:`write_tfrecords` makes them) and ``F`` is a multiple of ``G``.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords(np.zeros((100, 1), "float32"), tempfile.mkdtemp(),
+            ...                         num_shards=8)
+            >>> TFRecordSource(files).steps_per_epoch(num_replicas=4, num_repeats=2, batch_size=8)
+            6
+        """
+        _, _, g = self._layout(num_replicas, num_repeats)
+        b = _check_int("batch_size", batch_size, 1)
+        smallest = np.sort(self.counts)[: len(self.files) // g]
+        return int(smallest.sum()) // b
+
+    def group_files(
+        self, *, rank: int, num_replicas: int, num_repeats: int, seed: int, epoch: int
+    ) -> list[str]:
+        """The files ``rank``'s group reads in ``epoch``, in reading order.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords(np.zeros((8, 1), "float32"), tempfile.mkdtemp(),
+            ...                         num_shards=4)
+            >>> src = TFRecordSource(files)
+            >>> a = src.group_files(rank=0, num_replicas=2, num_repeats=1, seed=0, epoch=0)
+            >>> b = src.group_files(rank=1, num_replicas=2, num_repeats=1, seed=0, epoch=0)
+            >>> len(a), sorted(a + b) == sorted(files)
+            (2, True)
+        """
+        _, r, g = self._layout(num_replicas, num_repeats)
+        _check_int("rank", rank, 0, num_replicas - 1)
+        _check_int("seed", seed, 0, 2**64 - 1)
+        _check_int("epoch", epoch, 0)
+        order = KeyedPermutation(len(self.files), seed, epoch)(np.arange(len(self.files)))
+        return [self.files[i] for i in order[rank // r :: g]]
+
+    def stream(
+        self,
+        *,
+        rank: int,
+        num_replicas: int,
+        num_repeats: int = 1,
+        seed: int = 0,
+        epoch: int = 0,
+        batch_size: int,
+    ) -> tf.data.Dataset:
+        """One rank's epoch: ``steps_per_epoch * batch_size`` pairs ``(example, position)``.
+
+        ``position = k * num_replicas + rank`` for the rank's ``k``-th record:
+        unique per (rank, record) within the epoch. The ``num_repeats`` ranks
+        of a group (``rank // num_repeats``) yield the same records in the same
+        order, so the copies of a record share their step. Deterministic: the
+        same arguments give the same stream in every run; parallel
+        interleaved reads, parallel parsing and prefetch keep the order. The
+        dataset's auto-sharding is off (it already is one rank's share).
+
+        Raises:
+            ValueError: ``num_repeats`` not dividing ``num_replicas``, fewer
+                files than groups, or too few records for one step.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords((np.zeros((8, 1), "float32"), np.arange(8)),
+            ...                         tempfile.mkdtemp(), num_shards=2)
+            >>> src = TFRecordSource(files)
+            >>> a, b = (
+            ...     [int(y) for (x, y), _ in src.stream(rank=r, num_replicas=2, num_repeats=2,
+            ...                                         seed=1, epoch=0, batch_size=2)]
+            ...     for r in (0, 1)
+            ... )
+            >>> a == b, len(a)
+            (True, 8)
+        """
+        w, r, g = self._layout(num_replicas, num_repeats)
+        rank = _check_int("rank", rank, 0, w - 1)
+        steps = self.steps_per_epoch(w, r, batch_size)
+        if steps < 1:
+            raise ValueError(
+                f"too few records for one step of batch_size={batch_size}: the smallest "
+                f"group share holds {int(np.sort(self.counts)[: len(self.files) // g].sum())} "
+                f"records (num_replicas={w}, num_repeats={r})"
+            )
+        group = rank // r
+        files = self.group_files(rank=rank, num_replicas=w, num_repeats=r, seed=seed, epoch=epoch)
+        compression = self.compression or ""
+        ds = tf.data.Dataset.from_tensor_slices(files)
+        ds = ds.interleave(
+            lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+            cycle_length=min(self.cycle_length, len(files)),
+            block_length=1,
+            num_parallel_calls=self.num_parallel_calls,
+            deterministic=True,
+        )
+        if self.shuffle_buffer > 1:
+            key = tf.constant(_group_key(seed, epoch, group), tf.int64)
+            ds = ds.batch(self.shuffle_buffer).enumerate()
+            ds = ds.map(
+                lambda block, records: tf.random.experimental.stateless_shuffle(
+                    records, seed=tf.stack([key, block])
+                ),
+                num_parallel_calls=self.num_parallel_calls,
+                deterministic=True,
+            )
+            ds = ds.unbatch()
+        ds = ds.take(steps * int(batch_size)).enumerate()
+        ds = ds.map(
+            lambda k, record: (self.parse(record), k * w + rank),
+            num_parallel_calls=self.num_parallel_calls,
+            deterministic=True,
+        )
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+        options = tf.data.Options()
+        options.deterministic = True
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return ds.with_options(options)
+
+    def __len__(self) -> int:
+        return self.num_examples
+
+    def __repr__(self) -> str:
+        return (
+            f"TFRecordSource(files={len(self.files)}, num_examples={self.num_examples}, "
+            f"features={sorted(self.features)}, manifest={self.manifest is not None})"
+        )
+
+
+def _manifest_decoder(feats: list[_Feature], structure: str) -> Callable[[dict[str, Any]], Any]:
+    def decode(parsed: dict[str, Any]) -> Any:
+        values = [f.decode(parsed) for f in feats]
+        if structure == "dict":
+            return {f.name: v for f, v in zip(feats, values, strict=True)}
+        if structure == "single":
+            return values[0]
+        return tuple(values)
+
+    return decode
