@@ -78,10 +78,12 @@ class TrainConfig:
         "'cnn', 'resnet' or 'module:function' returning a keras.Model "
         "(called with input_shape, num_classes)",
     )
-    epochs: int = _opt(12, "epochs to train (a resumed run continues up to this number)")
+    epochs: int = _opt(15, "epochs to train (a resumed run continues up to this number)")
     batch_size: int = _opt(64, "global batch size (all replicas together)")
     lr: float = _opt(3e-3, "learning rate")
     optimizer: str = _opt("adam", "optimizer", ("adam", "adamw", "sgd"))
+    schedule: str = _opt("cosine", "learning-rate schedule: cosine decay to 0 over the run "
+                         "(after a one-epoch linear warm-up), or constant", ("cosine", "constant"))
     weight_decay: float = _opt(0.0, "decoupled weight decay (adamw, sgd)")
     augment: str = _opt(
         "auto",
@@ -364,14 +366,22 @@ class _Resize:
         return (image, *rest)
 
 
-def _optimizer(cfg: TrainConfig) -> Any:
+def _optimizer(cfg: TrainConfig, steps_per_epoch: int) -> Any:
     import keras
 
+    lr: Any = cfg.lr
+    if cfg.schedule == "cosine":
+        total = max(1, cfg.epochs * steps_per_epoch)
+        warmup = min(steps_per_epoch, total // 2)
+        lr = keras.optimizers.schedules.CosineDecay(
+            0.0 if warmup else cfg.lr, total - warmup, warmup_target=cfg.lr if warmup else None,
+            warmup_steps=warmup,
+        )
     if cfg.optimizer == "adam":
-        return keras.optimizers.Adam(cfg.lr)
+        return keras.optimizers.Adam(lr)
     if cfg.optimizer == "adamw":
-        return keras.optimizers.AdamW(cfg.lr, weight_decay=cfg.weight_decay or 0.004)
-    return keras.optimizers.SGD(cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay or None)
+        return keras.optimizers.AdamW(lr, weight_decay=cfg.weight_decay or 0.004)
+    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=cfg.weight_decay or None)
 
 
 def default_run_dir(cfg: TrainConfig) -> str:
@@ -486,7 +496,7 @@ def run_train(cfg: TrainConfig) -> dict[str, Any]:
     trainer = Trainer(
         strategy,
         model_fn,
-        lambda: _optimizer(cfg),
+        lambda: _optimizer(cfg, train_in.steps_per_epoch),
         "sparse_categorical_crossentropy_from_logits",
         metrics=["sparse_categorical_accuracy"],
         steps_per_call=cfg.steps_per_call,
