@@ -223,7 +223,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     _quiet_tf()
     from tfdp.job import run_train
 
-    run_train(cfg)  # a stop by Ctrl-C / SIGTERM saves a checkpoint and is a clean exit
+    result = run_train(cfg)
+    # A stop by Ctrl-C / SIGTERM (or a peer's) saved a checkpoint: exit with the conventional
+    # status so that a launcher or scheduler knows the job is unfinished and can restart it.
+    reason = result.get("stop_reason")
+    if result.get("stopped_early") and reason:
+        return 130 if reason == "SIGINT" else 143
     return 0
 
 
@@ -262,9 +267,10 @@ def _parser() -> argparse.ArgumentParser:
         help="logical CPU replicas (default: the run's)",
     )
     ep.set_defaults(func=_cmd_evaluate)
-    from tfdp import launch
+    from tfdp import cli_tools, launch
 
     launch.register(sub)
+    cli_tools.register(sub)
     sp = sub.add_parser(
         "sampler",
         help="show which rank takes which sample at which step",
@@ -326,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         1     2       3
         0
     """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

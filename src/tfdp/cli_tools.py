@@ -75,6 +75,7 @@ PLOT_DPI = 100
 _FORMATS = ("tfrecord", "npz", "folder")
 _EXAMPLES_PER_SHARD = 10_000
 _MIN_SHARDS = 8
+_MANIFEST_SUFFIX = ".manifest.json"  # tfdp.sources.tfrecord.MANIFEST_SUFFIX, without importing TF
 _CHANNEL_PROBES = 32  # image files decoded to guess a folder's channel count
 _MAX_CLASSES_SHOWN = 30
 
@@ -393,7 +394,7 @@ def _open_digits() -> _Data:
     from tfdp.datasets import load_digits
 
     images, labels = load_digits("all")
-    data = _array_data("digits", "digits (bundled UCI digits)", images, labels, None)
+    data = _array_data("digits", "bundled UCI digits", images, labels, None)
     data.classes = [str(k) for k in range(10)]
     data.details.append("pixel levels: 0..16 (not 0..255)")
     return data
@@ -470,11 +471,9 @@ def _open_folder(path: str) -> _Data:
 
 
 def _find_manifest(path: str) -> str:
-    from tfdp.sources.tfrecord import MANIFEST_SUFFIX
-
     if os.path.isfile(path):
         return path
-    found = sorted(n for n in os.listdir(path) if n.endswith(MANIFEST_SUFFIX))
+    found = sorted(n for n in os.listdir(path) if n.endswith(_MANIFEST_SUFFIX))
     if len(found) > 1:
         raise ValueError(
             f"{path} holds {len(found)} manifests ({', '.join(found)}): give SRC as the one to use"
@@ -554,9 +553,6 @@ def _open_tfrecord(path: str) -> _Data:
 
 def _open(spec: str) -> _Data:
     """Open ``SRC``: ``digits``, a .npz file, an image folder, or TFRecord data with a manifest."""
-    from tfdp.sources.tfrecord import MANIFEST_SUFFIX
-
-    _quiet_tf()
     if spec == "digits":
         return _open_digits()
     path = os.path.expanduser(spec)
@@ -568,17 +564,17 @@ def _open(spec: str) -> _Data:
     if os.path.isfile(path):
         if path.endswith(".npz"):
             return _open_npz(path)
-        if path.endswith(MANIFEST_SUFFIX):
+        if path.endswith(_MANIFEST_SUFFIX):
             return _open_tfrecord(path)
         raise ValueError(
-            f"SRC {spec!r}: not a .npz file or a TFRecord manifest (*{MANIFEST_SUFFIX})"
+            f"SRC {spec!r}: not a .npz file or a TFRecord manifest (*{_MANIFEST_SUFFIX})"
         )
     entries = os.listdir(path)
-    if any(n.endswith(MANIFEST_SUFFIX) for n in entries):
+    if any(n.endswith(_MANIFEST_SUFFIX) for n in entries):
         return _open_tfrecord(path)
     if any(n.endswith((".tfrecord", ".tfrec")) for n in entries):
         raise ValueError(
-            f"SRC {spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp data reads "
+            f"SRC {spec!r} holds TFRecord files but no *{_MANIFEST_SUFFIX}: tfdp data reads "
             "shards written by write_tfrecords (or tfdp data convert)"
         )
     return _open_folder(path)
@@ -627,7 +623,7 @@ def inspect_data(src: str, examples: int = 5) -> str:
     n = data.num_examples
     shape = "[" + ", ".join("?" if d is None else str(d) for d in data.image_shape) + "]"
     if None in data.image_shape:
-        shape += " (sizes vary per image)"
+        shape += " (? = may differ between images)"
     lines = [
         f"source: {data.where} ({data.kind})",
         f"examples: {n}",
@@ -653,7 +649,9 @@ def inspect_data(src: str, examples: int = 5) -> str:
         lines.append(f"examples ({len(shown)} of {n}):")
         rows = [["index", "label", "shape", "min", "max"]]
         for index, image, label in shown:
-            name = f" ({data.classes[label]})" if data.classes and label < len(data.classes) else ""
+            name = ""
+            if data.classes and label < len(data.classes) and data.classes[label] != str(label):
+                name = f" ({data.classes[label]})"
             rows.append(
                 [
                     str(index),
@@ -996,7 +994,7 @@ def convert_data(
         progress: Show a progress bar on stderr.
 
     Returns:
-        A one-line summary of what was written.
+        What was written: one summary line, then notes (shards, renumbered classes) if any.
 
     Raises:
         FileNotFoundError: ``src`` does not exist.
@@ -1010,8 +1008,6 @@ def convert_data(
         >>> convert_data("digits", out, progress=False)  # doctest: +ELLIPSIS
         'wrote 1797 examples (npz) to .../digits.npz'
     """
-    import tensorflow as tf
-
     dst = os.path.expanduser(os.fspath(dst))
     if not dst:
         raise ValueError("DST is empty")
@@ -1029,6 +1025,8 @@ def convert_data(
         raise ValueError(f"{data.where}: images must be uint8, got {data.dtype}")
     if data.channels not in (1, 3, 4):
         raise ValueError(f"{data.where}: images must have 1, 3 or 4 channels, got {data.channels}")
+    import tensorflow as tf
+
     bar = _Progress(data.num_examples, f"{fmt} <- {data.kind}", progress)
     try:
         if fmt == "npz":
@@ -1072,6 +1070,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
+    _quiet_tf()
     print(
         convert_data(
             args.src,
@@ -1086,6 +1085,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    _quiet_tf()
     print(inspect_data(args.src, args.examples))
     return 0
 

@@ -21,7 +21,14 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["STRATEGY_KINDS", "WorkerInfo", "make_strategy", "parse_tf_config", "worker_info"]
+__all__ = [
+    "EXIT_UNREACHABLE",
+    "STRATEGY_KINDS",
+    "WorkerInfo",
+    "make_strategy",
+    "parse_tf_config",
+    "worker_info",
+]
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,58 @@ def parse_tf_config(text: str | None = None) -> dict[str, Any] | None:
 
 # -- strategy selection ---------------------------------------------------------------------------
 
+#: Exit status of a worker that could not reach its peers within the start-up timeout.
+EXIT_UNREACHABLE = 3
+
+
+def _reachable(address: str, timeout: float = 2.0) -> bool:
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _startup_watchdog(timeout: float | None) -> Any:
+    """Start a thread that ends the process with a clear error if start-up outlasts ``timeout``."""
+    import os
+    import sys
+    import threading
+
+    if timeout is None:
+        timeout = float(os.environ.get("TFDP_STARTUP_TIMEOUT", "300"))
+    done = threading.Event()
+    cfg = parse_tf_config()
+
+    def watch() -> None:
+        if done.wait(timeout):
+            return
+        peers: list[str] = []
+        if cfg is not None:
+            me = cfg["cluster"][cfg["task"]["type"]][cfg["task"]["index"]]
+            peers = [a for addrs in cfg["cluster"].values() for a in addrs if a != me]
+        unreachable = [a for a in peers if not _reachable(a)]
+        detail = (
+            f"unreachable peer(s): {', '.join(unreachable)}"
+            if unreachable
+            else "every peer address accepts connections, but not all workers joined"
+        )
+        print(
+            f"tfdp: error: the workers did not all connect within {timeout:g}s ({detail}). "
+            "Check TF_CONFIG's addresses and ports, that every worker was started, and the "
+            "firewall; raise TFDP_STARTUP_TIMEOUT for slow starts.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(EXIT_UNREACHABLE)  # TensorFlow's wait for peers cannot be interrupted
+
+    threading.Thread(target=watch, name="tfdp-startup-watchdog", daemon=True).start()
+    return done
+
+
 STRATEGY_KINDS = ("auto", "mirrored", "multi_worker", "one_device", "cpu", "tpu")
 
 
@@ -191,6 +250,7 @@ def make_strategy(
     *,
     cpu_replicas: int | None = None,
     collective_timeout: float | None = 600.0,
+    startup_timeout: float | None = None,
     communication: str = "auto",
     tpu: str | None = None,
 ) -> tf.distribute.Strategy:
@@ -211,6 +271,11 @@ def make_strategy(
         cpu_replicas: Logical CPU replicas (must be set before TF initialises).
         collective_timeout: Seconds after which a collective with a dead or
             unreachable peer fails with an error instead of hanging (multi-worker).
+        startup_timeout: Seconds the workers have to find each other
+            (default: ``$TFDP_STARTUP_TIMEOUT`` or 300). TensorFlow waits for
+            missing peers forever, in C++, deaf to signals; past this time tfdp
+            prints which peer addresses are unreachable and ends the process
+            (exit status 3).
         communication: ``"auto"``, ``"ring"`` or ``"nccl"`` (multi-worker).
         tpu: TPU name or address for ``kind="tpu"``.
 
@@ -259,9 +324,14 @@ def make_strategy(
                     "TFJob or Ray) or a Slurm job step"
                 )
             resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
-        return tf.distribute.MultiWorkerMirroredStrategy(
+        done = _startup_watchdog(startup_timeout)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=options
         )
+        # A first collective: returns only once every worker is up and connected.
+        strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+        done.set()
+        return strategy
     if kind == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)

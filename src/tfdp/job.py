@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "load_config_file", "run_evaluate", "run_train"]
+__all__ = [
+    "TrainConfig",
+    "load_config_file",
+    "run_evaluate",
+    "run_train",
+    "weights_fingerprint",
+]
 
 OPTIONS_HELP = "see `tfdp train --help`"
 
@@ -82,8 +88,12 @@ class TrainConfig:
     batch_size: int = _opt(64, "global batch size (all replicas together)")
     lr: float = _opt(3e-3, "learning rate")
     optimizer: str = _opt("adam", "optimizer", ("adam", "adamw", "sgd"))
-    schedule: str = _opt("cosine", "learning-rate schedule: cosine decay to 0 over the run "
-                         "(after a one-epoch linear warm-up), or constant", ("cosine", "constant"))
+    schedule: str = _opt(
+        "cosine",
+        "learning-rate schedule: cosine decay to 0 over the run "
+        "(after a one-epoch linear warm-up), or constant",
+        ("cosine", "constant"),
+    )
     weight_decay: float = _opt(0.0, "decoupled weight decay (adamw, sgd)")
     augment: str = _opt(
         "auto",
@@ -374,7 +384,9 @@ def _optimizer(cfg: TrainConfig, steps_per_epoch: int) -> Any:
         total = max(1, cfg.epochs * steps_per_epoch)
         warmup = min(steps_per_epoch, total // 2)
         lr = keras.optimizers.schedules.CosineDecay(
-            0.0 if warmup else cfg.lr, total - warmup, warmup_target=cfg.lr if warmup else None,
+            0.0 if warmup else cfg.lr,
+            total - warmup,
+            warmup_target=cfg.lr if warmup else None,
             warmup_steps=warmup,
         )
     if cfg.optimizer == "adam":
@@ -432,17 +444,47 @@ def _check_resume(run_dir: str, cfg: TrainConfig) -> None:
         )
 
 
-def run_train(cfg: TrainConfig) -> dict[str, Any]:
+def weights_fingerprint(model: Any) -> str:
+    """A short SHA-256 of a model's weights: equal on every worker of a healthy job.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> len(weights_fingerprint(m))
+        16
+    """
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for w in model.weights:
+        digest.update(np.ascontiguousarray(w.numpy()).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def run_train(cfg: TrainConfig, *, on_step: Any = None) -> dict[str, Any]:
     """Run the training job described by ``cfg``; returns the final metrics.
 
     Builds the strategy (logical CPU replicas when there is no GPU), the data
     and its sampler, the model inside the scope, and trains with
     :class:`tfdp.train.Trainer`, evaluating exactly on the held-out split
     after every epoch. SIGINT / SIGTERM save a checkpoint and return.
+    ``on_step(state)`` is called after every ``tf.function`` call.
     """
     run_dir = default_run_dir(cfg)
-    if cfg.resume:
+    # A group restarted by `tfdp launch --max-restarts` resumes by itself.
+    restarted = int(os.environ.get("TFDP_RESTART", "0") or 0) > 0
+    resume = cfg.resume or (restarted and os.path.isfile(os.path.join(run_dir, "config.json")))
+    if resume:
         _check_resume(run_dir, cfg)
+    elif os.path.isdir(os.path.join(run_dir, "checkpoints")) and any(
+        Path(run_dir, "checkpoints").glob("ckpt-*.index")
+    ):
+        raise ValueError(
+            f"--run-dir {run_dir!r} already holds a run with checkpoints: pass --resume to "
+            "continue it, or choose another --run-dir (or --name)"
+        )
     for name in ("epochs", "batch_size", "replicas", "steps_per_call"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
@@ -506,7 +548,7 @@ def run_train(cfg: TrainConfig) -> dict[str, Any]:
         progress=cfg.progress and sys.stdout.isatty(),
         record_samples=cfg.record_samples,
     )
-    if info.is_chief:
+    if info.is_chief and not resume:
         Path(run_dir, "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         print(
             f"tfdp train: {w} replica(s) ({type(strategy).__name__}), "
@@ -522,13 +564,13 @@ def run_train(cfg: TrainConfig) -> dict[str, Any]:
             file=sys.stderr,
             flush=True,
         )
-        trainer.request_stop()
+        trainer.request_stop(signal.Signals(signum).name)
 
     for s in previous:
         signal.signal(s, stop)
     t0 = time.perf_counter()
     try:
-        trainer.fit(train_in, cfg.epochs, eval_input=eval_in, resume=cfg.resume)
+        trainer.fit(train_in, cfg.epochs, eval_input=eval_in, resume=resume, on_step=on_step)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -536,10 +578,18 @@ def run_train(cfg: TrainConfig) -> dict[str, Any]:
         "epoch": trainer.state.epoch,
         "global_step": trainer.state.global_step,
         "stopped_early": trainer.state.stopped_early,
+        "stop_reason": trainer.state.stop_reason,
         "seconds": time.perf_counter() - t0,
+        "weights_sha256": weights_fingerprint(trainer.model),
     }
     if trainer.state.history:
         result.update({k: v for k, v in trainer.state.history[-1].items() if k.startswith("val_")})
+    if info.num_workers > 1:  # every worker: the proof that all hold the same weights
+        print(
+            f"tfdp train: worker {info.worker_index} weights sha256 {result['weights_sha256']} "
+            f"at step {trainer.state.global_step}",
+            flush=True,
+        )
     if info.is_chief:
         if trainer.state.stopped_early:
             print(

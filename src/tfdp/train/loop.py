@@ -58,6 +58,7 @@ class TrainState:
     global_step: int = 0
     stopped_early: bool = False
     last_loss: float = float("nan")
+    stop_reason: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -162,6 +163,7 @@ class Trainer:
         self.progress = progress and self.info.is_chief
         self.verbose = verbose if self.info.is_chief else 0
         self._stop = threading.Event()
+        self._agree_fn: Any = None
         self.record_samples = os.fspath(record_samples) if record_samples is not None else None
         self._with_ids = False
 
@@ -415,8 +417,37 @@ class Trainer:
             print(f"resumed from {mgr.latest}: epoch {position.epoch}, step {position.step}")
         return True
 
-    def request_stop(self) -> None:
-        """Ask :meth:`fit` to save a checkpoint and return at the next step (thread-safe)."""
+    def _agreed_stop(self) -> bool:
+        """Whether any worker was asked to stop: all workers must stop at the same step.
+
+        Single-process jobs read the local flag; multi-worker jobs all-reduce
+        it (one scalar collective per call), so a SIGTERM to one worker stops
+        the whole group at one step, where every worker joins the save.
+        """
+        local = self._stop.is_set()
+        if self.info.num_workers == 1:
+            return local
+        if self._agree_fn is None:
+
+            @tf.function
+            def agree(flag: tf.Tensor) -> tf.Tensor:
+                per_replica = self.strategy.run(tf.identity, args=(flag,))
+                return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+            self._agree_fn = agree
+        agreed = float(self._agree_fn(tf.constant(1.0 if local else 0.0))) > 0
+        if agreed and not local:
+            self._stop.set()
+            self.state.stop_reason = self.state.stop_reason or "peer"
+        return agreed
+
+    def request_stop(self, reason: str = "request") -> None:
+        """Ask :meth:`fit` to save a checkpoint and return at the next step (thread-safe).
+
+        In a multi-worker job every worker stops at the same step (see
+        :meth:`_agreed_stop`); ``state.stop_reason`` records ``reason``.
+        """
+        self.state.stop_reason = reason
         self._stop.set()
 
     # -- logging ------------------------------------------------------------------
@@ -536,7 +567,7 @@ class Trainer:
                 if on_step is not None:
                     on_step(self.state)
                 due = self.checkpoint_every and self.state.global_step % self.checkpoint_every == 0
-                stop = self._stop.is_set() or (
+                stop = self._agreed_stop() or (
                     max_steps is not None and self.state.global_step >= max_steps
                 )
                 if (due or stop) and self.state.step < steps_per_epoch:
@@ -569,7 +600,7 @@ class Trainer:
             self._log_epoch(record, writer)
             records.append(record)
             self.state.history.append(record)
-            if self._stop.is_set() or (
+            if self._agreed_stop() or (
                 max_steps is not None and self.state.global_step >= max_steps
             ):
                 self.state.stopped_early = self.state.epoch < epochs

@@ -1,0 +1,131 @@
+"""Multi-worker training via `tfdp launch`: agreement, kill -9 and SIGTERM recovery, start-up.
+
+Real MultiWorkerMirroredStrategy workers on 127.0.0.1 (one replica per process on CPU),
+op determinism on, the bundled digits, one short epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import free_ports
+
+WORKER = Path(__file__).parent / "workers" / "train_fault.py"
+TRAIN = [
+    "--epochs",
+    "1",
+    "--batch-size",
+    "64",
+    "--deterministic",
+    "--no-progress",
+    "--checkpoint-every",
+    "3",
+    "--steps-per-call",
+    "1",
+]
+
+
+def launch(tmp: Path, fault: str, step: int, restarts: int) -> tuple[int, str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfdp.launch",
+        "--workers",
+        "2",
+        "--max-restarts",
+        str(restarts),
+        "--",
+        sys.executable,
+        str(WORKER),
+        fault,
+        str(step),
+        "--",
+        *TRAIN,
+        "--run-dir",
+        str(tmp / "run"),
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TFDP_STARTUP_TIMEOUT": "120"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def fingerprints(out: str) -> dict[int, str]:
+    """The final weights fingerprint each worker printed (the last one per worker)."""
+    found = {}
+    for w, fp in re.findall(r"\[worker (\d)\] tfdp train: worker \d weights sha256 (\w+)", out):
+        found[int(w)] = fp
+    return found
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("clean")
+    code, out = launch(tmp, "none", 0, 0)
+    assert code == 0, out[-3000:]
+    fps = fingerprints(out)
+    assert set(fps) == {0, 1}
+    return fps[0], out
+
+
+def test_two_workers_train_to_identical_weights(uninterrupted):
+    _, out = uninterrupted
+    assert len(set(fingerprints(out).values())) == 1  # both workers: the same weights
+    assert "2 replica(s)" in out and "FAULT" not in out
+
+
+def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, uninterrupted):
+    code, out = launch(tmp_path, "kill", 7, 1)
+    assert code == 0, out[-3000:]
+    assert "FAULT kill worker 1 at step 7" in out  # the kill really happened ...
+    assert "killed by SIGKILL" in out and "restart 1 of 1" in out  # ... and was recovered from
+    assert re.search(r"resumed from .*ckpt-6: epoch 0, step 6", out)  # last checkpoint before
+    fps = fingerprints(out)
+    assert fps == {0: uninterrupted[0], 1: uninterrupted[0]}
+
+
+def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, uninterrupted):
+    code, out = launch(tmp_path, "term", 7, 1)
+    assert code == 0, out[-3000:]
+    assert "FAULT term worker 1 at step 7" in out
+    assert "[worker 1] tfdp train: SIGTERM: saving a checkpoint and stopping" in out
+    assert "[worker 0] RESULT stopped_early=True reason=peer step=7" in out  # the group agreed
+    assert re.search(r"resumed from .*ckpt-7: epoch 0, step 7", out)
+    assert fingerprints(out) == {0: uninterrupted[0], 1: uninterrupted[0]}
+
+
+def test_unreachable_peer_is_a_clear_error_not_a_hang(tmp_path):
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TFDP_STARTUP_TIMEOUT": "8",
+        "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdp.cli",
+            "train",
+            "--epochs",
+            "1",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "did not all connect within 8s" in proc.stderr
+    assert f"unreachable peer(s): 127.0.0.1:{ports[1]}" in proc.stderr

@@ -1,0 +1,37 @@
+"""`tfdp train` as a worker, with an injected fault on its first run (test helper).
+
+Usage: train_fault.py FAULT STEP -- <tfdp train flags>. FAULT is "none", "kill" (SIGKILL
+itself) or "term" (SIGTERM itself); the fault hits worker 1 at global step STEP, only on the
+first run of the group (TFDP_RESTART=0), and is announced on stdout first.
+"""
+
+import os
+import signal
+import sys
+
+from tfdp.cli import _parser, _train_config
+from tfdp.job import run_train
+
+
+def main() -> int:
+    fault, step = sys.argv[1], int(sys.argv[2])
+    args = _parser().parse_args(["train", *sys.argv[4:]])
+    first_run = os.environ.get("TFDP_RESTART", "0") == "0"
+    me = int(os.environ.get("TFDP_WORKER_INDEX", "0"))
+
+    def on_step(state):
+        if fault != "none" and first_run and me == 1 and state.global_step == step:
+            print(f"FAULT {fault} worker {me} at step {state.global_step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGTERM)
+
+    result = run_train(_train_config(args), on_step=on_step)
+    print(
+        f"RESULT stopped_early={result['stopped_early']} reason={result['stop_reason']} "
+        f"step={result['global_step']}",
+        flush=True,
+    )
+    return 143 if result["stopped_early"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
