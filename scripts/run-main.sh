@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if [ "$#" -eq 0 ]; then
-  set -- sampler --num-examples 12 --replicas 4 --repeats 3 --selected-round 0
+  set -- train
 fi
 exec .venv/bin/tfdp "$@"

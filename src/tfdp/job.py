@@ -396,17 +396,32 @@ def _optimizer(cfg: TrainConfig, steps_per_epoch: int) -> Any:
     return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=cfg.weight_decay or None)
 
 
-def default_run_dir(cfg: TrainConfig) -> str:
-    """``runs/<name>``, the name defaulting to ``<data>-<model>``.
+def default_run_dir(cfg: TrainConfig, now: str | None = None) -> str:
+    """The run directory: ``--run-dir``, else ``runs/<name>``.
+
+    The name defaults to ``<data>-<model>-<date-time>`` (a new directory per
+    run, like timm's output folders). With ``--resume`` and no name, the
+    newest ``runs/<data>-<model>-*`` is continued. Multi-worker jobs (TF_CONFIG
+    set) need the same directory on every worker, so they drop the time stamp.
 
     Example:
-        >>> default_run_dir(TrainConfig())
-        'runs/digits-cnn'
+        >>> default_run_dir(TrainConfig(), now="20261130-101500")
+        'runs/digits-cnn-20261130-101500'
+        >>> default_run_dir(TrainConfig(name="demo"))
+        'runs/demo'
     """
     if cfg.run_dir:
         return cfg.run_dir
-    name = cfg.name or f"{Path(cfg.data).stem or 'data'}-{cfg.model.replace(':', '.')}"
-    return os.path.join("runs", name)
+    if cfg.name:
+        return os.path.join("runs", cfg.name)
+    base = f"{Path(cfg.data).stem or 'data'}-{cfg.model.replace(':', '.')}"
+    if os.environ.get("TF_CONFIG"):
+        return os.path.join("runs", base)
+    if cfg.resume:
+        previous = sorted(Path("runs").glob(f"{base}-*"))
+        if previous:
+            return str(previous[-1])
+    return os.path.join("runs", f"{base}-{now or time.strftime('%Y%m%d-%H%M%S')}")
 
 
 _RESUME_KEYS = (

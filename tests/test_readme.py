@@ -1,0 +1,76 @@
+"""Every command in the README runs (the test-suite command itself is what CI runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+# Not run here, with the reason: installing is what scripts/setup.sh does before any test,
+# and the test-suite command is the command running this test.
+SKIP = {
+    "bash scripts/run-tests.sh": "it is the command running this test (CI runs it)",
+    "pip install -e '.[cpu]'": "scripts/setup.sh installs tfdp before the tests run",
+    "pip install -e '.[gpu]'": "needs CUDA wheels; no GPU here",
+    "pip install -e .": "scripts/setup.sh installs tfdp before the tests run",
+}
+
+
+def bash_blocks() -> list[list[str]]:
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    out = []
+    for block in blocks:
+        cmds = [line.split("  #")[0].strip() for line in block.splitlines()]
+        out.append([c for c in cmds if c and not c.startswith("#")])
+    return out
+
+
+def test_every_readme_command_is_known_here():
+    commands = [c for block in bash_blocks() for c in block]
+    assert "bash scripts/run-main.sh" in commands
+    assert all(c.startswith(("bash ", "pip ", "tfdp ")) for c in commands), commands
+
+
+def run(cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    return subprocess.run(
+        cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+
+
+def test_main_job_reaches_95_percent(tmp_path):
+    proc = run(f"bash scripts/run-main.sh --no-progress --run-dir {tmp_path / 'main'}", ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = json.loads((tmp_path / "main/metrics.jsonl").read_text().splitlines()[-1])
+    assert last["val_sparse_categorical_accuracy"] >= 0.95, last
+
+
+@pytest.mark.parametrize("index", [2, 3])  # the quickstart block, then the multi-worker one
+def test_readme_block_runs(tmp_path, index):
+    block = bash_blocks()[index]
+    for cmd in block:
+        if cmd in SKIP:
+            continue
+        proc = run(cmd, tmp_path)
+        assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    if index == 2:
+        assert (tmp_path / "runs/quickstart/curves.png").is_file()
+        assert (tmp_path / "layout.png").is_file()
+    else:
+        assert (tmp_path / "runs/two-workers/metrics.jsonl").is_file()
+
+
+def test_install_block_is_skipped_for_a_stated_reason():
+    for cmd in bash_blocks()[1]:
+        assert cmd in SKIP, cmd
