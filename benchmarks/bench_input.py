@@ -20,15 +20,28 @@ Every batch is pulled eagerly from a Python iterator (the elements are
 materialised tensors) and touched (``.numpy()`` plus one element read). The
 first batches of each iterator are a warm-up and are not timed; the time to
 the first batch (iterator creation + first element) is reported on its own.
+Besides wall-clock samples/s, each window records the process CPU time (all
+threads) per sample, which other processes on a shared machine disturb much
+less; it is printed as a diagnostic, the targets use wall clock.
 
-Full mode times whole epochs: at small N several epochs back to back so that
-every window is at least ``MIN_FULL_SAMPLES`` samples (``worker_dataset(None,
-0, k)`` for tfdp, ``.shuffle(10000).repeat(k)`` for plain tf.data). ``--quick``
-times a fixed number of batches from endless datasets, at fewer sizes, and
-skips the breakdown.
+Rounds: the pipelines of every N are built first; each round then times (a)
+and (b) at every N, and the table shows the median over rounds [min-max], so a
+burst of load from elsewhere hits all sizes alike. Full mode times whole
+epochs: at small N several epochs back to back so that every window is at
+least ``MIN_FULL_SAMPLES`` samples (``worker_dataset(None, 0, k)`` for tfdp,
+``.shuffle(10000).repeat(k)`` for plain tf.data); plain windows are capped at
+``PLAIN_FULL_CAP`` samples (one plain epoch at N = 1M takes about a minute).
+``--quick`` times a fixed number of batches from endless datasets, at fewer
+sizes, and skips the breakdown.
+
+The full run ends with a breakdown at N = 50,000 (what limits (a): no
+augmentation, crop or flip alone, tf.data knobs, batch size; op-level timings
+of the gather and of each augmentation stage), including
+:class:`FusedCropFlipPrototype`, a faster bit-identical crop+flip that is not
+part of tfdp.
 
 Usage:
-    python benchmarks/bench_input.py            # N = 10k, 50k, 200k, 1M + breakdown (~5 min)
+    python benchmarks/bench_input.py            # N = 10k, 50k, 200k, 1M + breakdown (~5-8 min)
     python benchmarks/bench_input.py --quick    # N = 10k, 50k, 200k (under a minute)
 
 The headline figures come last, one ``name: value`` per line.
@@ -65,7 +78,7 @@ PAD = 4
 WARMUP_BATCHES = 5
 FULL_SIZES = (10_000, 50_000, 200_000, 1_000_000)
 QUICK_SIZES = (10_000, 50_000, 200_000)
-QUICK_BATCHES = 100
+QUICK_BATCHES = 80
 QUICK_ROUNDS = 2
 FULL_ROUNDS = 3
 MIN_FULL_SAMPLES = 200_000
@@ -73,6 +86,7 @@ PLAIN_FULL_CAP = 400_000  # full mode: plain (b) windows beyond this many sample
 SEED000_SIZES_FULL = (1_000, 4_000, 16_000)
 SEED000_SIZES_QUICK = (1_000, 4_000)
 SEED000_SAMPLES = 300
+SEED000_SAMPLES_QUICK = 150
 SEED000_WARMUP = 10
 BREAKDOWN_N = 50_000
 BREAKDOWN_BATCHES = 120
@@ -168,8 +182,13 @@ def seed000_dataset(x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
 @dataclass
 class Timing:
     samples: int
-    seconds: float
+    seconds: float  # wall clock
     first_batch_s: float
+    cpu_s: float = math.nan  # process CPU time (all threads) over the same window
+
+    @property
+    def cpu_us_per_sample(self) -> float:
+        return self.cpu_s / self.samples * 1e6
 
     @property
     def rate(self) -> float:
@@ -199,15 +218,17 @@ def time_iteration(ds: Iterable, max_elements: int | None,
     for _ in range(warmup - 1):
         _touch(next(it), batched)
     samples = 0
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for count, element in enumerate(it, 1):
         samples += _touch(element, batched)
         if max_elements is not None and count >= max_elements:
             break
     seconds = time.perf_counter() - t0
+    cpu_s = time.process_time() - c0
     if samples == 0:
         raise RuntimeError("nothing left to time after the warm-up")
-    return Timing(samples, seconds, first_batch_s)
+    return Timing(samples, seconds, first_batch_s, cpu_s)
 
 
 def check_batch(expected_batch: int) -> Callable[[object], None]:
@@ -247,6 +268,14 @@ class SizeResult:
     @property
     def plain_rate(self) -> float:
         return self.median(self.plain)
+
+    @property
+    def tfdp_cpu_us(self) -> float:
+        return float(np.median([t.cpu_us_per_sample for t in self.tfdp]))
+
+    @property
+    def plain_cpu_us(self) -> float:
+        return float(np.median([t.cpu_us_per_sample for t in self.plain]))
 
 
 def measure_sizes(x_all: np.ndarray, y_all: np.ndarray, sizes: tuple[int, ...], quick: bool,
@@ -295,23 +324,25 @@ def measure_sizes(x_all: np.ndarray, y_all: np.ndarray, sizes: tuple[int, ...], 
     return results
 
 
-def measure_seed000(x_all: np.ndarray, y_all: np.ndarray, n: int) -> Timing:
+def measure_seed000(x_all: np.ndarray, y_all: np.ndarray, n: int, samples: int) -> Timing:
     ds = seed000_dataset(x_all[:n], y_all[:n])
-    return time_iteration(ds, SEED000_SAMPLES, warmup=SEED000_WARMUP, batched=False)
+    return time_iteration(ds, samples, warmup=SEED000_WARMUP, batched=False)
 
 
-def time_op(fn: Callable[..., object], args: tuple, reps: int = 200) -> float:
-    """Best-of-3 mean ms per call of a tf.function on fixed inputs."""
+def time_op(fn: Callable[..., object], args: tuple, reps: int = 100,
+            tries: int = 7) -> tuple[float, float]:
+    """(wall ms, CPU ms) per call of a tf.function on fixed inputs: the best of ``tries``."""
     for _ in range(5):
         fn(*args)
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
+    best_wall = best_cpu = math.inf
+    for _ in range(tries):
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(reps):
             out = fn(*args)
         tf.nest.map_structure(lambda t: t.numpy(), out)
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return best * 1e3
+        best_wall = min(best_wall, (time.perf_counter() - t0) / reps)
+        best_cpu = min(best_cpu, (time.process_time() - c0) / reps)
+    return best_wall * 1e3, best_cpu * 1e3
 
 
 class FusedCropFlipPrototype:
@@ -430,15 +461,15 @@ def breakdown(x_all: np.ndarray, y_all: np.ndarray, rounds: int) -> None:
         ("RandomFlip()", tf.function(lambda i, s: flip(i, s)), (imgs, seeds)),
         ("Compose([crop, flip]) (= (a)'s augmentation)",
          tf.function(lambda i, lab, s: aug((i, lab), s)), (imgs, labels, seeds)),
-        (f"fused crop+flip PROTOTYPE ({same})",
+        (f"fused PROTOTYPE ({same})",
          tf.function(lambda i, lab, s: prototype((i, lab), s)), (imgs, labels, seeds)),
         ("reference: copy of the batch (x + 0)",
          tf.function(lambda i: i + tf.constant(0, tf.uint8)), (imgs,)),
     ]
     for name, fn, args in ops:
-        ms = time_op(fn, args)
-        print(f"  {'op: ' + name:<50} {BATCH / (ms / 1e3):>10,.0f}  {ms:.2f} ms per batch of "
-              f"{BATCH}", flush=True)
+        ms, cpu_ms = time_op(fn, args)
+        print(f"  {'op: ' + name:<50} {BATCH / (ms / 1e3):>10,.0f}  {ms:.2f} ms wall, "
+              f"{cpu_ms:.2f} ms CPU per batch of {BATCH}", flush=True)
 
 
 # --------------------------------------------------------------------------- reporting
@@ -507,8 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(a) tfdp RA input vs (b) plain tf.data, same data and augmentation: {rounds} "
           f"rounds, each timing (a) then (b) at every N")
     hdr = (f"{'N':>10} {'window (a)/(b)':>15} {'tfdp_ra samples/s':>27} "
-           f"{'plain_tfdata samples/s':>27} {'ratio':>7} {'src s':>6} {'tfdp 1st s':>11} "
-           f"{'plain 1st s':>11}")
+           f"{'plain_tfdata samples/s':>27} {'ratio':>7} {'CPU us/sample':>13} {'src s':>6} "
+           f"{'tfdp 1st s':>11} {'plain 1st s':>11}")
 
     def cell(timings: list[Timing]) -> str:
         rates = [t.rate for t in timings]
@@ -531,12 +562,15 @@ def main(argv: list[str] | None = None) -> int:
         win = (f"{window(r.epochs, quick_b)}/"
                f"{window(r.plain_epochs, quick_b if quick else r.plain_window)}")
         print(f"{n:>10,} {win:>15} {cell(r.tfdp):>27} {cell(r.plain):>27} "
-              f"{r.tfdp_rate / r.plain_rate:>6.2f}x {r.tfdp_source_s:>6.2f} "
+              f"{r.tfdp_rate / r.plain_rate:>6.2f}x "
+              f"{f'{r.tfdp_cpu_us:.1f}/{r.plain_cpu_us:.1f}':>13} {r.tfdp_source_s:>6.2f} "
               f"{first_cell(r.tfdp):>11} {first_cell(r.plain):>11}")
-    print(f"  samples/s: median of {rounds} rounds [min-max]. ratio: median (a) / median (b). "
-          "window: timed\n  span after the warm-up, Nep = N whole epochs, Nb = N batches. "
-          "src s: ArraySource\n  construction (arrays -> tensors). 1st s: iterator creation + "
-          "first batch, first round/best later.")
+    print(f"  samples/s: wall clock, median of {rounds} rounds [min-max]. ratio: median (a) / "
+          "median (b).\n  window: timed span after the warm-up, Nep = N whole epochs, Nb = N "
+          "batches. CPU us/sample:\n  process CPU time (all threads) per sample, (a)/(b), median "
+          "of rounds -- less sensitive to\n  other processes than wall clock. src s: ArraySource "
+          "construction (arrays -> tensors).\n  1st s: iterator creation + first batch, first "
+          "round / best later round.")
     print()
 
     # (c)
@@ -546,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(hdr_c))
     seed_rates: dict[int, float] = {}
     for n in seed_sizes:
-        t = measure_seed000(x_all, y_all, n)
+        t = measure_seed000(x_all, y_all, n, SEED000_SAMPLES_QUICK if quick else SEED000_SAMPLES)
         seed_rates[n] = t.rate
         print(f"{n:>10,} {t.samples:>13} {t.rate:>10,.0f} {1e3 / t.rate:>10.2f}", flush=True)
     ns = np.array(sorted(seed_rates), float)
@@ -564,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     if not quick:
         print(f"breakdown at N={BREAKDOWN_N:,}: samples/s, median [min-max] of {BREAKDOWN_ROUNDS} "
               f"round-robin windows of {BREAKDOWN_BATCHES} batches (endless datasets); op rows: "
-              f"best-of-3 mean of 200 calls of a tf.function on one batch, no tf.data")
+              f"a tf.function on one batch, no tf.data, best of 7 x 100 calls")
         breakdown(x_all, y_all, BREAKDOWN_ROUNDS)
         print()
 
@@ -583,6 +617,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  (a) flat within 20% from N=10,000 to N=1,000,000: not evaluated by --quick "
               f"(max N {hi_n:,}); max/min over {_n(lo_n)}..{_n(hi_n)} = {flat:.3f} "
               f"({'within' if flat <= FLATNESS_TARGET else 'outside'} 20%)")
+    cpu_ratio = results[RATIO_N].plain_cpu_us / results[RATIO_N].tfdp_cpu_us
+    print(f"  diagnostic, not the target: CPU time per sample at N={RATIO_N:,}, (b)/(a) = "
+          f"{cpu_ratio:.2f}x")
+    cpu_a = {n: r.tfdp_cpu_us for n, r in results.items()}
+    cpu_flat = max(cpu_a.values()) / min(cpu_a.values())
+    print(f"  diagnostic, not the target: (a)'s CPU time per sample, max/min over "
+          f"{_n(lo_n)}..{_n(hi_n)} = {cpu_flat:.3f} ("
+          + ", ".join(f"{_n(n)} {v:.1f} us" for n, v in cpu_a.items()) + ")")
     growth = per[-1] / per[0]
     print(f"  (c) growth shown: per-sample time x{growth:.2f} from N={int(ns[0]):,} to "
           f"N={int(ns[-1]):,}")
@@ -597,11 +639,13 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         head.append((f"plain_tfdata_samples_per_s_{_n(n)}", f"{results[n].plain_rate:.0f}"))
     head.append((f"ratio_tfdp_vs_plain_{_n(RATIO_N)}", f"{ratio:.2f}x"))
+    head.append((f"cpu_time_ratio_plain_vs_tfdp_{_n(RATIO_N)}", f"{cpu_ratio:.2f}x"))
     if hi_n >= 1_000_000:
         head.append(("tfdp_flatness_10k_to_1m", f"{flat:.3f}"))
     else:
         head.append(("tfdp_flatness_10k_to_1m", f"n/a (--quick stops at {_n(hi_n)})"))
         head.append((f"tfdp_flatness_10k_to_{_n(hi_n)}", f"{flat:.3f}"))
+    head.append((f"tfdp_cpu_time_flatness_10k_to_{_n(hi_n)}", f"{cpu_flat:.3f}"))
     for n in seed_sizes:
         head.append((f"seed000_samples_per_s_{_n(n)}", f"{seed_rates[n]:.0f}"))
     head.append(("seed000_time_growth_1k_to_4k", f"{(seed_rates[1000] / seed_rates[4000]):.2f}x"))

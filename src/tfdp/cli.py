@@ -25,11 +25,29 @@ __all__ = ["main", "sampler_table"]
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with "did you mean" suggestions for unknown flags and choices."""
+    """argparse with "did you mean" suggestions for unknown flags, and no silent abbreviations."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    argv: Sequence[str] = ()
+
+    def _all_flags(self) -> list[str]:
+        """Option strings of this parser, or of the sub-command named in ``argv``."""
+        flags = []
+        for action in self._actions:
+            flags += action.option_strings
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = next((a for a in self.argv if a in action.choices), None)
+                if chosen is not None:
+                    sub = action.choices[chosen]
+                    flags += sub._all_flags() if isinstance(sub, _Parser) else []
+        return sorted(set(flags))
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if "unrecognized arguments:" in message:
-            known = [s for a in self._actions for s in a.option_strings]
+            known = self._all_flags()
             hints = []
             for arg in message.split("unrecognized arguments:", 1)[1].split():
                 flag = arg.split("=", 1)[0]
@@ -334,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
     parser = _parser()
+    parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -595,6 +595,11 @@ class Trainer:
             if eval_input is not None:
                 for name, value in self.evaluator.evaluate(eval_input).items():
                     record[f"val_{name}"] = value
+            skipped = getattr(train_input.source, "skipped_files", None)
+            if skipped is not None and skipped():  # bad files read with weight 0: say so
+                record["skipped_files"] = len(skipped())
+                if self.verbose:
+                    print(train_input.source.report(), flush=True)
             self.state.epoch, self.state.step = epoch + 1, 0
             self._save(train_input)
             self._log_epoch(record, writer)

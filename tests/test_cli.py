@@ -1,0 +1,164 @@
+"""The `tfdp` command: sampler table, train/evaluate options, and bad input without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdp.cli import main, sampler_table
+from tfdp.job import TrainConfig, coerce, load_config_file
+from tfdp.samplers import RepeatAugSampler
+
+
+def tfdp(*args: str, cwd=None, timeout=600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, "-m", "tfdp.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_sampler_table_shows_ra_copies_on_different_ranks(capsys):
+    samplers = [RepeatAugSampler(12, 4, r, shuffle=False, selected_round=0) for r in range(4)]
+    table = sampler_table(samplers).splitlines()
+    assert table[0].split() == ["step", "rank", "0", "rank", "1", "rank", "2", "rank", "3"]
+    assert table[1].split() == ["0", "0", "0", "0", "1"]  # sample 0's 3 copies: ranks 0-2
+    assert (
+        main(
+            [
+                "sampler",
+                "--num-examples",
+                "12",
+                "--replicas",
+                "4",
+                "--selected-round",
+                "0",
+                "--no-shuffle",
+            ]
+        )
+        == 0
+    )
+    assert "rank 3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--epoch", "3"], "--epoch -> did you mean --epochs?"),
+        (["train", "--epochz", "3"], "did you mean --epochs"),
+        (["train", "--batch-size", "abc"], "expected an integer"),
+        (["train", "--sampler", "ra"], "must be one of"),
+        (["sampler", "--num-examples", "100", "--replicas", "4"], "smaller selected_round"),
+    ],
+)
+def test_bad_flags_are_one_clear_line(args, message, capsys):
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_config_files_yaml_toml_and_errors(tmp_path):
+    (tmp_path / "a.toml").write_text('epochs = 3\nbatch-size = 32\nsampler = "distributed"\n')
+    assert load_config_file(tmp_path / "a.toml") == {
+        "epochs": 3,
+        "batch_size": 32,
+        "sampler": "distributed",
+    }
+    (tmp_path / "b.yaml").write_text("epochs: 2\nlr: 0.01\n")
+    assert load_config_file(tmp_path / "b.yaml") == {"epochs": 2, "lr": 0.01}
+    (tmp_path / "typo.yaml").write_text("epoch: 2\n")
+    with pytest.raises(ValueError, match="unknown option 'epoch'; did you mean 'epochs'"):
+        load_config_file(tmp_path / "typo.yaml")
+    (tmp_path / "type.toml").write_text('epochs = "many"\n')
+    with pytest.raises(ValueError, match="'epochs' must be of type int"):
+        load_config_file(tmp_path / "type.toml")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config_file(tmp_path / "missing.toml")
+    with pytest.raises(ValueError, match="must be one of"):
+        coerce("sampler", "ra", "--sampler")
+
+
+def test_flags_win_over_the_config_file(tmp_path):
+    from tfdp.cli import _parser, _train_config
+
+    (tmp_path / "c.toml").write_text("epochs = 7\nbatch-size = 32\n")
+    args = _parser().parse_args(["train", "--config", str(tmp_path / "c.toml"), "--epochs", "2"])
+    cfg = _train_config(args)
+    assert (cfg.epochs, cfg.batch_size) == (2, 32)
+    assert isinstance(cfg, TrainConfig)
+
+
+def test_train_bad_input_without_tracebacks(tmp_path):
+    missing = tfdp("train", "--data", str(tmp_path / "nope"), "--epochs", "1", cwd=tmp_path)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    (tmp_path / "bad.yaml").write_text("epochs: [1, 2]\n")
+    bad = tfdp("train", "--config", str(tmp_path / "bad.yaml"), cwd=tmp_path)
+    assert bad.returncode == 2 and "'epochs' must be of type int" in bad.stderr
+
+
+def test_train_resume_evaluate_and_refusals(tmp_path):
+    run = tmp_path / "run"
+    first = tfdp(
+        "train",
+        "--epochs",
+        "1",
+        "--run-dir",
+        str(run),
+        "--no-progress",
+        "--record-samples",
+        str(tmp_path / "ids.jsonl"),
+        cwd=tmp_path,
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 1
+    ids = [json.loads(x) for x in (tmp_path / "ids.jsonl").read_text().splitlines()]
+    assert {r["rank"] for r in ids} == {0, 1} and len(ids[0]["ids"]) == 32
+    again = tfdp("train", "--epochs", "1", "--run-dir", str(run), cwd=tmp_path)
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+    other = tfdp(
+        "train",
+        "--epochs",
+        "2",
+        "--run-dir",
+        str(run),
+        "--resume",
+        "--batch-size",
+        "32",
+        cwd=tmp_path,
+    )
+    assert other.returncode == 2 and "another configuration" in other.stderr
+    assert "batch_size" in other.stderr
+    more = tfdp(
+        "train", "--epochs", "2", "--run-dir", str(run), "--resume", "--no-progress", cwd=tmp_path
+    )
+    assert more.returncode == 0 and "resumed from" in more.stdout
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    results = []
+    for replicas in ("1", "3"):
+        ev = tfdp("evaluate", str(run), "--replicas", replicas, cwd=tmp_path)
+        assert ev.returncode == 0, ev.stderr[-2000:]
+        results.append(json.loads(ev.stdout))
+    assert results[0]["replicas"] == 1 and results[1]["replicas"] == 3
+    for key in ("loss", "sparse_categorical_accuracy"):
+        assert abs(results[0][key] - results[1][key]) < 1e-6
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert (
+        abs(last["val_sparse_categorical_accuracy"] - results[0]["sparse_categorical_accuracy"])
+        < 1e-6
+    )
