@@ -72,8 +72,12 @@ PER_REPLICA = 32
 STEPS_PER_CALL = 8
 EXAMPLES = 131_072  # 2,048 steps per epoch at 2 workers x 32
 
-FULL = {"warmup": 64, "steps": 1024, "rounds": 5, "train_repeats": 2, "k_plain": 10, "k_tf": 4}
-QUICK = {"warmup": 16, "steps": 128, "rounds": 2, "train_repeats": 1, "k_plain": 3, "k_tf": 1}
+FULL = {"warmup": 64, "steps": 1024, "rounds": 5, "train_repeats": 2, "k_plain": 10, "k_tf": 4,
+        "two_workers": 1}
+# --quick skips the 2-worker training run (two more TensorFlow processes, about 25 s on a
+# loaded 2-core machine) to stay under a minute; --two-workers puts it back.
+QUICK = {"warmup": 16, "steps": 128, "rounds": 2, "train_repeats": 1, "k_plain": 3, "k_tf": 1,
+         "two_workers": 0}
 LEAD = 16
 TIMEOUT = 900.0
 
@@ -116,7 +120,9 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[int, str, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-        raise RuntimeError(f"timed out after {TIMEOUT:g}s: {' '.join(argv)}\n{_tail(out)}")
+        raise RuntimeError(
+            f"timed out after {TIMEOUT:g}s: {' '.join(argv)}\n{_tail(out)}"
+        ) from None
     return proc.returncode, out, time.perf_counter() - t0
 
 
@@ -263,12 +269,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="training runs (processes) per configuration, interleaved")
     ap.add_argument("--k-plain", type=int, default=None, help="repeats, plain launcher timing")
     ap.add_argument("--k-tf", type=int, default=None, help="repeats, TensorFlow launcher timing")
+    ap.add_argument("--two-workers", action="store_true",
+                    help="with --quick: also run the 2-worker training (skipped by --quick)")
     ap.add_argument("--part", choices=["all", "train", "launch"], default="all")
     args = ap.parse_args(argv)
     mode = dict(QUICK if args.quick else FULL)
     for key in ("steps", "rounds", "train_repeats", "k_plain", "k_tf"):
         if getattr(args, key) is not None:
             mode[key] = getattr(args, key)
+    if args.two_workers:
+        mode["two_workers"] = 1
     if mode["steps"] % STEPS_PER_CALL or mode["steps"] < STEPS_PER_CALL:
         ap.error(f"--steps must be a positive multiple of {STEPS_PER_CALL}")
     if LEAD + mode["steps"] > EXAMPLES // (2 * PER_REPLICA):
@@ -298,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         TrainConfig("1 worker", 1, "auto"),
         TrainConfig("2 workers", 2, "auto"),
     ]
+    if not mode["two_workers"]:
+        configs.pop()
+        print("NOTE: --quick skips the 2-worker training run (add --two-workers, or run "
+              "without --quick, to measure it)")
     if args.part in ("all", "train"):
         print(f"(1) training: MLP 64-128-10, {PER_REPLICA} examples per replica per step, "
               f"Trainer(steps_per_call={STEPS_PER_CALL}), {EXAMPLES:,} in-memory examples; "
@@ -335,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     # ------------------------------------------------------------------ tables
     by = {c.name: c for c in configs}
     base = by["one_device"].best
-    one, two = by["1 worker"].best, by["2 workers"].best
+    one = by["1 worker"].best
+    two = by["2 workers"].best if "2 workers" in by else float("nan")
     if args.part in ("all", "train"):
         print("training throughput (global samples/s: global batch x optimizer steps / wall s; "
               "best and median over all timed rounds of worker 0)")
@@ -354,12 +369,14 @@ def main(argv: list[str] | None = None) -> int:
         print("(steps/s and ms/step from the best round; CPU ms/step: worker 0's process CPU "
               "time per step, all threads, median round; the workers' own rates differed by at "
               f"most {100 * spread:.2f}%)")
-        t1 = 1e3 * PER_REPLICA / one
-        t2 = 1e3 * 2 * PER_REPLICA / two
-        print(f"per optimizer step: 1 worker {t1:.2f} ms, 2 workers {t2:.2f} ms "
-              f"(+{t2 - t1:.2f} ms for twice the examples, an all-reduce of the gradients over "
-              "gRPC, and the Trainer's per-call loss and stop-flag reductions); per worker, "
-              f"2 workers process {two / 2:,.0f} samples/s each vs {one:,.0f} for 1 worker")
+        if "2 workers" in by:
+            t1 = 1e3 * PER_REPLICA / one
+            t2 = 1e3 * 2 * PER_REPLICA / two
+            print(f"per optimizer step: 1 worker {t1:.2f} ms, 2 workers {t2:.2f} ms "
+                  f"(+{t2 - t1:.2f} ms: twice the examples, on the same {cores} cores, plus "
+                  "cross-worker all-reduces over gRPC: the gradients and the loss every step, "
+                  "the stop flag every call); per worker, 2 workers process "
+                  f"{two / 2:,.0f} samples/s each vs {one:,.0f} for 1 worker")
         print()
 
     lt = {}
@@ -389,10 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         head += [
             ("one_device_samples_per_s", f"{base:.0f}"),
             ("one_worker_samples_per_s", f"{one:.0f}"),
-            ("two_workers_samples_per_s", f"{two:.0f}"),
-            ("two_vs_one_worker_ratio", f"{two / one:.2f}"),
+            ("two_workers_samples_per_s", _fmt(two, ".0f")),
+            ("two_vs_one_worker_ratio", _fmt(two / one, ".2f")),
             ("one_worker_vs_one_device_ratio", f"{one / base:.2f}"),
-            ("two_workers_vs_one_device_ratio", f"{two / base:.2f}"),
+            ("two_workers_vs_one_device_ratio", _fmt(two / base, ".2f")),
         ]
     for name in ("tf", "plain"):
         if name in lt:

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_every=args.checkpoint_every,
         progress=False,
     )
-    trainer.fit(train_input, epochs, eval_input=eval_input, max_steps=args.max_steps)
+    records = trainer.fit(train_input, epochs, eval_input=eval_input, max_steps=args.max_steps)
     state = trainer.state
     if state.stopped_early:
         print(
@@ -152,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             "to resume"
         )
     else:
-        result = trainer.evaluate(eval_input)
+        if records:  # fit evaluated after every epoch it trained
+            result = {k[4:]: v for k, v in records[-1].items() if k.startswith("val_")}
+        else:  # a rerun of a finished job: nothing left to train
+            result = trainer.evaluate(eval_input)
         print(
             f"done: {state.epoch} epoch(s), global step {state.global_step}; held-out loss "
             f"{result['loss']:.4f}, accuracy {result['sparse_categorical_accuracy']:.4f} (exact)"

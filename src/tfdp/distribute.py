@@ -22,7 +22,6 @@ from typing import Any
 import tensorflow as tf
 
 __all__ = [
-    "EXIT_UNREACHABLE",
     "STRATEGY_KINDS",
     "WorkerInfo",
     "make_strategy",
@@ -171,59 +170,67 @@ def parse_tf_config(text: str | None = None) -> dict[str, Any] | None:
 
 # -- strategy selection ---------------------------------------------------------------------------
 
-#: Exit status of a worker that could not reach its peers within the start-up timeout.
-EXIT_UNREACHABLE = 3
 
+STRATEGY_KINDS = ("auto", "mirrored", "multi_worker", "one_device", "cpu", "tpu")
 
-def _reachable(address: str, timeout: float = 2.0) -> bool:
-    import socket
-
+_WATCHDOG = r"""
+import json, os, select, signal, socket, sys
+pid, timeout, peers = int(sys.argv[1]), float(sys.argv[2]), json.loads(sys.argv[3])
+ready, _, _ = select.select([sys.stdin], [], [], timeout)
+if ready:  # the parent said "connected" (or exited): nothing to do
+    sys.exit(0)
+def reachable(address):
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
             return True
     except OSError:
         return False
+bad = [a for a in peers if not reachable(a)]
+detail = ("unreachable peer(s): " + ", ".join(bad)) if bad else (
+    "every peer address accepts connections, but not all workers joined")
+sys.stderr.write(
+    f"tfdp: error: the workers did not all connect within {timeout:g}s ({detail}). Check "
+    "TF_CONFIG's addresses and ports, that every worker was started, and the firewall; "
+    "raise TFDP_STARTUP_TIMEOUT for slow starts.\n")
+sys.stderr.flush()
+os.kill(pid, signal.SIGKILL)
+"""
 
 
 def _startup_watchdog(timeout: float | None) -> Any:
-    """Start a thread that ends the process with a clear error if start-up outlasts ``timeout``."""
+    """Guard start-up with a separate process that ends this one if peers never connect.
+
+    TensorFlow waits for missing peers inside a C++ call that holds the GIL
+    and ignores SIGTERM, so no thread or signal handler of this process can
+    act: a small watchdog process does, printing which peer addresses are
+    unreachable before it kills this process. Returns an object whose
+    ``set()`` stands the watchdog down.
+    """
+    import json
     import os
+    import subprocess
     import sys
-    import threading
 
     if timeout is None:
         timeout = float(os.environ.get("TFDP_STARTUP_TIMEOUT", "300"))
-    done = threading.Event()
     cfg = parse_tf_config()
+    peers: list[str] = []
+    if cfg is not None:
+        me = cfg["cluster"][cfg["task"]["type"]][cfg["task"]["index"]]
+        peers = [a for addrs in cfg["cluster"].values() for a in addrs if a != me]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout), json.dumps(peers)],
+        stdin=subprocess.PIPE,
+    )
 
-    def watch() -> None:
-        if done.wait(timeout):
-            return
-        peers: list[str] = []
-        if cfg is not None:
-            me = cfg["cluster"][cfg["task"]["type"]][cfg["task"]["index"]]
-            peers = [a for addrs in cfg["cluster"].values() for a in addrs if a != me]
-        unreachable = [a for a in peers if not _reachable(a)]
-        detail = (
-            f"unreachable peer(s): {', '.join(unreachable)}"
-            if unreachable
-            else "every peer address accepts connections, but not all workers joined"
-        )
-        print(
-            f"tfdp: error: the workers did not all connect within {timeout:g}s ({detail}). "
-            "Check TF_CONFIG's addresses and ports, that every worker was started, and the "
-            "firewall; raise TFDP_STARTUP_TIMEOUT for slow starts.",
-            file=sys.stderr,
-            flush=True,
-        )
-        os._exit(EXIT_UNREACHABLE)  # TensorFlow's wait for peers cannot be interrupted
+    class _Done:
+        def set(self) -> None:
+            assert proc.stdin is not None
+            proc.stdin.close()  # select() in the watchdog returns: it exits quietly
+            proc.wait()
 
-    threading.Thread(target=watch, name="tfdp-startup-watchdog", daemon=True).start()
-    return done
-
-
-STRATEGY_KINDS = ("auto", "mirrored", "multi_worker", "one_device", "cpu", "tpu")
+    return _Done()
 
 
 def _configure_logical_cpus(n: int) -> list[str]:
@@ -273,9 +280,9 @@ def make_strategy(
             unreachable peer fails with an error instead of hanging (multi-worker).
         startup_timeout: Seconds the workers have to find each other
             (default: ``$TFDP_STARTUP_TIMEOUT`` or 300). TensorFlow waits for
-            missing peers forever, in C++, deaf to signals; past this time tfdp
-            prints which peer addresses are unreachable and ends the process
-            (exit status 3).
+            missing peers forever, in C++, deaf to signals; past this time a
+            watchdog process prints which peer addresses are unreachable and
+            ends this process (SIGKILL).
         communication: ``"auto"``, ``"ring"`` or ``"nccl"`` (multi-worker).
         tpu: TPU name or address for ``kind="tpu"``.
 
