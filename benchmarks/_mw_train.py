@@ -35,6 +35,15 @@ import time
 T_START = time.perf_counter()
 
 
+def _os_threads() -> int:
+    """This process's thread count (Linux ``/proc/self/status``; -1 elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError):
+        return -1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--strategy", default="auto", choices=["auto", "one_device", "multi_worker"],
@@ -47,6 +56,12 @@ def main() -> int:
     ap.add_argument("--lead", type=int, default=16, help="untimed steps at the start of a round")
     ap.add_argument("--steps", type=int, default=512, help="timed optimizer steps per round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--collective-timeout", type=float, default=None,
+                    help="make_strategy(collective_timeout=...) in seconds (default: none). "
+                    "TensorFlow 2.21 starts one detached thread per collective op that has a "
+                    "timeout, which sleeps for the whole timeout: at hundreds of steps/s that "
+                    "is ~1,000 new threads a second, and tfdp's default of 600 s exhausts the "
+                    "pid space of this machine (32,768) in about 30 s")
     args = ap.parse_args()
     spc = args.steps_per_call
     for name in ("warmup", "lead", "steps"):
@@ -63,7 +78,7 @@ def main() -> int:
     from tfdp.train import Trainer, TrainState
 
     t_import = time.perf_counter()
-    strategy = make_strategy(args.strategy)
+    strategy = make_strategy(args.strategy, collective_timeout=args.collective_timeout)
     info = worker_info(strategy)
     t_strategy = time.perf_counter()
 
@@ -132,6 +147,8 @@ def main() -> int:
         "import_s": t_import - T_START,
         "strategy_s": t_strategy - t_import,
         "setup_warmup_s": t_warm - t_strategy,
+        "collective_timeout": args.collective_timeout,
+        "os_threads": _os_threads(),
     }
     print("MW_RESULT " + json.dumps(result), flush=True)
     return 0
@@ -141,7 +158,12 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Skip TensorFlow's interpreter teardown (several seconds); every collective has
-    # completed on both sides by now (the last Trainer call ends with an agreed-stop
-    # all-reduce whose result both workers read).
+    if os.environ.get("TFDP_WORKER_INDEX", "0") == "0" and int(
+        os.environ.get("TFDP_NUM_WORKERS", "1")
+    ) > 1:
+        # Worker 0 hosts TensorFlow's coordination service: let the others leave first,
+        # or they log heartbeat errors on their way out.
+        time.sleep(1.0)
+    # Skip TensorFlow's interpreter teardown (seconds); every collective has completed on
+    # all workers by now (the last Trainer call ends with an agreed-stop all-reduce).
     os._exit(code)

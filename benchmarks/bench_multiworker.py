@@ -74,10 +74,37 @@ EXAMPLES = 131_072  # 2,048 steps per epoch at 2 workers x 32
 
 FULL = {"warmup": 64, "steps": 1024, "rounds": 5, "train_repeats": 2, "k_plain": 10, "k_tf": 4,
         "two_workers": 1}
-# --quick skips the 2-worker training run (two more TensorFlow processes, about 25 s on a
-# loaded 2-core machine) to stay under a minute; --two-workers puts it back.
+# --quick takes about 30 s on the 2-core machine when TensorFlow imports in 3-4 s. When other
+# processes load it (TensorFlow then imports in 10-20 s), everything would take about 110 s, so
+# --quick has a time budget: the 2-worker training run and then the TensorFlow launcher timing
+# (the two parts after the baselines, 2 and 4 TensorFlow processes) run only when their
+# estimated cost fits in what is left of it, and the output names what was skipped.
 QUICK = {"warmup": 16, "steps": 128, "rounds": 2, "train_repeats": 1, "k_plain": 3, "k_tf": 1,
-         "two_workers": 0}
+         "two_workers": 1}
+QUICK_BUDGET_S = 55.0
+RESERVE_S = 4.0  # the plain launcher timing and the import context, which always run
+
+
+class Budget:
+    """Wall-clock budget for --quick: may a part estimated at ``cost`` seconds still run?"""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.t0 = time.perf_counter()
+        self.skipped: list[str] = []
+
+    def allows(self, name: str, cost: float | None, reserve: float = 0.0) -> bool:
+        if self.seconds is None or cost is None:
+            return True
+        elapsed = time.perf_counter() - self.t0
+        if elapsed + cost + reserve <= self.seconds:
+            return True
+        self.skipped.append(name)
+        print(f"  SKIPPED {name}: {elapsed:.0f} s elapsed + about {cost:.0f} s estimated"
+              + (f" + {reserve:.0f} s reserved" if reserve else "")
+              + f" > the {self.seconds:.0f} s budget (the machine is slow or loaded now; "
+              "run without --quick, or with --budget 0, to measure it)", flush=True)
+        return False
 LEAD = 16
 TIMEOUT = 900.0
 
@@ -143,6 +170,8 @@ class TrainConfig:
             "--examples", str(EXAMPLES), "--warmup", str(mode["warmup"]), "--lead", str(LEAD),
             "--steps", str(mode["steps"]), "--rounds", str(mode["rounds"]),
         ]
+        if mode.get("collective_timeout") is not None and self.strategy != "one_device":
+            worker += ["--collective-timeout", str(mode["collective_timeout"])]
         if self.launcher_workers is None:
             return worker
         return [PY, "-m", "tfdp.launch", "--workers", str(self.launcher_workers), "--", *worker]
@@ -269,16 +298,27 @@ def main(argv: list[str] | None = None) -> int:
                     help="training runs (processes) per configuration, interleaved")
     ap.add_argument("--k-plain", type=int, default=None, help="repeats, plain launcher timing")
     ap.add_argument("--k-tf", type=int, default=None, help="repeats, TensorFlow launcher timing")
-    ap.add_argument("--two-workers", action="store_true",
-                    help="with --quick: also run the 2-worker training (skipped by --quick)")
+    ap.add_argument("--skip-two-workers", action="store_true",
+                    help="skip the 2-worker training run (two TensorFlow processes)")
+    ap.add_argument("--collective-timeout", type=float, default=None, metavar="S",
+                    help="pass make_strategy(collective_timeout=S) to the training workers "
+                    "(default: none; see the note on threads in docs/benchmarks.md)")
     ap.add_argument("--part", choices=["all", "train", "launch"], default="all")
+    ap.add_argument("--budget", type=float, default=None, metavar="S",
+                    help=f"skip the 2-worker training and then the TensorFlow launcher timing "
+                    f"when they would not finish within S seconds of the start (default: "
+                    f"{QUICK_BUDGET_S:g} with --quick, none otherwise; 0: none)")
     args = ap.parse_args(argv)
+    budget_s = args.budget if args.budget is not None else (
+        QUICK_BUDGET_S if args.quick else None)
+    budget = Budget(budget_s or None)
     mode = dict(QUICK if args.quick else FULL)
     for key in ("steps", "rounds", "train_repeats", "k_plain", "k_tf"):
         if getattr(args, key) is not None:
             mode[key] = getattr(args, key)
-    if args.two_workers:
-        mode["two_workers"] = 1
+    if args.skip_two_workers:
+        mode["two_workers"] = 0
+    mode["collective_timeout"] = args.collective_timeout
     if mode["steps"] % STEPS_PER_CALL or mode["steps"] < STEPS_PER_CALL:
         ap.error(f"--steps must be a positive multiple of {STEPS_PER_CALL}")
     if LEAD + mode["steps"] > EXAMPLES // (2 * PER_REPLICA):
@@ -296,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"load average at start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
           "(the machine may be shared with other processes)")
-    print(f"mode: {'--quick' if args.quick else 'full'}: {mode}")
+    print(f"mode: {'--quick' if args.quick else 'full'}: {mode}, time budget "
+          f"{f'{budget.seconds:g} s' if budget.seconds else 'none'}")
     if cores <= 2:
         print(f"NOTE: this machine has {cores} cores. Two workers share them (and TensorFlow "
               "gives each process a thread pool sized for the whole machine), so the 2-worker "
@@ -310,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not mode["two_workers"]:
         configs.pop()
-        print("NOTE: --quick skips the 2-worker training run (add --two-workers, or run "
-              "without --quick, to measure it)")
+        print("NOTE: --skip-two-workers: no 2-worker training run")
+    by_name = {c.name: c for c in configs}
     if args.part in ("all", "train"):
         print(f"(1) training: MLP 64-128-10, {PER_REPLICA} examples per replica per step, "
               f"Trainer(steps_per_call={STEPS_PER_CALL}), {EXAMPLES:,} in-memory examples; "
@@ -321,8 +362,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {cfg.name:<10} $ {' '.join(cfg.argv(mode)).replace(PY, 'python')}")
         for _ in range(mode["train_repeats"]):
             for cfg in configs:
+                if cfg.launcher_workers == 2 and by_name["1 worker"].walls:
+                    # Two processes on the same cores, and a slower step: ~2.5x one worker.
+                    cost = 2.5 * by_name["1 worker"].walls[-1]
+                    if not budget.allows("2-worker training", cost, RESERVE_S):
+                        continue
                 run_train(cfg, mode, env)
         print()
+    configs = [c for c in configs if c.results]
 
     plain = LaunchCase("plain", [PY, "-c", PLAIN_CODE], "MW_PLAIN worker")
     tfcase = LaunchCase("tf", [PY, str(ALLREDUCE_SCRIPT)], "MW_ALLREDUCE task")
@@ -332,7 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         print("(2) launcher start-up: 2 workers, start to exit of both; launcher "
               "(python -m tfdp.launch --workers 2 -- CMD) vs by hand (subprocess.Popen, same "
               "TF_CONFIGs and environment)")
+        one_worker = by_name["1 worker"].results
         for case, k in cases:
+            if case is tfcase and one_worker:
+                # Each repeat: 2 x (two workers importing TensorFlow on the same cores).
+                cost = k * 2 * (2 * one_worker[-1]["import_s"] + 2.0)
+                if not budget.allows("TensorFlow launcher timing", cost):
+                    continue
             print(f"  {case.name:<5} CMD = {' '.join(case.command).replace(PY, 'python')}  "
                   f"(best of {k})")
             for rep in range(k):
@@ -341,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                     (case.launcher if how == "launcher" else case.by_hand).append(fn(case, env))
                 print(f"    rep {rep + 1}: launcher {case.launcher[-1]:.3f} s, by hand "
                       f"{case.by_hand[-1]:.3f} s", flush=True)
+        cases = [(c, k) for c, k in cases if c.launcher]
         k_ctx = max(3, mode["k_plain"])
         import_launch = best_of(k_ctx, [PY, "-c", "import tfdp.launch"], env)
         import_pass = best_of(k_ctx, [PY, "-c", "pass"], env)
@@ -348,27 +402,33 @@ def main(argv: list[str] | None = None) -> int:
 
     # ------------------------------------------------------------------ tables
     by = {c.name: c for c in configs}
-    base = by["one_device"].best
-    one = by["1 worker"].best
-    two = by["2 workers"].best if "2 workers" in by else float("nan")
+    base, one, two = (
+        by[n].best if n in by else float("nan") for n in ("one_device", "1 worker", "2 workers")
+    )
     if args.part in ("all", "train"):
         print("training throughput (global samples/s: global batch x optimizer steps / wall s; "
               "best and median over all timed rounds of worker 0)")
         print(f"{'configuration':<13} {'launcher':<9} {'strategy':<28} {'replicas':>8} "
               f"{'global batch':>12} {'best samples/s':>14} {'median':>8} {'steps/s':>8} "
-              f"{'ms/step':>8} {'CPU ms/step':>11} {'vs one_device':>13}")
+              f"{'ms/step':>8} {'CPU ms/step':>11} {'threads':>7} {'vs one_device':>13}")
         for c in configs:
             res = c.results[0]
             steps_s = c.best / res["global_batch"]
             cpu = statistics.median(v for r in c.results for v in r["cpu_ms_per_step"])
+            threads = max(r["os_threads"] for r in c.results)
             print(f"{c.name:<13} {'no' if c.launcher_workers is None else 'yes':<9} "
                   f"{res['strategy']:<28} {res['replicas']:>8} {res['global_batch']:>12} "
                   f"{c.best:>14,.0f} {c.median:>8,.0f} {steps_s:>8,.0f} "
-                  f"{1e3 / steps_s:>8.2f} {cpu:>11.2f} {c.best / base:>12.2f}x")
+                  f"{1e3 / steps_s:>8.2f} {cpu:>11.2f} {threads:>7,} {c.best / base:>12.2f}x")
         spread = max(s for c in configs for s in c.spread)
         print("(steps/s and ms/step from the best round; CPU ms/step: worker 0's process CPU "
-              "time per step, all threads, median round; the workers' own rates differed by at "
-              f"most {100 * spread:.2f}%)")
+              "time per step, all threads, median round; threads: worker 0's OS threads at the "
+              "end, most of any run; the workers' own rates differed by at most "
+              f"{100 * spread:.2f}%)")
+        timeout = mode["collective_timeout"]
+        print(f"multi-worker runs: make_strategy(collective_timeout={timeout}); "
+              + ("no per-collective timer threads" if timeout is None else
+                 f"TensorFlow starts one thread per collective op that sleeps {timeout:g} s"))
         if "2 workers" in by:
             t1 = 1e3 * PER_REPLICA / one
             t2 = 1e3 * 2 * PER_REPLICA / two
@@ -390,6 +450,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case.name:<7} {k:>3} {lb:>13.3f} {hb:>12.3f} {lb - hb:>+10.3f} "
                   f"{lb / hb:>6.2f}x {statistics.median(case.launcher):>15.3f} "
                   f"{statistics.median(case.by_hand):>14.3f}")
+        for case, k in cases:
+            lr = max(case.launcher) - min(case.launcher)
+            hr = max(case.by_hand) - min(case.by_hand)
+            diff = min(case.launcher) - min(case.by_hand)
+            if k == 1:
+                print(f"  {case.name}: one repeat, so no spread estimate; treat its overhead "
+                      "as noise unless it is far above the plain script's")
+            else:
+                verdict = "within" if abs(diff) <= max(lr, hr) else "outside"
+                print(f"  {case.name}: spread between repeats: launcher {lr:.3f} s, by hand "
+                      f"{hr:.3f} s; the overhead ({diff:+.3f} s) is {verdict} that spread")
         print(f"context: python -c 'import tfdp.launch' {import_launch:.3f} s, python -c 'pass' "
               f"{import_pass:.3f} s (best of {max(3, mode['k_plain'])}): the launcher's own "
               f"interpreter start-up and imports, about {import_launch - import_pass:.3f} s "
@@ -412,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
             ("two_workers_vs_one_device_ratio", _fmt(two / base, ".2f")),
         ]
     for name in ("tf", "plain"):
+        if name not in lt and args.part in ("all", "launch"):
+            head += [(f"{k}_{name}", "n/a") for k in (
+                "launcher_s", "by_hand_s", "launcher_overhead_s", "launcher_overhead_ratio")]
         if name in lt:
             lb, hb = lt[name]
             head += [
@@ -421,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                 (f"launcher_overhead_ratio_{name}", f"{lb / hb:.2f}"),
             ]
     head.append(("cpu_count", str(cores)))
+    head.append(("skipped", ", ".join(budget.skipped) or "none"))
     for name, value in head:
         print(f"{name}: {value}")
     return 0

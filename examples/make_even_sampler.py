@@ -148,7 +148,9 @@ def demo(n: int, w: int, seed: int) -> None:
         for run in (1, 2):
             lists = seed_padded_lists(n, w, epoch=0, run=run)
             seed_ranks = [lst[r::w] for r, lst in enumerate(lists)]
-            show(f"the seed's make_even, run {run} (unseeded np.random in each process):", seed_ranks)
+            show(
+                f"the seed's make_even, run {run} (unseeded np.random in each process):", seed_ranks
+            )
             distinct = len({tuple(lst) for lst in lists})
             print(f"    -> the {w} processes hold {distinct} different padded lists")
         if distinct == 1:

@@ -154,7 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(copies)} distinct samples; where the copies of rank 0's first 8 went:"
     )
     for sample in [int(s) for s in index[0][:8]]:
-        where = ", ".join(f"rank {rk} slot {sl}" for rk, sl in copies[sample])
+        # pos: the copy's place in the epoch's global list, half of its augmentation seed
+        where = ", ".join(
+            f"rank {rk} slot {sl} (pos {position[rk][sl]})" for rk, sl in copies[sample]
+        )
         print(f"  sample {sample:4d}: {len(copies[sample])} copies -> {where}")
     pairs = same_rank = differ = 0
     for places in copies.values():

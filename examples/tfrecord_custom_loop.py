@@ -33,9 +33,9 @@ How tfdp fixes it
     ``resumed from ...`` and continues at the saved step, mid-epoch included.
 
 Run:
-    python examples/tfrecord_custom_loop.py --quick --max-steps 5   # stops early (a "crash")
-    python examples/tfrecord_custom_loop.py --quick                 # "resumed from ..." and finishes
-    python examples/tfrecord_custom_loop.py --fresh                 # start over: 6 epochs
+    python examples/tfrecord_custom_loop.py --quick --max-steps 5  # stops early (a "crash")
+    python examples/tfrecord_custom_loop.py --quick                # "resumed from ...", finishes
+    python examples/tfrecord_custom_loop.py --fresh                # start over: 6 epochs
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.exists(manifest):
         print(f"reusing the TFRecord shards in {data_dir}")
     else:
-        files = write_tfrecords((x_train, y_train), data_dir, num_shards=args.shards, prefix="digits")
+        files = write_tfrecords(
+            (x_train, y_train), data_dir, num_shards=args.shards, prefix="digits"
+        )
         print(f"wrote {len(files)} TFRecord shards of {len(y_train)} digits to {data_dir}")
 
     # 3. Stream them. Parsing and decoding happen per record inside each replica's pipeline

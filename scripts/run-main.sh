@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-if [ "$#" -eq 0 ]; then
-  set -- train
+# No arguments, or only options: the training job (`tfdp train`); otherwise any tfdp command.
+if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
+  set -- train "$@"
 fi
 exec .venv/bin/tfdp "$@"
