@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q --doctest-modules src tests "$@"
+.venv/bin/python -m pytest -q -n auto --doctest-modules src tests "$@"
