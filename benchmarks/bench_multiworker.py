@@ -451,16 +451,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{lb / hb:>6.2f}x {statistics.median(case.launcher):>15.3f} "
                   f"{statistics.median(case.by_hand):>14.3f}")
         for case, k in cases:
-            lr = max(case.launcher) - min(case.launcher)
-            hr = max(case.by_hand) - min(case.by_hand)
-            diff = min(case.launcher) - min(case.by_hand)
-            if k == 1:
-                print(f"  {case.name}: one repeat, so no spread estimate; treat its overhead "
-                      "as noise unless it is far above the plain script's")
-            else:
-                verdict = "within" if abs(diff) <= max(lr, hr) else "outside"
-                print(f"  {case.name}: spread between repeats: launcher {lr:.3f} s, by hand "
-                      f"{hr:.3f} s; the overhead ({diff:+.3f} s) is {verdict} that spread")
+            diffs = [a - b for a, b in zip(case.launcher, case.by_hand, strict=True)]
+            slower = sum(d > 0 for d in diffs)
+            print(f"  {case.name}: launcher minus by hand within each repeat: median "
+                  f"{statistics.median(diffs):+.3f} s, range {min(diffs):+.3f} .. "
+                  f"{max(diffs):+.3f} s; the launcher was slower in {slower} of {k}"
+                  + (" (one repeat: noise can swamp a TensorFlow start-up)" if k == 1 else ""))
         print(f"context: python -c 'import tfdp.launch' {import_launch:.3f} s, python -c 'pass' "
               f"{import_pass:.3f} s (best of {max(3, mode['k_plain'])}): the launcher's own "
               f"interpreter start-up and imports, about {import_launch - import_pass:.3f} s "

@@ -5,56 +5,60 @@ Everything runs in one process, on the same model, data and strategy:
 TensorFlow work), a 64-128-10 MLP (``Dense(128, relu)``, ``Dense(10)`` on 64
 float32 features), global batch 64 (32 per replica), 65,536 synthetic
 examples with int64 labels in [0, 10), ``keras.optimizers.SGD(0.01)``. Every
-variant gets its own model (same initial weights) and optimizer.
+variant has its own model (same initial weights) and optimizer.
 
-Variants (steps/s of optimizer steps):
+Variants (optimizer steps per second):
 
 * ``handwritten_1``: the minimal hand-written ``strategy.run`` loop (seed 002's
   loop corrected for Keras 3): per-example loss with ``reduction="none"``,
   ``tf.nn.compute_average_loss(global_batch_size=64)``, a ``GradientTape``,
   ``optimizer.apply_gradients`` inside the replica function; a
   ``@tf.function`` train step called once per step from Python on
-  ``iter(strategy.experimental_distribute_dataset(ds))``, where ``ds`` is an
-  in-memory ``from_tensor_slices((x, y)).repeat().batch(64).prefetch()``.
+  ``iter(strategy.experimental_distribute_dataset(ds))``, ``ds`` an in-memory
+  ``from_tensor_slices((x, y)).repeat().batch(64).prefetch(AUTOTUNE)``.
 * ``handwritten_16``: the same loop, 16 steps per ``tf.function`` call (a
   ``tf.range`` loop, as Orbit does).
 * ``handwritten_1_tfdp_input`` / ``handwritten_16_tfdp_input``: the same two
   loops fed by tfdp's ``DistributedInput`` (separates input cost from loop cost).
-* ``handwritten_1_batch_arg`` (context): the loop written as
-  ``for batch in dist_ds: step(batch)`` -- the batch, not the iterator, is the
-  ``tf.function`` argument.
+* ``handwritten_1_batch_arg`` (context): ``for batch in dist_ds:
+  train_step(batch)`` -- the batch, not the iterator, is the argument.
 * ``trainer_1`` / ``trainer_16``: ``tfdp.train.Trainer(steps_per_call=1 / 16,
-  progress=False, verbose=0)``, no run_dir.
+  progress=False, verbose=0)``, no run_dir, ``fit`` over many epochs.
 * ``model_fit``: ``model.fit`` (compiled in the scope, ``steps_per_epoch`` set,
   ``verbose=0``) on ``inp.epochs(0, n)``.
 * ``tfdp_fit``: ``tfdp.train.fit`` (the fit path) on the same input.
 
-The tfdp-fed variants all use one ``DistributedInput(strategy,
-ArraySource((x, y)), batch_size=32)`` (the default shuffling
-``"distributed"`` sampler).
+The tfdp-fed variants share one ``DistributedInput(strategy, ArraySource((x,
+y)), batch_size=32)`` (the default shuffling ``"distributed"`` sampler).
 
-Timing: every variant is compiled and warmed up first. A measurement runs 32
-untimed steps (a fresh iterator's ramp-up) and then times a fixed number of
-steps (976 = 61 x 16; 256 with ``--quick``) between two host-side clocks
-(after a ``tf.function`` call, at the Trainer's ``on_step``, or at Keras's
-``on_train_batch_begin``), so iterator creation and the first batches are
-excluded for every variant alike; a Trainer window always lies inside one
-epoch (1,024 steps), so it holds no epoch-end work. Rounds are interleaved
-(one measurement of every variant per round, the order rotated each round); a
-variant's figure is its best round, the target ratios are ratios of those
-bests, all from the same run, and the median of the per-round ratios is
-printed beside them. Process CPU time per step (all threads) is printed too:
-on a shared machine it is steadier than wall time.
+Timing. The machine this runs on is shared, so the variants are interleaved
+finely: every variant runs as a session that trains on and on, and a round
+asks each session in turn (order rotated every round) for one chunk of C
+steps (64; 32 with ``--quick``). The hand-written loops run in the main
+thread; ``Trainer.fit``, ``model.fit`` and ``tfdp.train.fit`` run in their own
+threads and hand over at their per-step hook (Trainer's ``on_step``, Keras's
+``on_train_batch_begin``, which leaves Keras's asynchronous batch-end
+dispatch on), where they block while the other sessions run. A chunk's clock
+starts when its session resumes and stops at the hook after its C-th step,
+so it holds exactly C steps of that loop's own work, Python included. Before
+the rounds every session is compiled and runs 64 steps, then 32 untimed ones.
+A chunk during which a loop crossed an epoch boundary is kept apart (it holds
+the loop's per-epoch work) and reported separately.
 
-What Trainer.fit pays once per epoch on top -- a new distributed iterator
-(``iter(inp.epoch(e))``), its first batch and its teardown -- is timed on its
-own after the rounds (``--epoch-rows`` also times whole ``fit()`` epochs of
-the Trainers and of ``model.fit`` in the rounds; slow and noisy).
+Reported per variant: steps/s of its best "repeat" (16 consecutive rounds,
+1,024 steps; 8 rounds, 256 steps with ``--quick``), the median chunk rate, and
+process CPU time per step (all threads; steadier than wall time on a shared
+machine). Ratios, targets included, are medians over rounds of the per-round
+ratio of the two variants' chunk rates: chunks measured within about a second
+of each other. The ratio of the best repeats is printed beside them.
+
+Also timed: a new epoch iterator ``iter(inp.epoch(e))`` -- its creation, first
+batch and teardown -- which ``Trainer.fit`` pays once per epoch.
 
 Usage:
-    .venv/bin/python benchmarks/bench_train.py            # 976 steps x 7 rounds (~3 min)
-    .venv/bin/python benchmarks/bench_train.py --quick    # 256 steps x 2 rounds (< 1 min)
-    .venv/bin/python benchmarks/bench_train.py --only trainer_1 --rounds 20  # e.g. for py-spy
+    .venv/bin/python benchmarks/bench_train.py            # 64 rounds x 64 steps (~2-3 min)
+    .venv/bin/python benchmarks/bench_train.py --quick    # 16 rounds x 32 steps (< 1 min)
+    .venv/bin/python benchmarks/bench_train.py --only trainer_1 handwritten_1 --rounds 200
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -62,10 +66,12 @@ The headline figures come last, one ``name: value`` per line.
 from __future__ import annotations
 
 import os
+import time
 
+_T_START = time.perf_counter()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf
+import tensorflow as tf  # noqa: E402
 
 # 2 logical CPU devices, before any other TensorFlow work (hence the late imports below).
 _CPUS = tf.config.list_physical_devices("CPU")
@@ -80,7 +86,7 @@ import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
+import threading  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
@@ -92,7 +98,7 @@ import tfdp  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402
-from tfdp.train.fit import fit as tfdp_fit  # noqa: E402
+from tfdp.train import fit as tfdp_fit  # noqa: E402
 
 NUM_EXAMPLES = 65_536
 FEATURES = 64
@@ -100,16 +106,42 @@ HIDDEN = 128
 CLASSES = 10
 GLOBAL_BATCH = 64
 PER_REPLICA = 32
+STEPS_PER_EPOCH = NUM_EXAMPLES // GLOBAL_BATCH
 LR = 0.01
 MULTI = 16  # steps per call of the multi-step variants
-FULL_STEPS, FULL_ROUNDS = 976, 7
-ITERATOR_REPEATS = 3
-QUICK_STEPS, QUICK_ROUNDS = 256, 2
+FULL_CHUNK, FULL_ROUNDS, FULL_REPEAT = 64, 64, 16  # 4 repeats of 1,024 steps per variant
+QUICK_CHUNK, QUICK_ROUNDS, QUICK_REPEAT = 32, 16, 8  # 2 repeats of 256 steps per variant
 WARMUP_STEPS = 64
-LEAD_STEPS = 32  # untimed steps before every window (a fresh iterator's ramp-up)
+LEAD_STEPS = 32  # untimed steps after the warm-up (a fresh iterator's ramp-up)
+ITERATOR_REPEATS = 3
+FOREVER = 10**9  # epochs for the loops that run until the benchmark stops them
 TARGET_T1_VS_H1 = 0.97
 TARGET_T16_VS_H1 = 1.8
 TARGET_T16_VS_FIT = 4.0
+
+Clock = tuple[float, float]  # (wall, process CPU) seconds
+
+
+def _now() -> Clock:
+    return time.perf_counter(), time.process_time()
+
+
+@dataclass
+class Window:
+    """One timed chunk: wall and CPU seconds, steps, and whether an epoch boundary fell in it."""
+
+    wall: float
+    cpu: float
+    steps: int
+    crossed: bool = False
+
+    @property
+    def rate(self) -> float:
+        return self.steps / self.wall
+
+
+def _window(a: Clock, b: Clock, steps: int, crossed: bool = False) -> Window:
+    return Window(b[0] - a[0], b[1] - a[1], steps, crossed)
 
 
 # --------------------------------------------------------------------------- set-up
@@ -136,53 +168,136 @@ def make_optimizer() -> keras.optimizers.Optimizer:
     return keras.optimizers.SGD(LR)
 
 
-Clock = tuple[float, float]  # (wall, process CPU) seconds
+# --------------------------------------------------------------------------- sessions
+class Session:
+    """A variant that trains chunk after chunk: ``start()``, then ``chunk(steps)`` repeatedly."""
+
+    def __init__(self, name: str, input_name: str, steps_per_call: int) -> None:
+        self.name, self.input_name, self.steps_per_call = name, input_name, steps_per_call
+        self.windows: list[Window | None] = []  # one per round (None: crossed an epoch)
+        self.crossed: list[Window] = []
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def chunk(self, steps: int) -> Window:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Release what the session holds (threads)."""
 
 
-def _now() -> Clock:
-    return time.perf_counter(), time.process_time()
+class LoopSession(Session):
+    """A hand-written loop driven from the main thread: ``call()`` runs ``steps_per_call`` steps."""
+
+    def __init__(
+        self, name: str, input_name: str, steps_per_call: int, call: Callable[[], tf.Tensor]
+    ) -> None:
+        super().__init__(name, input_name, steps_per_call)
+        self._call = call
+
+    def _run(self, steps: int) -> None:
+        loss = tf.constant(0.0)
+        for _ in range(steps // self.steps_per_call):
+            loss = self._call()
+        float(loss)
+
+    def start(self) -> None:
+        self._run(WARMUP_STEPS + LEAD_STEPS)
+
+    def chunk(self, steps: int) -> Window:
+        a = _now()
+        self._run(steps)
+        return _window(a, _now(), steps)
 
 
-@dataclass
-class Window:
-    """A timed stretch of steady-state training."""
-
-    wall: float
-    cpu: float
-    steps: int
+class _StopSessionError(Exception):
+    """Raised at a loop's hook to end its thread."""
 
 
-def _window(a: Clock, b: Clock, steps: int) -> Window:
-    return Window(b[0] - a[0], b[1] - a[1], steps)
+class ThreadSession(Session):
+    """A loop that owns its control flow (``Trainer.fit``, ``model.fit``), run in a thread.
 
+    ``run(hook)`` trains until the hook raises; the loop calls ``hook(done, epoch)``
+    after each of its calls (``done``: steps completed so far). The hook blocks
+    between chunks, so only one session runs at a time.
+    """
 
-@dataclass
-class Variant:
-    """One thing to time: ``measure(steps)`` returns a :class:`Window` of ``steps`` steps."""
+    def __init__(
+        self,
+        name: str,
+        input_name: str,
+        steps_per_call: int,
+        run: Callable[[Callable[[int, int], None]], None],
+    ) -> None:
+        super().__init__(name, input_name, steps_per_call)
+        self._run = run
+        self._go = threading.Semaphore(0)
+        self._done = threading.Semaphore(0)
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._target: int | None = None
+        self._want = 0
+        self._begin: tuple[Clock, int, int] = ((0.0, 0.0), 0, 0)
+        self._result: Window | None = None
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
-    name: str
-    input_name: str
-    steps_per_call: int
-    warmup: Callable[[], None]
-    measure: Callable[[int], Window]
-    rates: list[float] = field(default_factory=list)
-    cpu_ms: list[float] = field(default_factory=list)
-    note: str = ""
+    def _hook(self, done: int, epoch: int) -> None:
+        if self._target is not None and done < self._target:
+            return
+        end = _now()
+        if self._target is not None:
+            clock, done0, epoch0 = self._begin
+            self._result = _window(clock, end, done - done0, crossed=epoch != epoch0)
+        self._done.release()
+        self._go.acquire()
+        if self._stopping:
+            raise _StopSessionError
+        self._target = done + self._want
+        self._begin = (_now(), done, epoch)
 
-    @property
-    def best(self) -> float:
-        return max(self.rates) if self.rates else float("nan")
+    def _main(self) -> None:
+        try:
+            self._run(self._hook)
+        except _StopSessionError:
+            pass
+        except BaseException as e:  # reported by the main thread
+            self._error = e
+        finally:
+            self._done.release()
 
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates) if self.rates else float("nan")
+    def _wait(self) -> None:
+        self._done.acquire()
+        if self._error is not None:
+            raise RuntimeError(f"{self.name} failed") from self._error
+        if not self._thread.is_alive() and not self._stopping:
+            raise RuntimeError(f"{self.name} ended before it was stopped")
+
+    def start(self) -> None:
+        self._thread.start()
+        self._wait()  # compiled; at its first hook
+        for steps in (WARMUP_STEPS, LEAD_STEPS):
+            self.chunk(steps)
+
+    def chunk(self, steps: int) -> Window:
+        self._want = steps
+        self._go.release()
+        self._wait()
+        assert self._result is not None
+        return self._result
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stopping = True
+            self._go.release()
+            self._thread.join(timeout=60)
 
 
 # --------------------------------------------------------------------------- hand-written loop
 def _replica_step_fn(
     strategy: tf.distribute.Strategy,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """A fresh model + optimizer in the scope and the per-replica step of seed 002 (Keras 3)."""
+    """A fresh model and optimizer in the scope, and seed 002's replica step for Keras 3."""
     with strategy.scope():
         model = make_model()
         opt = make_optimizer()
@@ -203,9 +318,13 @@ def _replica_step_fn(
 
 
 def handwritten(
-    strategy: tf.distribute.Strategy, make_iter: Callable[[], Any], steps_per_call: int
-) -> tuple[Callable[[], None], Callable[[int], Window]]:
-    """The minimal strategy.run loop; ``make_iter()`` gives an endless distributed iterator."""
+    name: str,
+    input_name: str,
+    strategy: tf.distribute.Strategy,
+    iterator: Any,
+    steps_per_call: int,
+) -> LoopSession:
+    """The minimal strategy.run loop over an endless distributed iterator."""
     replica_step = _replica_step_fn(strategy)
 
     def one_step(iterator: Any) -> tf.Tensor:
@@ -224,36 +343,16 @@ def handwritten(
             loss = one_step(iterator)
         return loss
 
-    iterator = make_iter()
     n_const = tf.constant(steps_per_call, tf.int64)
-
-    def call() -> tf.Tensor:
-        if steps_per_call == 1:
-            return train_step(iterator)
-        return train_n(iterator, n_const)
-
-    def steps(count: int) -> None:
-        loss = tf.constant(0.0)
-        for _ in range(count // steps_per_call):
-            loss = call()
-        float(loss)
-
-    def warmup() -> None:
-        steps(WARMUP_STEPS)
-
-    def measure(count: int) -> Window:
-        steps(LEAD_STEPS)
-        a = _now()
-        steps(count)
-        return _window(a, _now(), count)
-
-    return warmup, measure
+    if steps_per_call == 1:
+        return LoopSession(name, input_name, 1, lambda: train_step(iterator))
+    return LoopSession(name, input_name, steps_per_call, lambda: train_n(iterator, n_const))
 
 
 def handwritten_batch_arg(
-    strategy: tf.distribute.Strategy, dist_ds: Any
-) -> tuple[Callable[[], None], Callable[[int], Window]]:
-    """``for batch in dist_ds: train_step(batch)`` -- the batch is the tf.function argument."""
+    name: str, input_name: str, strategy: tf.distribute.Strategy, dist_ds: Any
+) -> LoopSession:
+    """``for batch in dist_ds: train_step(batch)``: the batch is the tf.function argument."""
     replica_step = _replica_step_fn(strategy)
 
     @tf.function
@@ -262,30 +361,13 @@ def handwritten_batch_arg(
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     iterator = iter(dist_ds)
-
-    def steps(count: int) -> None:
-        loss = tf.constant(0.0)
-        for _, batch in zip(range(count), iterator, strict=False):
-            loss = train_step(batch)
-        float(loss)
-
-    def warmup() -> None:
-        steps(WARMUP_STEPS)
-
-    def measure(count: int) -> Window:
-        steps(LEAD_STEPS)
-        a = _now()
-        steps(count)
-        return _window(a, _now(), count)
-
-    return warmup, measure
+    return LoopSession(name, input_name, 1, lambda: train_step(next(iterator)))
 
 
-# --------------------------------------------------------------------------- tfdp Trainer
-def trainer_variant(
-    strategy: tf.distribute.Strategy, inp: DistributedInput, steps_per_call: int
-) -> tuple[Callable[[], None], Callable[[int], Window], Callable[[int], Window]]:
-    """Warm-up, steady-state measure, and whole-epoch measure of one Trainer."""
+# --------------------------------------------------------------------------- tfdp and Keras loops
+def trainer_session(
+    name: str, strategy: tf.distribute.Strategy, inp: DistributedInput, steps_per_call: int
+) -> ThreadSession:
     trainer = Trainer(
         strategy,
         make_model,
@@ -295,67 +377,29 @@ def trainer_variant(
         progress=False,
         verbose=0,
     )
-    spe = inp.steps_per_epoch
-    marks: list[tuple[Clock, int]] = []
 
-    def on_step(state: Any) -> None:
-        marks.append((_now(), state.global_step))
+    def run(hook: Callable[[int, int], None]) -> None:
+        trainer.fit(inp, epochs=FOREVER, on_step=lambda s: hook(s.global_step, s.epoch))
 
-    def new_epoch() -> None:
-        state = trainer.state
-        if state.step != 0:  # every run starts at an epoch start: no epoch end inside a window
-            state.epoch, state.step = state.epoch + 1, 0
-
-    def run(count: int) -> None:
-        new_epoch()
-        if count > spe:
-            raise ValueError(f"a timed run must fit in one epoch ({spe} steps)")
-        trainer.fit(
-            inp,
-            epochs=trainer.state.epoch + 1,
-            max_steps=trainer.state.global_step + count,
-            on_step=on_step,
-        )
-
-    def warmup() -> None:
-        run(max(2 * steps_per_call, WARMUP_STEPS))
-
-    def measure(count: int) -> Window:
-        marks.clear()
-        g_start = trainer.state.global_step
-        run(LEAD_STEPS + count)
-        a, g_a = next((m, g) for m, g in marks if g - g_start >= LEAD_STEPS)
-        b, g_b = marks[-1]
-        return _window(a, b, g_b - g_a)
-
-    def measure_epoch(count: int) -> Window:
-        """One whole ``fit`` epoch, wall to wall (``count`` is ignored)."""
-        new_epoch()
-        a = _now()
-        trainer.fit(inp, epochs=trainer.state.epoch + 1)
-        return _window(a, _now(), spe)
-
-    return warmup, measure, measure_epoch
+    return ThreadSession(name, "tfdp DistributedInput", steps_per_call, run)
 
 
-# --------------------------------------------------------------------------- model.fit paths
-class _BatchBeginClock(keras.callbacks.Callback):
-    """Clocks at ``on_train_batch_begin``; overrides no ``*_batch_end`` hook.
+class _KerasHook(keras.callbacks.Callback):
+    """Calls the session hook at ``on_train_batch_begin``: after the previous step.
 
-    Keras dispatches batch-end callbacks on a thread pool unless a callback
-    overrides a batch-end hook, so this clock leaves ``model.fit`` as it is.
+    It overrides no batch-end hook, so Keras keeps dispatching batch-end
+    callbacks asynchronously, as in a plain ``model.fit``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, hook: Callable[[int, int], None], steps_per_epoch: int) -> None:
         super().__init__()
-        self.marks: list[Clock] = []
+        self.hook, self.steps_per_epoch, self.epoch = hook, steps_per_epoch, 0
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self.marks.append(_now())
-
-    def window(self, count: int) -> Window:
-        # begin of batch LEAD -> begin of batch LEAD + count: `count` whole steps
-        return _window(self.marks[LEAD_STEPS], self.marks[LEAD_STEPS + count], count)
+        self.hook(self.epoch * self.steps_per_epoch + batch, self.epoch)
 
 
 def compiled_model(strategy: tf.distribute.Strategy) -> keras.Model:
@@ -369,59 +413,42 @@ def compiled_model(strategy: tf.distribute.Strategy) -> keras.Model:
     return model
 
 
-def model_fit_variant(
-    strategy: tf.distribute.Strategy, inp: DistributedInput
-) -> tuple[Callable[[], None], Callable[[int], Window], Callable[[int], Window], keras.Model]:
-    """Warm-up, steady-state measure, whole-epoch measure, and the compiled model."""
+def model_fit_session(
+    name: str, strategy: tf.distribute.Strategy, inp: DistributedInput
+) -> tuple[ThreadSession, keras.Model]:
     model = compiled_model(strategy)
     spe = inp.steps_per_epoch
 
-    def run(batches: int, clock: keras.callbacks.Callback | None = None) -> None:
+    def run(hook: Callable[[int, int], None]) -> None:
         model.fit(
-            inp.epochs(0, math.ceil(batches / spe)),
-            epochs=1,
-            steps_per_epoch=batches,
+            inp.epochs(0, FOREVER),
+            epochs=FOREVER,
+            steps_per_epoch=spe,
             verbose=0,
             shuffle=False,
-            callbacks=[clock] if clock is not None else [],
+            callbacks=[_KerasHook(hook, spe)],
         )
 
-    def warmup() -> None:
-        run(WARMUP_STEPS)
-
-    def measure(count: int) -> Window:
-        clock = _BatchBeginClock()
-        run(LEAD_STEPS + count + 1, clock)
-        return clock.window(count)
-
-    def measure_epoch(count: int) -> Window:
-        """One whole ``model.fit`` call of one epoch, wall to wall (``count`` is ignored)."""
-        a = _now()
-        run(spe)
-        return _window(a, _now(), spe)
-
-    return warmup, measure, measure_epoch, model
+    return ThreadSession(name, "tfdp DistributedInput", 1, run), model
 
 
-def tfdp_fit_variant(
-    strategy: tf.distribute.Strategy, inp: DistributedInput
-) -> tuple[Callable[[], None], Callable[[int], Window]]:
+def tfdp_fit_session(
+    name: str, strategy: tf.distribute.Strategy, inp: DistributedInput
+) -> ThreadSession:
     model = compiled_model(strategy)
 
-    def warmup() -> None:
-        tfdp_fit(model, inp, epochs=1, max_steps=WARMUP_STEPS, verbose=0)
-
-    def measure(count: int) -> Window:
-        clock = _BatchBeginClock()
+    def run(hook: Callable[[int, int], None]) -> None:
         tfdp_fit(
-            model, inp, epochs=1, max_steps=LEAD_STEPS + count + 1, callbacks=[clock], verbose=0
+            model,
+            inp,
+            epochs=FOREVER,
+            callbacks=[_KerasHook(hook, inp.steps_per_epoch)],
+            verbose=0,
         )
-        return clock.window(count)
 
-    return warmup, measure
+    return ThreadSession(name, "tfdp DistributedInput", 1, run)
 
 
-# --------------------------------------------------------------------------- per-epoch cost
 def iterator_lifecycle(inp: DistributedInput, epoch: int) -> tuple[float, float, float]:
     """Seconds to create ``iter(inp.epoch(epoch))``, get its first batch, and delete it.
 
@@ -440,50 +467,31 @@ def iterator_lifecycle(inp: DistributedInput, epoch: int) -> tuple[float, float,
 
 
 # --------------------------------------------------------------------------- main
-def build_variants(
-    strategy: tf.distribute.Strategy,
-    x: np.ndarray,
-    y: np.ndarray,
-    inp: DistributedInput,
-    epoch_rows: bool,
-) -> tuple[list[Variant], keras.Model]:
+def build_sessions(
+    strategy: tf.distribute.Strategy, x: np.ndarray, y: np.ndarray, inp: DistributedInput
+) -> tuple[list[Session], keras.Model]:
     def memory_dist_ds() -> Any:
         ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
         ds = ds.batch(GLOBAL_BATCH, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
         return strategy.experimental_distribute_dataset(ds)
 
-    def memory_iter() -> Any:
-        return iter(memory_dist_ds())
-
     def tfdp_iter() -> Any:
         return iter(inp.epochs(0, None))
 
     mem, tin = "tf.data in memory", "tfdp DistributedInput"
-    t1_warm, t1_measure, t1_epoch = trainer_variant(strategy, inp, 1)
-    t16_warm, t16_measure, t16_epoch = trainer_variant(strategy, inp, MULTI)
-    fit_warm, fit_measure, fit_epoch, fit_model = model_fit_variant(strategy, inp)
-    variants = [
-        Variant("handwritten_1", mem, 1, *handwritten(strategy, memory_iter, 1)),
-        Variant("handwritten_16", mem, MULTI, *handwritten(strategy, memory_iter, MULTI)),
-        Variant("handwritten_1_tfdp_input", tin, 1, *handwritten(strategy, tfdp_iter, 1)),
-        Variant(
-            "handwritten_16_tfdp_input", tin, MULTI, *handwritten(strategy, tfdp_iter, MULTI)
-        ),
-        Variant(
-            "handwritten_1_batch_arg", mem, 1, *handwritten_batch_arg(strategy, memory_dist_ds())
-        ),
-        Variant("trainer_1", tin, 1, t1_warm, t1_measure),
-        Variant("trainer_16", tin, MULTI, t16_warm, t16_measure),
-        Variant("model_fit", tin, 1, fit_warm, fit_measure),
-        Variant("tfdp_fit", tin, 1, *tfdp_fit_variant(strategy, inp)),
+    fit_session, fit_model = model_fit_session("model_fit", strategy, inp)
+    sessions: list[Session] = [
+        handwritten("handwritten_1", mem, strategy, iter(memory_dist_ds()), 1),
+        handwritten("handwritten_16", mem, strategy, iter(memory_dist_ds()), MULTI),
+        handwritten("handwritten_1_tfdp_input", tin, strategy, tfdp_iter(), 1),
+        handwritten("handwritten_16_tfdp_input", tin, strategy, tfdp_iter(), MULTI),
+        handwritten_batch_arg("handwritten_1_batch_arg", mem, strategy, memory_dist_ds()),
+        trainer_session("trainer_1", strategy, inp, 1),
+        trainer_session("trainer_16", strategy, inp, MULTI),
+        fit_session,
+        tfdp_fit_session("tfdp_fit", strategy, inp),
     ]
-    if epoch_rows:
-        variants += [
-            Variant("trainer_1_epoch", tin, 1, lambda: None, t1_epoch, note="whole epoch"),
-            Variant("trainer_16_epoch", tin, MULTI, lambda: None, t16_epoch, note="whole epoch"),
-            Variant("model_fit_epoch", tin, 1, lambda: None, fit_epoch, note="whole epoch"),
-        ]
-    return variants, fit_model
+    return sessions, fit_model
 
 
 def _ratio(a: float, b: float) -> float:
@@ -494,31 +502,65 @@ def _verdict(value: float, target: float) -> str:
     return "n/a" if math.isnan(value) else ("PASS" if value >= target else "FAIL")
 
 
+@dataclass
+class Stats:
+    """A session's figures over the rounds."""
+
+    best: float = float("nan")  # steps/s of the best repeat
+    median: float = float("nan")  # median chunk steps/s
+    cpu_ms: float = float("nan")  # process CPU ms per step, all kept chunks
+    repeats: list[float] = field(default_factory=list)
+
+
+def stats(s: Session, repeat: int) -> Stats:
+    kept = [w for w in s.windows if w is not None]
+    if not kept:
+        return Stats()
+    reps = []
+    for i in range(0, len(s.windows), repeat):
+        group = [w for w in s.windows[i : i + repeat] if w is not None]
+        if group:
+            reps.append(sum(w.steps for w in group) / sum(w.wall for w in group))
+    return Stats(
+        best=max(reps),
+        median=statistics.median(w.rate for w in kept),
+        cpu_ms=1e3 * sum(w.cpu for w in kept) / sum(w.steps for w in kept),
+        repeats=reps,
+    )
+
+
+def paired(a: Session, b: Session) -> float:
+    """Median over rounds of a's chunk rate over b's (rounds where neither crossed an epoch)."""
+    vals = [
+        wa.rate / wb.rate
+        for wa, wb in zip(a.windows, b.windows, strict=True)
+        if wa is not None and wb is not None
+    ]
+    return statistics.median(vals) if vals else float("nan")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--quick", action="store_true", help="256 steps x 2 rounds (under a minute)")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps per measurement")
+    ap.add_argument("--quick", action="store_true", help="16 rounds x 32 steps (under a minute)")
+    ap.add_argument("--chunk", type=int, default=None, help="steps per chunk (a multiple of 16)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
-    ap.add_argument("--only", nargs="*", default=None, help="time only these variants")
-    ap.add_argument("--epoch-rows", action="store_true",
-                    help="also time whole fit() epochs in the rounds (slow and noisy)")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these variants")
     args = ap.parse_args(argv)
-    steps = args.steps or (QUICK_STEPS if args.quick else FULL_STEPS)
+    chunk = args.chunk or (QUICK_CHUNK if args.quick else FULL_CHUNK)
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else FULL_ROUNDS)
-    epoch_rows = args.epoch_rows
-    spe = NUM_EXAMPLES // GLOBAL_BATCH
-    if steps < MULTI or steps % MULTI or LEAD_STEPS + steps + 1 > spe:
-        ap.error(f"--steps must be a positive multiple of {MULTI}, at most "
-                 f"{(spe - LEAD_STEPS - 1) // MULTI * MULTI}")
+    repeat = QUICK_REPEAT if args.quick else FULL_REPEAT
+    if chunk < MULTI or chunk % MULTI:
+        ap.error(f"--chunk must be a positive multiple of {MULTI}")
     wall0 = time.perf_counter()
+    import_s = wall0 - _T_START
 
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     strategy = tf.distribute.MirroredStrategy(devices)
     x, y = make_data()
     inp = DistributedInput(strategy, ArraySource((x, y)), batch_size=PER_REPLICA)
-    assert inp.global_batch_size == GLOBAL_BATCH and inp.steps_per_epoch == spe
+    assert inp.global_batch_size == GLOBAL_BATCH and inp.steps_per_epoch == STEPS_PER_EPOCH
 
-    print("bench_train: steady-state optimizer steps/s, MLP 64-128-10, global batch 64")
+    print("bench_train: optimizer steps/s, MLP 64-128-10, global batch 64, finely interleaved")
     print(f"date {_dt.date.today()}  python {platform.python_version()}  "
           f"tensorflow {tf.__version__}  keras {keras.__version__}  tfdp {tfdp.__version__}  "
           f"numpy {np.__version__}")
@@ -526,148 +568,140 @@ def main(argv: list[str] | None = None) -> int:
           f"{type(strategy).__name__} over {devices} ({strategy.num_replicas_in_sync} replicas, "
           f"{type(strategy.extended._cross_device_ops).__name__})")
     print(f"data {NUM_EXAMPLES:,} x {FEATURES} float32, int64 labels; {inp!r}")
-    print(f"timed: {steps} steps per measurement after {LEAD_STEPS} untimed ones, {rounds} "
-          f"interleaved rounds ({'--quick' if args.quick else 'full'} mode); best round reported")
+    print(f"timed: {rounds} rounds x {chunk}-step chunks per variant ({rounds * chunk:,} steps "
+          f"each), repeats of {repeat} rounds ({repeat * chunk:,} steps); "
+          f"{'--quick' if args.quick else 'full'} mode")
     load0 = os.getloadavg()
     print(f"load average at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} "
           "(the machine is shared with other processes)")
     print(flush=True)
 
     t_build = time.perf_counter()
-    variants, fit_model = build_variants(strategy, x, y, inp, epoch_rows)
+    sessions, fit_model = build_sessions(strategy, x, y, inp)
     if args.only:
-        unknown = set(args.only) - {v.name for v in variants}
+        unknown = set(args.only) - {s.name for s in sessions}
         if unknown:
             ap.error(f"unknown variants {sorted(unknown)}")
-        variants = [v for v in variants if v.name in args.only]
-    for v in variants:
+        sessions = [s for s in sessions if s.name in args.only]
+    for s in sessions:
         t = time.perf_counter()
-        v.warmup()
-        if v.note != "whole epoch":
-            print(f"  warm-up {v.name:<26} {time.perf_counter() - t:5.1f} s", flush=True)
+        s.start()
+        print(f"  compile + {WARMUP_STEPS + LEAD_STEPS} steps {s.name:<26} "
+              f"{time.perf_counter() - t:5.1f} s", flush=True)
     print(f"  model.fit jit_compile resolved to {fit_model.jit_compile}; "
-          f"set-up + warm-up {time.perf_counter() - t_build:.1f} s")
-    print(flush=True)
+          f"set-up {time.perf_counter() - t_build:.1f} s", flush=True)
 
-    per_round: list[dict[str, float]] = []
-    for r in range(rounds):
-        k = r % len(variants)
-        this: dict[str, float] = {}
-        for v in variants[k:] + variants[:k]:
-            gc.collect()
-            w = v.measure(steps)
-            if v.note != "whole epoch" and w.steps != steps:
-                raise RuntimeError(f"{v.name}: timed {w.steps} steps, expected {steps}")
-            v.rates.append(w.steps / w.wall)
-            v.cpu_ms.append(1e3 * w.cpu / w.steps)
-            this[v.name] = w.steps / w.wall
-        per_round.append(this)
-        print(f"  round {r + 1}/{rounds} steps/s: "
-              + "  ".join(f"{v.name} {this[v.name]:.0f}" for v in variants), flush=True)
+    t_rounds = time.perf_counter()
+    try:
+        for r in range(rounds):
+            k = r % len(sessions)
+            for s in sessions[k:] + sessions[:k]:
+                w = s.chunk(chunk)
+                if w.steps != chunk:
+                    raise RuntimeError(f"{s.name}: a chunk of {w.steps} steps, expected {chunk}")
+                s.windows.append(None if w.crossed else w)
+                if w.crossed:
+                    s.crossed.append(w)
+            if (r + 1) % repeat == 0:
+                print(f"  rounds {r + 2 - repeat}-{r + 1} done "
+                      f"({time.perf_counter() - t_rounds:.0f} s)", flush=True)
+    finally:
+        for s in sessions:
+            s.stop()
     print()
 
     lifecycle = [iterator_lifecycle(inp, 1000 + i) for i in range(ITERATOR_REPEATS)]
     create, first, delete = (statistics.median(c) for c in zip(*lifecycle, strict=True))
     per_epoch_iter = create + first + delete
 
-    by = {v.name: v for v in variants}
+    by = {s.name: s for s in sessions}
+    st = {s.name: stats(s, repeat) for s in sessions}
 
     def best(name: str) -> float:
-        return by[name].best if name in by else float("nan")
+        return st[name].best if name in st else float("nan")
 
-    def round_ratio(a: str, b: str) -> float:
-        vals = [rd[a] / rd[b] for rd in per_round if a in rd and b in rd]
-        return statistics.median(vals) if vals else float("nan")
+    def pr(a: str, b: str) -> float:
+        return paired(by[a], by[b]) if a in by and b in by else float("nan")
 
-    h1, fit = best("handwritten_1"), best("model_fit")
     print(f"{'variant':<26} {'input':<22} {'steps/call':>10} {'best steps/s':>12} "
           f"{'median':>7} {'ms/step':>8} {'CPU ms/step':>11} {'vs hand_1':>10} "
           f"{'vs model_fit':>12}")
-    for v in variants:
-        cpu = statistics.median(v.cpu_ms) if v.cpu_ms else float("nan")
-        print(f"{v.name:<26} {v.input_name:<22} {v.steps_per_call:>10} {v.best:>12,.0f} "
-              f"{v.median:>7,.0f} {1e3 / v.best:>8.3f} {cpu:>11.3f} {_ratio(v.best, h1):>9.2f}x "
-              f"{_ratio(v.best, fit):>11.2f}x")
-    print("(ms/step from the best round; CPU ms/step: process CPU time, all threads, median "
-          "round; *_epoch rows: a whole fit() epoch of 1,024 steps, wall to wall)")
+    for s in sessions:
+        v = st[s.name]
+        print(f"{s.name:<26} {s.input_name:<22} {s.steps_per_call:>10} {v.best:>12,.0f} "
+              f"{v.median:>7,.0f} {1e3 / v.best:>8.3f} {v.cpu_ms:>11.3f} "
+              f"{pr(s.name, 'handwritten_1'):>9.2f}x {pr(s.name, 'model_fit'):>11.2f}x")
+    print("(best steps/s and ms/step: the best repeat; median: of the chunks; CPU: process CPU "
+          "time, all threads; vs: median of per-round ratios)")
     print()
 
-    t1_h1 = _ratio(best("trainer_1"), h1)
-    t16_h1 = _ratio(best("trainer_16"), h1)
-    t16_fit = _ratio(best("trainer_16"), fit)
     checks = [
-        ("trainer_1 / handwritten_1", t1_h1, TARGET_T1_VS_H1, ("trainer_1", "handwritten_1")),
-        ("trainer_16 / handwritten_1", t16_h1, TARGET_T16_VS_H1, ("trainer_16", "handwritten_1")),
-        ("trainer_16 / model_fit", t16_fit, TARGET_T16_VS_FIT, ("trainer_16", "model_fit")),
+        ("trainer_1", "handwritten_1", TARGET_T1_VS_H1),
+        ("trainer_16", "handwritten_1", TARGET_T16_VS_H1),
+        ("trainer_16", "model_fit", TARGET_T16_VS_FIT),
     ]
-    print("targets (verdict on the ratio of best rounds; the median of the per-round ratios, "
-          "measured minutes apart at most, in brackets):")
-    for label, value, target, pair in checks:
-        med = round_ratio(*pair)
-        verdict, med_verdict = _verdict(value, target), _verdict(med, target)
-        flag = "" if med_verdict == verdict else f"  [borderline: the median says {med_verdict}]"
-        print(f"  {label:<42} {value:5.2f}x  (median {med:.2f}x)  target >= {target}x -> "
+    print("targets (median of per-round ratios; ratio of the best repeats in brackets):")
+    verdicts = []
+    for a, b, target in checks:
+        value, of_best = pr(a, b), _ratio(best(a), best(b))
+        verdict = _verdict(value, target)
+        verdicts.append(verdict)
+        flag = "" if _verdict(of_best, target) == verdict else "  [borderline: bests disagree]"
+        print(f"  {a + ' / ' + b:<40} {value:5.2f}x  ({of_best:.2f}x)  target >= {target}x -> "
               f"{verdict}{flag}")
     context = [
-        ("same input, loop cost only", "trainer_1", "handwritten_1_tfdp_input"),
-        ("same input, loop cost only", "trainer_16", "handwritten_16_tfdp_input"),
-        ("input cost only", "handwritten_1_tfdp_input", "handwritten_1"),
-        ("input cost only", "handwritten_16_tfdp_input", "handwritten_16"),
-        ("16 steps per call, hand-written", "handwritten_16", "handwritten_1"),
-        ("16 steps per call, hand-written", "handwritten_16", "model_fit"),
-        ("fit path", "tfdp_fit", "model_fit"),
-        ("iterator vs batch argument", "handwritten_1_batch_arg", "handwritten_1"),
-        ("whole epochs", "trainer_1_epoch", "model_fit_epoch"),
-        ("whole epochs", "trainer_16_epoch", "model_fit_epoch"),
+        ("trainer_1", "handwritten_1_tfdp_input", "same input: loop cost only"),
+        ("trainer_16", "handwritten_16_tfdp_input", "same input: loop cost only"),
+        ("handwritten_1_tfdp_input", "handwritten_1", "same loop: input cost only"),
+        ("handwritten_16_tfdp_input", "handwritten_16", "same loop: input cost only"),
+        ("handwritten_16", "handwritten_1", "16 steps per call, hand-written"),
+        ("handwritten_16", "model_fit", "16 steps per call, hand-written"),
+        ("tfdp_fit", "model_fit", "the fit path"),
+        ("handwritten_1_batch_arg", "handwritten_1", "batch vs iterator as the argument"),
     ]
-    print("context:")
-    for label, a, b in context:
+    print("context (median of per-round ratios; ratio of the best repeats in brackets):")
+    for a, b, label in context:
         if a in by and b in by:
-            print(f"  {a + ' / ' + b:<52} {_ratio(best(a), best(b)):5.2f}x  "
-                  f"(median {round_ratio(a, b):.2f}x)  {label}")
-    for ep, st in (("trainer_1_epoch", "trainer_1"), (f"trainer_{MULTI}_epoch",
-                   f"trainer_{MULTI}"), ("model_fit_epoch", "model_fit")):
-        if ep in by and st in by:
-            per_epoch = by[ep].median
-            overhead = spe / per_epoch - spe / by[st].median
-            print(f"  {ep}: {per_epoch:,.0f} steps/s over one whole fit() epoch (median) -> "
-                  f"{1e3 * overhead:,.0f} ms above {spe} steps at {st}'s median rate")
-    if any(v.note == "whole epoch" for v in variants):
-        print("  (that fixed cost: a new distributed iterator and its teardown, the first "
-              "batches, epoch-end work; Trainer pays it every epoch, model.fit once per call)")
-    print(f"  a new epoch iterator, iter(inp.epoch(e)) (median of {ITERATOR_REPEATS}): create "
+            print(f"  {a + ' / ' + b:<52} {pr(a, b):5.2f}x  "
+                  f"({_ratio(best(a), best(b)):.2f}x)  {label}")
+    print(f"  a new epoch iterator, iter(inp.epoch(e)), median of {ITERATOR_REPEATS}: create "
           f"{1e3 * create:.0f} ms, first batch {1e3 * first:.0f} ms, delete {1e3 * delete:.0f} ms "
-          f"-> {1e3 * per_epoch_iter:.0f} ms, paid by Trainer.fit every epoch")
+          f"= {1e3 * per_epoch_iter:.0f} ms, which Trainer.fit pays every epoch:")
     for name in ("trainer_1", f"trainer_{MULTI}"):
-        if name in by:
-            compute = spe / by[name].best
-            print(f"    = {100 * per_epoch_iter / compute:.0f}% of an epoch's {spe} steps at "
-                  f"{name}'s best rate ({compute:.2f} s)")
+        if name in st:
+            compute = STEPS_PER_EPOCH / st[name].median
+            print(f"    {100 * per_epoch_iter / compute:3.0f}% on top of an epoch of {name} "
+                  f"({STEPS_PER_EPOCH} steps at its median rate: {compute:.2f} s)")
+    for s in sessions:
+        if s.crossed and not math.isnan(st[s.name].median):
+            extra = [w.wall - w.steps / st[s.name].median for w in s.crossed]
+            print(f"  {s.name}: {len(extra)} chunk(s) crossed an epoch boundary, "
+                  f"{1e3 * statistics.median(extra):,.0f} ms longer (median) than its median chunk")
     load = os.getloadavg()
-    print(f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-          f"wall time {time.perf_counter() - wall0:.0f} s")
+    print(f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; wall time "
+          f"{time.perf_counter() - _T_START:.0f} s ({import_s:.0f} s of it importing)")
     print()
 
     head = [
-        ("handwritten_1_steps_per_s", f"{h1:.0f}"),
+        ("handwritten_1_steps_per_s", f"{best('handwritten_1'):.0f}"),
         ("handwritten_16_steps_per_s", f"{best('handwritten_16'):.0f}"),
         ("handwritten_1_tfdp_input_steps_per_s", f"{best('handwritten_1_tfdp_input'):.0f}"),
         ("handwritten_16_tfdp_input_steps_per_s", f"{best('handwritten_16_tfdp_input'):.0f}"),
         ("trainer_1_steps_per_s", f"{best('trainer_1'):.0f}"),
         ("trainer_16_steps_per_s", f"{best('trainer_16'):.0f}"),
-        ("fit_steps_per_s", f"{fit:.0f}"),
+        ("fit_steps_per_s", f"{best('model_fit'):.0f}"),
         ("tfdp_fit_steps_per_s", f"{best('tfdp_fit'):.0f}"),
-        ("ratio_trainer1_vs_handwritten1", f"{t1_h1:.2f}x"),
-        ("ratio_trainer16_vs_handwritten1", f"{t16_h1:.2f}x"),
-        ("ratio_trainer16_vs_fit", f"{t16_fit:.2f}x"),
+        ("ratio_trainer1_vs_handwritten1", f"{pr('trainer_1', 'handwritten_1'):.2f}x"),
+        ("ratio_trainer16_vs_handwritten1", f"{pr('trainer_16', 'handwritten_1'):.2f}x"),
+        ("ratio_trainer16_vs_fit", f"{pr('trainer_16', 'model_fit'):.2f}x"),
         ("ratio_trainer1_vs_handwritten1_tfdp_input",
-         f"{_ratio(best('trainer_1'), best('handwritten_1_tfdp_input')):.2f}x"),
+         f"{pr('trainer_1', 'handwritten_1_tfdp_input'):.2f}x"),
         ("ratio_trainer16_vs_handwritten16_tfdp_input",
-         f"{_ratio(best('trainer_16'), best('handwritten_16_tfdp_input')):.2f}x"),
+         f"{pr('trainer_16', 'handwritten_16_tfdp_input'):.2f}x"),
         ("epoch_iterator_ms", f"{1e3 * per_epoch_iter:.0f}"),
-        ("target_trainer1_vs_handwritten1", _verdict(t1_h1, TARGET_T1_VS_H1)),
-        ("target_trainer16_vs_handwritten1", _verdict(t16_h1, TARGET_T16_VS_H1)),
-        ("target_trainer16_vs_fit", _verdict(t16_fit, TARGET_T16_VS_FIT)),
+        ("target_trainer1_vs_handwritten1", verdicts[0]),
+        ("target_trainer16_vs_handwritten1", verdicts[1]),
+        ("target_trainer16_vs_fit", verdicts[2]),
     ]
     for name, value in head:
         print(f"{name}: {value}")

@@ -20,7 +20,7 @@ How tfdp fixes it
     exactly ``sampler(rank=r)``'s indices, batch after batch, whatever the
     strategy. :class:`tfdp.train.Trainer` is the custom loop (per-example loss
     averaged over the *global* batch, ``strategy.run``, ``strategy.reduce``);
-    :func:`tfdp.train.fit.fit` drives ``model.fit`` on the same input, with
+    :func:`tfdp.train.fit` drives ``model.fit`` on the same input, with
     each fit epoch exactly one sampler epoch. Both evaluate exactly
     (``sampler="eval"``: padding weighted 0). Trained from the same initial
     weights with SGD -- which is order-sensitive -- they end with the same
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tfdp import ArraySource, DistributedInput
     from tfdp.train import Trainer
-    from tfdp.train.fit import fit
+    from tfdp.train import fit
 
     name = type(strategy).__name__  # MultiWorkerMirroredStrategy's class is CollectiveAllReduce...
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     # 4. Path B: model.fit through tfdp.train.fit, on the same input. The model is compiled
     # inside the scope with Keras's usual mean-reduced loss: under a strategy Keras >= 3.8
     # divides it by the replica count itself, so the step is the Trainer's step.
-    say("\n-- model.fit (tfdp.train.fit.fit) --")
+    say("\n-- model.fit (tfdp.train.fit) --")
     with strategy.scope():
         model = build_model(args.seed)
         model.compile(

@@ -21,7 +21,7 @@ How tfdp fixes it
     The bundled UCI digits (8x8, 1,797 images, :func:`tfdp.datasets.load_digits`)
     stand in for MNIST: no download. :class:`tfdp.DistributedInput` feeds each
     replica its own shard (sampler indices -> batched gather -> seeded
-    augmentation), :func:`tfdp.train.fit.fit` runs ``model.fit`` on it -- each
+    augmentation), :func:`tfdp.train.fit` runs ``model.fit`` on it -- each
     fit epoch is exactly one sampler epoch -- and validates *exactly*
     (``sampler="eval"``: the padding that evens out the replicas is weighted 0,
     so each of the 360 held-out digits counts once). In ``model.fit`` the usual
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from tfdp import augment as aug
     from tfdp.datasets import load_digits
     from tfdp.train import evaluate
-    from tfdp.train.fit import fit
+    from tfdp.train import fit
 
     print(f"strategy: {type(strategy).__name__} with {info.num_replicas} replica(s)")
 

@@ -26,13 +26,14 @@ What the seed got wrong
 How tfdp fixes it
     ``DistributedInput(sampler="repeat_aug")`` builds one index-driven
     pipeline per replica: the replica of global rank ``r`` receives exactly
-    ``RepeatAugSampler(rank=r).indices()`` (DeiT's arithmetic, tested element
-    for element against timm), loaded with a batched ``tf.gather`` (O(1) per
-    sample). Augmentations from :mod:`tfdp.augment` are stateless and seeded
-    per sample copy by ``[key(seed, epoch), position]``, so the R copies differ
-    while a rerun or a resumed run is bit-identical. ``RepeatAugSampler``
-    refuses an empty epoch with a message naming the fix. Evaluation is exact
-    (``sampler="eval"``: padding weighted 0).
+    ``RepeatAugSampler(rank=r).indices()`` (DeiT's arithmetic; tfdp's optional
+    reference tests compare it with timm's element for element), loaded with
+    a batched ``tf.gather`` (O(1) per sample). Augmentations from
+    :mod:`tfdp.augment` are stateless and seeded per sample copy by
+    ``[key(seed, epoch), position]``, so the R copies differ while a rerun or a
+    resumed run is bit-identical. ``RepeatAugSampler`` refuses an empty epoch
+    with a message naming the fix. Evaluation is exact (``sampler="eval"``:
+    padding weighted 0).
 
 This script runs on a CPU: ``make_strategy("cpu", cpu_replicas=W)`` splits it
 into W logical devices under a real MirroredStrategy. It prints where the

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tfdp import ArraySource, DistributedInput
 from tfdp.train import Trainer, evaluate
-from tfdp.train.fit import fit
+from tfdp.train import fit
 
 N = 256
 RNG = np.random.default_rng(0)

@@ -3,12 +3,13 @@
 This package owns everything between a :class:`tfdp.DistributedInput` and
 trained weights. Example:
 
-    >>> from tfdp.train import Trainer, evaluate
-    >>> Trainer.__name__, evaluate.__name__
-    ('Trainer', 'evaluate')
+    >>> from tfdp.train import Trainer, evaluate, fit
+    >>> Trainer.__name__, evaluate.__name__, fit.__name__
+    ('Trainer', 'evaluate', 'fit')
 """
 
 from tfdp.train.evaluate import Evaluator, PerExampleLoss, evaluate
+from tfdp.train.keras_fit import fit
 from tfdp.train.loop import Trainer, TrainState
 
-__all__ = ["Evaluator", "PerExampleLoss", "TrainState", "Trainer", "evaluate"]
+__all__ = ["Evaluator", "PerExampleLoss", "TrainState", "Trainer", "evaluate", "fit"]

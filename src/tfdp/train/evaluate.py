@@ -147,6 +147,7 @@ class Evaluator:
                 m = keras.metrics.get(m) if isinstance(m, str) else m
                 self.metrics.append(type(m).from_config(m.get_config()))
         self._fn: Any = None
+        self._dataset: tuple[Any, Any] | None = None
 
     def _replica_step(self, batch: Any) -> None:
         x, y, w = unpack_batch(batch)
@@ -173,7 +174,10 @@ class Evaluator:
         self.loss_metric.reset_state()
         for m in self.metrics:
             m.reset_state()
-        self._fn(iter(eval_input.epoch(0)), tf.constant(eval_input.steps_per_epoch, tf.int64))
+        # The distributed dataset is built once per input; each evaluation iterates it anew.
+        if self._dataset is None or self._dataset[0] is not eval_input:
+            self._dataset = (eval_input, eval_input.epoch(0))
+        self._fn(iter(self._dataset[1]), tf.constant(eval_input.steps_per_epoch, tf.int64))
         out = {"loss": float(self.loss_metric.result())}
         for m in self.metrics:
             out[m.name] = float(m.result())

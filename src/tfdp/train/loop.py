@@ -533,10 +533,15 @@ class Trainer:
         records: list[dict[str, Any]] = []
         samples_per_step = train_input.global_batch_size * k
         self._stop.clear()
+        # One endless stream of reshuffled epochs, built once: each epoch is exactly
+        # steps_per_epoch * k batches, so sampler epochs and loop epochs stay aligned.
+        iterator = None
+        if self.state.epoch < epochs:
+            iterator = iter(
+                train_input.epochs(self.state.epoch, epochs - self.state.epoch, self.state.step * k)
+            )
         while self.state.epoch < epochs:
             epoch = self.state.epoch
-            start_step = self.state.step
-            iterator = iter(train_input.epoch(epoch, start_step * k))
             bar = (
                 keras.utils.Progbar(steps_per_epoch, stateful_metrics=["loss"])
                 if self.progress

@@ -151,6 +151,12 @@ def fit(
             "tfdp.train.Trainer(steps_per_call=...) for several steps per call"
         )
     info = worker_info(strategy)
+    if info.num_workers > 1:
+        raise ValueError(
+            "model.fit fails under MultiWorkerMirroredStrategy in Keras 3 (its train step "
+            "reduces scalar logs along axis 0: tensorflow/tensorflow#72388); use "
+            "tfdp.train.Trainer for multi-worker jobs"
+        )
     steps = train_input.steps_per_epoch
     start, global_step = DataPosition(0, 0), 0
     manager = None
