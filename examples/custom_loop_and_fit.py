@@ -164,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
 
     from tfdp import ArraySource, DistributedInput
-    from tfdp.train import Trainer
-    from tfdp.train import fit
+    from tfdp.train import Trainer, fit
 
     name = type(strategy).__name__  # MultiWorkerMirroredStrategy's class is CollectiveAllReduce...
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):

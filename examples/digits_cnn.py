@@ -129,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from tfdp import ArraySource, DistributedInput
     from tfdp import augment as aug
     from tfdp.datasets import load_digits
-    from tfdp.train import evaluate
-    from tfdp.train import fit
+    from tfdp.train import evaluate, fit
 
     print(f"strategy: {type(strategy).__name__} with {info.num_replicas} replica(s)")
 

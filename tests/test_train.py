@@ -8,8 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tfdp import ArraySource, DistributedInput
-from tfdp.train import Trainer, evaluate
-from tfdp.train import fit
+from tfdp.train import Trainer, evaluate, fit
 
 N = 256
 RNG = np.random.default_rng(0)

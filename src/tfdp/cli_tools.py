@@ -1188,17 +1188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["plot", "/no/such/run"])
         2
     """
-    parser = argparse.ArgumentParser(prog="tfdp", description="tfdp plot and tfdp data")
-    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as exc:
-        print(f"tfdp: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tfdp: interrupted", file=sys.stderr)
-        return 130
+    from tfdp.cli import main as tfdp_main  # the one place that turns errors into exit codes
+
+    return tfdp_main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
