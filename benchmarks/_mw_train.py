@@ -21,7 +21,11 @@ pipeline start-up are not timed) and stops at the last ``on_step``; the window
 holds exactly ``--steps`` optimizer steps, including the Trainer's per-call
 work (reading the loss; under several workers, the agreed-stop all-reduce).
 Every worker prints one line, ``MW_RESULT {json}``, with the rate of every
-round in global samples/s (global batch x timed steps / wall seconds).
+round in global samples/s (global batch x timed steps / wall seconds) and its
+OS thread count at the end.
+
+The strategy is built with ``collective_timeout=None`` unless
+``--collective-timeout`` is given: see that option's help for why.
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ if __name__ == "__main__":
     ) > 1:
         # Worker 0 hosts TensorFlow's coordination service: let the others leave first,
         # or they log heartbeat errors on their way out.
-        time.sleep(1.0)
+        time.sleep(0.5)
     # Skip TensorFlow's interpreter teardown (seconds); every collective has completed on
     # all workers by now (the last Trainer call ends with an agreed-stop all-reduce).
     os._exit(code)

@@ -78,7 +78,7 @@ PAD = 4
 WARMUP_BATCHES = 5
 FULL_SIZES = (10_000, 50_000, 200_000, 1_000_000)
 QUICK_SIZES = (10_000, 50_000, 200_000)
-QUICK_BATCHES = 80
+QUICK_BATCHES = 60
 QUICK_ROUNDS = 2
 FULL_ROUNDS = 3
 MIN_FULL_SAMPLES = 200_000
@@ -86,7 +86,7 @@ PLAIN_FULL_CAP = 400_000  # full mode: plain (b) windows beyond this many sample
 SEED000_SIZES_FULL = (1_000, 4_000, 16_000)
 SEED000_SIZES_QUICK = (1_000, 4_000)
 SEED000_SAMPLES = 300
-SEED000_SAMPLES_QUICK = 150
+SEED000_SAMPLES_QUICK = 100
 SEED000_WARMUP = 10
 BREAKDOWN_N = 50_000
 BREAKDOWN_BATCHES = 120
@@ -322,11 +322,6 @@ def measure_sizes(x_all: np.ndarray, y_all: np.ndarray, sizes: tuple[int, ...], 
     del pipelines
     gc.collect()
     return results
-
-
-def measure_seed000(x_all: np.ndarray, y_all: np.ndarray, n: int, samples: int) -> Timing:
-    ds = seed000_dataset(x_all[:n], y_all[:n])
-    return time_iteration(ds, samples, warmup=SEED000_WARMUP, batched=False)
 
 
 def time_op(fn: Callable[..., object], args: tuple, reps: int = 100,
@@ -574,15 +569,29 @@ def main(argv: list[str] | None = None) -> int:
     print()
 
     # (c)
-    print("(c) seed 000: index dataset mapped with base.skip(i).take(1).get_single_element()")
-    hdr_c = f"{'N':>10} {'samples timed':>13} {'samples/s':>10} {'ms/sample':>10}"
+    seed_samples = SEED000_SAMPLES_QUICK if quick else SEED000_SAMPLES
+    print(f"(c) seed 000: index dataset mapped with base.skip(i).take(1).get_single_element(); "
+          f"{rounds} round-robin rounds of {seed_samples} samples per N")
+    hdr_c = (f"{'N':>10} {'samples/s':>23} {'ms/sample':>10} {'CPU ms/sample':>14}")
+    seed_timings: dict[int, list[Timing]] = {n: [] for n in seed_sizes}
+    seed_ds = {n: seed000_dataset(x_all[:n], y_all[:n]) for n in seed_sizes}
+    for _ in range(rounds):
+        for n in seed_sizes:
+            seed_timings[n].append(time_iteration(seed_ds[n], seed_samples,
+                                                  warmup=SEED000_WARMUP, batched=False))
+    del seed_ds
     print(hdr_c)
     print("-" * len(hdr_c))
     seed_rates: dict[int, float] = {}
+    seed_cpu: dict[int, float] = {}
     for n in seed_sizes:
-        t = measure_seed000(x_all, y_all, n, SEED000_SAMPLES_QUICK if quick else SEED000_SAMPLES)
-        seed_rates[n] = t.rate
-        print(f"{n:>10,} {t.samples:>13} {t.rate:>10,.0f} {1e3 / t.rate:>10.2f}", flush=True)
+        rates = [t.rate for t in seed_timings[n]]
+        seed_rates[n] = float(np.median(rates))
+        cpu_ms = float(np.median([t.cpu_us_per_sample for t in seed_timings[n]])) / 1e3
+        seed_cpu[n] = cpu_ms
+        print(f"{n:>10,} {cell(seed_timings[n]):>23} {1e3 / seed_rates[n]:>10.2f} "
+              f"{cpu_ms:>14.2f}")
+    print("  samples/s: median of rounds [min-max]; ms/sample from the median.")
     ns = np.array(sorted(seed_rates), float)
     per = np.array([1.0 / seed_rates[int(v)] for v in ns])
     slope, intercept = np.polyfit(ns, per, 1)
@@ -626,8 +635,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{_n(lo_n)}..{_n(hi_n)} = {cpu_flat:.3f} ("
           + ", ".join(f"{_n(n)} {v:.1f} us" for n, v in cpu_a.items()) + ")")
     growth = per[-1] / per[0]
-    print(f"  (c) growth shown: per-sample time x{growth:.2f} from N={int(ns[0]):,} to "
-          f"N={int(ns[-1]):,}")
+    lo_s, hi_s = min(seed_sizes), max(seed_sizes)
+    cpu_growth = seed_cpu[hi_s] / seed_cpu[lo_s]
+    print(f"  (c) growth shown: per-sample time x{growth:.2f} wall, x{cpu_growth:.2f} CPU, from "
+          f"N={lo_s:,} to N={hi_s:,}")
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     print(f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
           f"wall time {time.perf_counter() - wall0:.0f} s")
@@ -649,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in seed_sizes:
         head.append((f"seed000_samples_per_s_{_n(n)}", f"{seed_rates[n]:.0f}"))
     head.append(("seed000_time_growth_1k_to_4k", f"{(seed_rates[1000] / seed_rates[4000]):.2f}x"))
+    head.append(("seed000_cpu_time_growth_1k_to_4k", f"{(seed_cpu[4000] / seed_cpu[1000]):.2f}x"))
     head.append(("target_ratio_2x_at_50k", "PASS" if ratio >= RATIO_TARGET else "FAIL"))
     if hi_n >= 1_000_000:
         head.append(("target_flat_20pct_10k_to_1m", "PASS" if flat <= FLATNESS_TARGET else "FAIL"))

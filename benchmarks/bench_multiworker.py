@@ -32,12 +32,22 @@ itself never imports TensorFlow):
    does one all-reduce, prints, exits normally). Best of k, launcher and
    by-hand runs interleaved (the order alternates).
 
-Every child gets ``TF_CPP_MIN_LOG_LEVEL=2`` unless already set.
+Every child gets ``TF_CPP_MIN_LOG_LEVEL=2`` unless already set. The training
+workers build their strategy with ``make_strategy(collective_timeout=None)``:
+with a timeout (tfdp's default is 600 s), TensorFlow 2.21 starts one detached
+thread per collective op that sleeps for the whole timeout, about 6 threads
+per optimizer step here, and a full run dies within a minute when the
+machine runs out of thread ids (``--collective-timeout 600`` reproduces it;
+the table's ``threads`` column shows the count).
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_multiworker.py          # full, several minutes
+    .venv/bin/python benchmarks/bench_multiworker.py          # full, 5-6 minutes
     .venv/bin/python benchmarks/bench_multiworker.py --quick  # one short run of each
+
+``--quick`` has a 55 s budget: when the machine is loaded, the 2-worker
+training and then the TensorFlow launcher timing are skipped if their
+estimated cost no longer fits, and the ``skipped:`` line names them.
 
 The headline figures are printed last, one ``name: value`` per line.
 """
@@ -74,15 +84,20 @@ EXAMPLES = 131_072  # 2,048 steps per epoch at 2 workers x 32
 
 FULL = {"warmup": 64, "steps": 1024, "rounds": 5, "train_repeats": 2, "k_plain": 10, "k_tf": 4,
         "two_workers": 1}
-# --quick takes about 30 s on the 2-core machine when TensorFlow imports in 3-4 s. When other
-# processes load it (TensorFlow then imports in 10-20 s), everything would take about 110 s, so
-# --quick has a time budget: the 2-worker training run and then the TensorFlow launcher timing
-# (the two parts after the baselines, 2 and 4 TensorFlow processes) run only when their
-# estimated cost fits in what is left of it, and the output names what was skipped.
+# --quick runs everything in about 50 s on the 2-core machine when TensorFlow imports in 3-4 s.
+# When other processes load it more (TensorFlow then imports in 10-20 s), everything would take
+# about 110 s, so --quick has a time budget: the 2-worker training run and then the TensorFlow
+# launcher timing (the two parts after the baselines, 2 and 4 TensorFlow processes) run only
+# when their estimated cost fits in what is left of it, and the output names what was skipped.
 QUICK = {"warmup": 16, "steps": 128, "rounds": 2, "train_repeats": 1, "k_plain": 3, "k_tf": 1,
          "two_workers": 1}
-QUICK_BUDGET_S = 55.0
+QUICK_BUDGET_S = 55.0  # a little room for estimates that run over
 RESERVE_S = 4.0  # the plain launcher timing and the import context, which always run
+LEAD = 16
+TIMEOUT = 900.0
+
+RESULT_RE = re.compile(r"^(?:\[worker (\d+)\] )?MW_RESULT (\{.*\})\s*$")
+PLAIN_CODE = "import os; print('MW_PLAIN worker', os.environ['TFDP_WORKER_INDEX'])"
 
 
 class Budget:
@@ -105,11 +120,6 @@ class Budget:
               + f" > the {self.seconds:.0f} s budget (the machine is slow or loaded now; "
               "run without --quick, or with --budget 0, to measure it)", flush=True)
         return False
-LEAD = 16
-TIMEOUT = 900.0
-
-RESULT_RE = re.compile(r"^(?:\[worker (\d+)\] )?MW_RESULT (\{.*\})\s*$")
-PLAIN_CODE = "import os; print('MW_PLAIN worker', os.environ['TFDP_WORKER_INDEX'])"
 
 
 def _child_env() -> dict[str, str]:
@@ -379,11 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         print("(2) launcher start-up: 2 workers, start to exit of both; launcher "
               "(python -m tfdp.launch --workers 2 -- CMD) vs by hand (subprocess.Popen, same "
               "TF_CONFIGs and environment)")
-        one_worker = by_name["1 worker"].results
+        one_w = by_name["1 worker"].results
         for case, k in cases:
-            if case is tfcase and one_worker:
-                # Each repeat: 2 x (two workers importing TensorFlow on the same cores).
-                cost = k * 2 * (2 * one_worker[-1]["import_s"] + 2.0)
+            if case is tfcase and one_w:
+                # Each repeat starts two TensorFlow workers twice (launcher, by hand). Measured
+                # here: 3x to 7x (typically ~4x) the 1-worker run's TensorFlow import time.
+                cost = k * 4.0 * one_w[-1]["import_s"]
                 if not budget.allows("TensorFlow launcher timing", cost):
                     continue
             print(f"  {case.name:<5} CMD = {' '.join(case.command).replace(PY, 'python')}  "

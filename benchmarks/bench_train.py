@@ -52,11 +52,11 @@ machine). Ratios, targets included, are medians over rounds of the per-round
 ratio of the two variants' chunk rates: chunks measured within about a second
 of each other. The ratio of the best repeats is printed beside them.
 
-Also timed: a new epoch iterator ``iter(inp.epoch(e))`` -- its creation, first
-batch and teardown -- which ``Trainer.fit`` pays once per epoch.
+The excess time of the chunks that held an epoch boundary is printed as each
+loop's per-epoch cost.
 
 Usage:
-    .venv/bin/python benchmarks/bench_train.py            # 64 rounds x 64 steps (~2-3 min)
+    .venv/bin/python benchmarks/bench_train.py            # 64 rounds x 64 steps (~1.5-2 min)
     .venv/bin/python benchmarks/bench_train.py --quick    # 16 rounds x 32 steps (< 1 min)
     .venv/bin/python benchmarks/bench_train.py --only trainer_1 handwritten_1 --rounds 200
 
@@ -81,7 +81,6 @@ tf.config.set_logical_device_configuration(
 
 import argparse  # noqa: E402
 import datetime as _dt  # noqa: E402
-import gc  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
@@ -113,13 +112,13 @@ FULL_CHUNK, FULL_ROUNDS, FULL_REPEAT = 64, 64, 16  # 4 repeats of 1,024 steps pe
 QUICK_CHUNK, QUICK_ROUNDS, QUICK_REPEAT = 32, 16, 8  # 2 repeats of 256 steps per variant
 WARMUP_STEPS = 64
 LEAD_STEPS = 32  # untimed steps after the warm-up (a fresh iterator's ramp-up)
-ITERATOR_REPEATS = 3
 FOREVER = 10**9  # epochs for the loops that run until the benchmark stops them
 TARGET_T1_VS_H1 = 0.97
 TARGET_T16_VS_H1 = 1.8
 TARGET_T16_VS_FIT = 4.0
 
 Clock = tuple[float, float]  # (wall, process CPU) seconds
+_KEEP_ALIVE: list[Any] = []
 
 
 def _now() -> Clock:
@@ -290,7 +289,7 @@ class ThreadSession(Session):
         if self._thread.is_alive():
             self._stopping = True
             self._go.release()
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=5)
 
 
 # --------------------------------------------------------------------------- hand-written loop
@@ -449,23 +448,6 @@ def tfdp_fit_session(
     return ThreadSession(name, "tfdp DistributedInput", 1, run)
 
 
-def iterator_lifecycle(inp: DistributedInput, epoch: int) -> tuple[float, float, float]:
-    """Seconds to create ``iter(inp.epoch(epoch))``, get its first batch, and delete it.
-
-    ``Trainer.fit`` pays these once per epoch (``iter(train_input.epoch(...))``).
-    """
-    gc.collect()
-    t0 = time.perf_counter()
-    iterator = iter(inp.epoch(epoch))
-    t1 = time.perf_counter()
-    next(iterator)
-    t2 = time.perf_counter()
-    del iterator
-    gc.collect()
-    t3 = time.perf_counter()
-    return t1 - t0, t2 - t1, t3 - t2
-
-
 # --------------------------------------------------------------------------- main
 def build_sessions(
     strategy: tf.distribute.Strategy, x: np.ndarray, y: np.ndarray, inp: DistributedInput
@@ -492,6 +474,25 @@ def build_sessions(
         tfdp_fit_session("tfdp_fit", strategy, inp),
     ]
     return sessions, fit_model
+
+
+def _git_state() -> str:
+    """The commit of the checkout tfdp is imported from, and whether src/ has local changes."""
+    import subprocess
+
+    src = os.path.dirname(os.path.abspath(tfdp.__file__))
+    try:
+        head = subprocess.run(
+            ["git", "-C", src, "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", src, "status", "--porcelain", "--", "."],
+            capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return src
+    return f"{src} at commit {head}" + (" with uncommitted changes in src/" if dirty else "")
 
 
 def _ratio(a: float, b: float) -> float:
@@ -567,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine {platform.machine()} {platform.system()}, os.cpu_count() = {os.cpu_count()}; "
           f"{type(strategy).__name__} over {devices} ({strategy.num_replicas_in_sync} replicas, "
           f"{type(strategy.extended._cross_device_ops).__name__})")
+    print(f"tfdp source: {_git_state()}")
     print(f"data {NUM_EXAMPLES:,} x {FEATURES} float32, int64 labels; {inp!r}")
     print(f"timed: {rounds} rounds x {chunk}-step chunks per variant ({rounds * chunk:,} steps "
           f"each), repeats of {repeat} rounds ({repeat * chunk:,} steps); "
@@ -609,10 +611,6 @@ def main(argv: list[str] | None = None) -> int:
         for s in sessions:
             s.stop()
     print()
-
-    lifecycle = [iterator_lifecycle(inp, 1000 + i) for i in range(ITERATOR_REPEATS)]
-    create, first, delete = (statistics.median(c) for c in zip(*lifecycle, strict=True))
-    per_epoch_iter = create + first + delete
 
     by = {s.name: s for s in sessions}
     st = {s.name: stats(s, repeat) for s in sessions}
@@ -664,19 +662,11 @@ def main(argv: list[str] | None = None) -> int:
         if a in by and b in by:
             print(f"  {a + ' / ' + b:<52} {pr(a, b):5.2f}x  "
                   f"({_ratio(best(a), best(b)):.2f}x)  {label}")
-    print(f"  a new epoch iterator, iter(inp.epoch(e)), median of {ITERATOR_REPEATS}: create "
-          f"{1e3 * create:.0f} ms, first batch {1e3 * first:.0f} ms, delete {1e3 * delete:.0f} ms "
-          f"= {1e3 * per_epoch_iter:.0f} ms, which Trainer.fit pays every epoch:")
-    for name in ("trainer_1", f"trainer_{MULTI}"):
-        if name in st:
-            compute = STEPS_PER_EPOCH / st[name].median
-            print(f"    {100 * per_epoch_iter / compute:3.0f}% on top of an epoch of {name} "
-                  f"({STEPS_PER_EPOCH} steps at its median rate: {compute:.2f} s)")
     for s in sessions:
         if s.crossed and not math.isnan(st[s.name].median):
             extra = [w.wall - w.steps / st[s.name].median for w in s.crossed]
-            print(f"  {s.name}: {len(extra)} chunk(s) crossed an epoch boundary, "
-                  f"{1e3 * statistics.median(extra):,.0f} ms longer (median) than its median chunk")
+            print(f"  {s.name}: {len(extra)} chunk(s) held an epoch boundary; the boundary cost "
+                  f"{1e3 * statistics.median(extra):,.0f} ms (median excess over its median chunk)")
     load = os.getloadavg()
     print(f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; wall time "
           f"{time.perf_counter() - _T_START:.0f} s ({import_s:.0f} s of it importing)")
@@ -698,19 +688,23 @@ def main(argv: list[str] | None = None) -> int:
          f"{pr('trainer_1', 'handwritten_1_tfdp_input'):.2f}x"),
         ("ratio_trainer16_vs_handwritten16_tfdp_input",
          f"{pr('trainer_16', 'handwritten_16_tfdp_input'):.2f}x"),
-        ("epoch_iterator_ms", f"{1e3 * per_epoch_iter:.0f}"),
         ("target_trainer1_vs_handwritten1", verdicts[0]),
         ("target_trainer16_vs_handwritten1", verdicts[1]),
         ("target_trainer16_vs_fit", verdicts[2]),
     ]
     for name, value in head:
         print(f"{name}: {value}")
+    # Keep the TensorFlow objects alive: destroying the distributed iterators (their tf.data
+    # threads) can take minutes on a loaded machine; os._exit below skips it.
+    _KEEP_ALIVE.append((sessions, inp, strategy))
     return 0
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip the interpreter's teardown of TensorFlow (iterators, threads): about 10 s here.
-    os._exit(code)
+    code = 1
+    try:
+        code = main()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # skip the interpreter's teardown of TensorFlow (see _KEEP_ALIVE)

@@ -267,13 +267,20 @@ class DistributedInput:
             )
             for a in arrays:
                 a.set_shape([None])
-            ds = tf.data.Dataset.from_tensor_slices(tuple(arrays))
             if batched:
-                ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+                # Batch the index arrays by a reshape (one slice per batch, not per example).
+                b = self.batch_size
+                full = tf.shape(arrays[0], out_type=tf.int64)[0] // b * b
+                ds = tf.data.Dataset.from_tensor_slices(
+                    tuple(tf.reshape(a[:full], [-1, b]) for a in arrays)
+                )
+                if not self.drop_remainder:  # the last, partial batch
+                    tail = tf.data.Dataset.from_tensor_slices(tuple(a[full:] for a in arrays))
+                    ds = ds.concatenate(tail.batch(b))
                 return ds.map(
                     self._load_batch, num_parallel_calls=self.num_parallel_calls, deterministic=True
                 )
-            ds = ds.map(
+            ds = tf.data.Dataset.from_tensor_slices(tuple(arrays)).map(
                 self._load_one, num_parallel_calls=self.num_parallel_calls, deterministic=True
             )
             return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)

@@ -315,28 +315,38 @@ class Trainer:
 
         reduce_sum = tf.distribute.ReduceOp.SUM
 
+        def one_step(iterator: Any) -> Any:
+            batches = tuple(next(iterator) for _ in range(k))
+            return self.strategy.run(replica_step, args=(batches, global_batch))
+
         @tf.function
-        def train_n(iterator: Any, n: tf.Tensor) -> tf.Tensor:
+        def train_1(iterator: Any) -> tf.Tensor:  # straight-line: no loop overhead
+            return self.strategy.reduce(reduce_sum, one_step(iterator), axis=None)
+
+        @tf.function
+        def train_loop(iterator: Any, n: tf.Tensor) -> tf.Tensor:  # Orbit-style multi-step
             loss = tf.constant(0.0)
             for _ in tf.range(n):
-                batches = tuple(next(iterator) for _ in range(k))
-                per_replica = self.strategy.run(replica_step, args=(batches, global_batch))
-                loss = self.strategy.reduce(reduce_sum, per_replica, axis=None)
+                loss = self.strategy.reduce(reduce_sum, one_step(iterator), axis=None)
             return loss
+
+        def train_n(iterator: Any, n: int) -> tf.Tensor:
+            return train_1(iterator) if n == 1 else train_loop(iterator, tf.constant(n, tf.int64))
 
         @tf.function
         def train_n_recording(iterator: Any, n: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             loss = tf.constant(0.0)
             ids = tf.TensorArray(tf.int64, size=tf.cast(n, tf.int32))
             for i in tf.range(n):
-                batches = tuple(next(iterator) for _ in range(k))
-                per_loss, per_ids = self.strategy.run(replica_step, args=(batches, global_batch))
+                per_loss, per_ids = one_step(iterator)
                 loss = self.strategy.reduce(reduce_sum, per_loss, axis=None)
                 ids = ids.write(
                     tf.cast(i, tf.int32), self.strategy.experimental_local_results(per_ids)[0]
                 )
             return loss, ids.stack()
 
+        if self.record_samples:
+            return lambda iterator, n: train_n_recording(iterator, tf.constant(n, tf.int64))
         return train_n_recording if self.record_samples else train_n
 
     def _write_records(self, ids: Any, first_step: int, world: int) -> None:
@@ -559,7 +569,7 @@ class Trainer:
                     n = min(n, max_steps - self.state.global_step)
                 if n <= 0:
                     break
-                out = self._train_fn(iterator, tf.constant(n, tf.int64))
+                out = self._train_fn(iterator, n)
                 if self.record_samples:
                     out, ids = out
                     self._write_records(ids, self.state.step, train_input.num_replicas)
