@@ -256,7 +256,7 @@ def make_strategy(
     kind: str = "auto",
     *,
     cpu_replicas: int | None = None,
-    collective_timeout: float | None = 600.0,
+    collective_timeout: float | None = None,
     startup_timeout: float | None = None,
     communication: str = "auto",
     tpu: str | None = None,
@@ -276,8 +276,12 @@ def make_strategy(
     Args:
         kind: One of ``STRATEGY_KINDS``.
         cpu_replicas: Logical CPU replicas (must be set before TF initialises).
-        collective_timeout: Seconds after which a collective with a dead or
-            unreachable peer fails with an error instead of hanging (multi-worker).
+        collective_timeout: Seconds after which one collective op fails
+            (multi-worker). Default None: TensorFlow's coordination service
+            already fails the job when a peer stops sending heartbeats (a dead
+            worker is reported as "unhealthy"), and in TF 2.21 a per-op timeout
+            starts one sleeping thread per collective, which exhausted the
+            thread limit of a fast-stepping job (see docs/benchmarks.md).
         startup_timeout: Seconds the workers have to find each other
             (default: ``$TFDP_STARTUP_TIMEOUT`` or 300). TensorFlow waits for
             missing peers forever, in C++, deaf to signals; past this time a
