@@ -118,8 +118,12 @@ def tfdp_augment() -> Compose:
 _DEFAULT_AUG = object()
 
 
-def tfdp_input(source: ArraySource, augment: object = _DEFAULT_AUG, batch_size: int = BATCH,
-               num_parallel_calls: int = tf.data.AUTOTUNE) -> DistributedInput:
+def tfdp_input(
+    source: ArraySource,
+    augment: object = _DEFAULT_AUG,
+    batch_size: int = BATCH,
+    num_parallel_calls: int = tf.data.AUTOTUNE,
+) -> DistributedInput:
     """(a): the RA input of the issue (crop+flip unless ``augment`` is given)."""
     return DistributedInput(
         tf.distribute.get_strategy(),
@@ -140,8 +144,9 @@ def plain_augment(image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Ten
     return image, label
 
 
-def plain_dataset(x: np.ndarray, y: np.ndarray, epochs: int | None,
-                  augment: bool = True) -> tf.data.Dataset:
+def plain_dataset(
+    x: np.ndarray, y: np.ndarray, epochs: int | None, augment: bool = True
+) -> tf.data.Dataset:
     """(b): from_tensor_slices -> shuffle -> map(aug, AUTOTUNE) -> batch -> prefetch.
 
     ``epochs`` other than 1 inserts ``.repeat(epochs)`` after the shuffle
@@ -203,10 +208,13 @@ def _touch(element: object, batched: bool = True) -> int:
     return int(arr.shape[0]) if batched else 1
 
 
-def time_iteration(ds: Iterable, max_elements: int | None,
-                   warmup: int = WARMUP_BATCHES,
-                   check: Callable[[object], None] | None = None,
-                   batched: bool = True) -> Timing:
+def time_iteration(
+    ds: Iterable,
+    max_elements: int | None,
+    warmup: int = WARMUP_BATCHES,
+    check: Callable[[object], None] | None = None,
+    batched: bool = True,
+) -> Timing:
     """Time ``max_elements`` elements (``None``: until exhausted) after ``warmup`` of them."""
     t0 = time.perf_counter()
     it = iter(ds)
@@ -278,8 +286,9 @@ class SizeResult:
         return float(np.median([t.cpu_us_per_sample for t in self.plain]))
 
 
-def measure_sizes(x_all: np.ndarray, y_all: np.ndarray, sizes: tuple[int, ...], quick: bool,
-                  rounds: int) -> dict[int, SizeResult]:
+def measure_sizes(
+    x_all: np.ndarray, y_all: np.ndarray, sizes: tuple[int, ...], quick: bool, rounds: int
+) -> dict[int, SizeResult]:
     """Round-robin: every round times (a) then (b) at every size, so load spikes spread evenly.
 
     The sources and pipelines of all sizes are built first and kept; each
@@ -305,27 +314,39 @@ def measure_sizes(x_all: np.ndarray, y_all: np.ndarray, sizes: tuple[int, ...], 
         plain_build_s = time.perf_counter() - t0
         pipelines[n] = (tfdp_input(source), plain)
         results[n] = SizeResult(n, epochs, plain_epochs, plain_window, source_s, plain_build_s)
-        print(f"  built N={n:,}: ArraySource {source_s:.2f} s, plain pipeline "
-              f"{plain_build_s:.2f} s", flush=True)
+        print(
+            f"  built N={n:,}: ArraySource {source_s:.2f} s, plain pipeline {plain_build_s:.2f} s",
+            flush=True,
+        )
     for rnd in range(rounds):
         for n in sizes:
             r = results[n]
             inp, plain = pipelines[n]
             max_batches = QUICK_BATCHES if quick else None
-            r.tfdp.append(time_iteration(inp.worker_dataset(None, 0, r.epochs), max_batches,
-                                         check=check_batch(BATCH)))
+            r.tfdp.append(
+                time_iteration(
+                    inp.worker_dataset(None, 0, r.epochs), max_batches, check=check_batch(BATCH)
+                )
+            )
             plain_batches = QUICK_BATCHES if quick else r.plain_window
             r.plain.append(time_iteration(plain, plain_batches, check=check_batch(BATCH)))
-        print(f"  round {rnd + 1}/{rounds}: " + ", ".join(
-            f"{_n(n)} {results[n].tfdp[-1].rate:,.0f}/{results[n].plain[-1].rate:,.0f}"
-            for n in sizes) + " samples/s (a)/(b)", flush=True)
+        print(
+            f"  round {rnd + 1}/{rounds}: "
+            + ", ".join(
+                f"{_n(n)} {results[n].tfdp[-1].rate:,.0f}/{results[n].plain[-1].rate:,.0f}"
+                for n in sizes
+            )
+            + " samples/s (a)/(b)",
+            flush=True,
+        )
     del pipelines
     gc.collect()
     return results
 
 
-def time_op(fn: Callable[..., object], args: tuple, reps: int = 100,
-            tries: int = 7) -> tuple[float, float]:
+def time_op(
+    fn: Callable[..., object], args: tuple, reps: int = 100, tries: int = 7
+) -> tuple[float, float]:
     """(wall ms, CPU ms) per call of a tf.function on fixed inputs: the best of ``tries``."""
     for _ in range(5):
         fn(*args)
@@ -375,7 +396,7 @@ class FusedCropFlipPrototype:
         pieces = []
         for g in range(2 * offsets):
             offset, flipped = divmod(g, 2)
-            piece = parts[g][:, :, offset:offset + width, :]
+            piece = parts[g][:, :, offset : offset + width, :]
             pieces.append(tf.reverse(piece, [2]) if flipped else piece)
         return (tf.dynamic_stitch(ids, pieces), *example[1:])
 
@@ -412,10 +433,16 @@ def breakdown(x_all: np.ndarray, y_all: np.ndarray, rounds: int) -> None:
         ("tfdp crop+flip, num_parallel_calls=2", tfdp_ds(num_parallel_calls=2), batches),
         ("tfdp crop+flip, num_parallel_calls=4", tfdp_ds(num_parallel_calls=4), batches),
         ("tfdp crop+flip, batch_size=1024", tfdp_ds(batch_size=4 * BATCH), batches // 4),
-        ("tfdp crop+flip, private_threadpool_size=2",
-         with_options(threading__private_threadpool_size=2), batches),
-        ("tfdp crop+flip, map_parallelization=False",
-         with_options(experimental_optimization__map_parallelization=False), batches),
+        (
+            "tfdp crop+flip, private_threadpool_size=2",
+            with_options(threading__private_threadpool_size=2),
+            batches,
+        ),
+        (
+            "tfdp crop+flip, map_parallelization=False",
+            with_options(experimental_optimization__map_parallelization=False),
+            batches,
+        ),
         ("tfdp crop+flip via strategy (inp.epochs)", tfdp_input(source).epochs(0, None), batches),
         ("tfdp, fused crop+flip PROTOTYPE (not in tfdp)", tfdp_ds(augment=prototype), batches),
         ("plain tf.data, no augmentation", plain_dataset(x, y, None, augment=False), batches),
@@ -443,28 +470,49 @@ def breakdown(x_all: np.ndarray, y_all: np.ndarray, rounds: int) -> None:
     got = prototype((imgs, labels), seeds)[0].numpy()
     same = "bit-identical to Compose" if np.array_equal(want, got) else "DIFFERS from Compose"
     width = IMAGE_SHAPE[1] + 2 * PAD
-    cols = tf.constant(np.random.default_rng(2).integers(0, 2 * PAD + 1, BATCH)[:, None]
-                       + np.arange(IMAGE_SHAPE[1])[None, :], tf.int32)
+    cols = tf.constant(
+        np.random.default_rng(2).integers(0, 2 * PAD + 1, BATCH)[:, None]
+        + np.arange(IMAGE_SHAPE[1])[None, :],
+        tf.int32,
+    )
     rows_out = tf.zeros([BATCH, IMAGE_SHAPE[0], width, IMAGE_SHAPE[2]], tf.uint8)
     ops: list[tuple[str, Callable[..., object], tuple]] = [
         ("ArraySource.gather(256 indices)", tf.function(source.gather), (idx,)),
         ("RandomCrop(32, padding=4)", tf.function(lambda i, s: crop(i, s)), (imgs, seeds)),
-        ("  its tf.pad of the batch (H and W)",
-         tf.function(lambda i: tf.pad(i, [[0, 0], [PAD, PAD], [PAD, PAD], [0, 0]])), (imgs,)),
-        ("  its column gather (3-byte slices)",
-         tf.function(lambda t, c: tf.gather(t, c, axis=2, batch_dims=1)), (rows_out, cols)),
+        (
+            "  its tf.pad of the batch (H and W)",
+            tf.function(lambda i: tf.pad(i, [[0, 0], [PAD, PAD], [PAD, PAD], [0, 0]])),
+            (imgs,),
+        ),
+        (
+            "  its column gather (3-byte slices)",
+            tf.function(lambda t, c: tf.gather(t, c, axis=2, batch_dims=1)),
+            (rows_out, cols),
+        ),
         ("RandomFlip()", tf.function(lambda i, s: flip(i, s)), (imgs, seeds)),
-        ("Compose([crop, flip]) (= (a)'s augmentation)",
-         tf.function(lambda i, lab, s: aug((i, lab), s)), (imgs, labels, seeds)),
-        (f"fused PROTOTYPE ({same})",
-         tf.function(lambda i, lab, s: prototype((i, lab), s)), (imgs, labels, seeds)),
-        ("reference: copy of the batch (x + 0)",
-         tf.function(lambda i: i + tf.constant(0, tf.uint8)), (imgs,)),
+        (
+            "Compose([crop, flip]) (= (a)'s augmentation)",
+            tf.function(lambda i, lab, s: aug((i, lab), s)),
+            (imgs, labels, seeds),
+        ),
+        (
+            f"fused PROTOTYPE ({same})",
+            tf.function(lambda i, lab, s: prototype((i, lab), s)),
+            (imgs, labels, seeds),
+        ),
+        (
+            "reference: copy of the batch (x + 0)",
+            tf.function(lambda i: i + tf.constant(0, tf.uint8)),
+            (imgs,),
+        ),
     ]
     for name, fn, args in ops:
         ms, cpu_ms = time_op(fn, args)
-        print(f"  {'op: ' + name:<50} {BATCH / (ms / 1e3):>10,.0f}  {ms:.2f} ms wall, "
-              f"{cpu_ms:.2f} ms CPU per batch of {BATCH}", flush=True)
+        print(
+            f"  {'op: ' + name:<50} {BATCH / (ms / 1e3):>10,.0f}  {ms:.2f} ms wall, "
+            f"{cpu_ms:.2f} ms CPU per batch of {BATCH}",
+            flush=True,
+        )
 
 
 # --------------------------------------------------------------------------- reporting
@@ -499,42 +547,56 @@ def _n(n: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="N = 10k/50k/200k, a fixed window of batches, no breakdown "
-                         "(under a minute)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="N = 10k/50k/200k, a fixed window of batches, no breakdown (under a minute)",
+    )
     args = ap.parse_args(argv)
     quick = args.quick
     wall0 = time.perf_counter()
     sizes = QUICK_SIZES if quick else FULL_SIZES
     seed_sizes = SEED000_SIZES_QUICK if quick else SEED000_SIZES_FULL
 
-    print(f"bench_input.py{' --quick' if quick else ''}  "
-          f"{_dt.datetime.now().isoformat(timespec='seconds')}")
+    print(
+        f"bench_input.py{' --quick' if quick else ''}  "
+        f"{_dt.datetime.now().isoformat(timespec='seconds')}"
+    )
     for line in machine_info():
         print(line)
-    print(f"batch {BATCH}, images uint8 {IMAGE_SHAPE}, RA sampler R=3 selected_round=0 on "
-          f"{tf.distribute.get_strategy().num_replicas_in_sync} replica "
-          f"(default strategy), warm-up {WARMUP_BATCHES} batches per iterator")
+    print(
+        f"batch {BATCH}, images uint8 {IMAGE_SHAPE}, RA sampler R=3 selected_round=0 on "
+        f"{tf.distribute.get_strategy().num_replicas_in_sync} replica "
+        f"(default strategy), warm-up {WARMUP_BATCHES} batches per iterator"
+    )
     if quick:
         print(f"window: {QUICK_BATCHES} batches after the warm-up, endless datasets")
     else:
-        print(f"window: whole epochs after the warm-up, >= {MIN_FULL_SAMPLES:,} samples "
-              f"(several epochs at small N); (b) capped at {PLAIN_FULL_CAP:,} samples")
+        print(
+            f"window: whole epochs after the warm-up, >= {MIN_FULL_SAMPLES:,} samples "
+            f"(several epochs at small N); (b) capped at {PLAIN_FULL_CAP:,} samples"
+        )
     print()
 
     t0 = time.perf_counter()
     x_all, y_all = make_data(max(sizes))
-    print(f"data: {max(sizes):,} images ({x_all.nbytes / 2**30:.2f} GiB) built in "
-          f"{time.perf_counter() - t0:.1f} s")
+    print(
+        f"data: {max(sizes):,} images ({x_all.nbytes / 2**30:.2f} GiB) built in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     print()
 
     # (a) and (b)
     rounds = QUICK_ROUNDS if quick else FULL_ROUNDS
-    print(f"(a) tfdp RA input vs (b) plain tf.data, same data and augmentation: {rounds} "
-          f"rounds, each timing (a) then (b) at every N")
-    hdr = (f"{'N':>10} {'window (a)/(b)':>15} {'tfdp_ra samples/s':>27} "
-           f"{'plain_tfdata samples/s':>27} {'ratio':>7} {'CPU us/sample':>13} {'src s':>6} "
-           f"{'tfdp 1st s':>11} {'plain 1st s':>11}")
+    print(
+        f"(a) tfdp RA input vs (b) plain tf.data, same data and augmentation: {rounds} "
+        f"rounds, each timing (a) then (b) at every N"
+    )
+    hdr = (
+        f"{'N':>10} {'window (a)/(b)':>15} {'tfdp_ra samples/s':>27} "
+        f"{'plain_tfdata samples/s':>27} {'ratio':>7} {'CPU us/sample':>13} {'src s':>6} "
+        f"{'tfdp 1st s':>11} {'plain 1st s':>11}"
+    )
 
     def cell(timings: list[Timing]) -> str:
         rates = [t.rate for t in timings]
@@ -554,31 +616,40 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         r = results[n]
         quick_b = QUICK_BATCHES if quick else None
-        win = (f"{window(r.epochs, quick_b)}/"
-               f"{window(r.plain_epochs, quick_b if quick else r.plain_window)}")
-        print(f"{n:>10,} {win:>15} {cell(r.tfdp):>27} {cell(r.plain):>27} "
-              f"{r.tfdp_rate / r.plain_rate:>6.2f}x "
-              f"{f'{r.tfdp_cpu_us:.1f}/{r.plain_cpu_us:.1f}':>13} {r.tfdp_source_s:>6.2f} "
-              f"{first_cell(r.tfdp):>11} {first_cell(r.plain):>11}")
-    print(f"  samples/s: wall clock, median of {rounds} rounds [min-max]. ratio: median (a) / "
-          "median (b).\n  window: timed span after the warm-up, Nep = N whole epochs, Nb = N "
-          "batches. CPU us/sample:\n  process CPU time (all threads) per sample, (a)/(b), median "
-          "of rounds -- less sensitive to\n  other processes than wall clock. src s: ArraySource "
-          "construction (arrays -> tensors).\n  1st s: iterator creation + first batch, first "
-          "round / best later round.")
+        win = (
+            f"{window(r.epochs, quick_b)}/"
+            f"{window(r.plain_epochs, quick_b if quick else r.plain_window)}"
+        )
+        print(
+            f"{n:>10,} {win:>15} {cell(r.tfdp):>27} {cell(r.plain):>27} "
+            f"{r.tfdp_rate / r.plain_rate:>6.2f}x "
+            f"{f'{r.tfdp_cpu_us:.1f}/{r.plain_cpu_us:.1f}':>13} {r.tfdp_source_s:>6.2f} "
+            f"{first_cell(r.tfdp):>11} {first_cell(r.plain):>11}"
+        )
+    print(
+        f"  samples/s: wall clock, median of {rounds} rounds [min-max]. ratio: median (a) / "
+        "median (b).\n  window: timed span after the warm-up, Nep = N whole epochs, Nb = N "
+        "batches. CPU us/sample:\n  process CPU time (all threads) per sample, (a)/(b), median "
+        "of rounds -- less sensitive to\n  other processes than wall clock. src s: ArraySource "
+        "construction (arrays -> tensors).\n  1st s: iterator creation + first batch, first "
+        "round / best later round."
+    )
     print()
 
     # (c)
     seed_samples = SEED000_SAMPLES_QUICK if quick else SEED000_SAMPLES
-    print(f"(c) seed 000: index dataset mapped with base.skip(i).take(1).get_single_element(); "
-          f"{rounds} round-robin rounds of {seed_samples} samples per N")
-    hdr_c = (f"{'N':>10} {'samples/s':>23} {'ms/sample':>10} {'CPU ms/sample':>14}")
+    print(
+        f"(c) seed 000: index dataset mapped with base.skip(i).take(1).get_single_element(); "
+        f"{rounds} round-robin rounds of {seed_samples} samples per N"
+    )
+    hdr_c = f"{'N':>10} {'samples/s':>23} {'ms/sample':>10} {'CPU ms/sample':>14}"
     seed_timings: dict[int, list[Timing]] = {n: [] for n in seed_sizes}
     seed_ds = {n: seed000_dataset(x_all[:n], y_all[:n]) for n in seed_sizes}
     for _ in range(rounds):
         for n in seed_sizes:
-            seed_timings[n].append(time_iteration(seed_ds[n], seed_samples,
-                                                  warmup=SEED000_WARMUP, batched=False))
+            seed_timings[n].append(
+                time_iteration(seed_ds[n], seed_samples, warmup=SEED000_WARMUP, batched=False)
+            )
     del seed_ds
     print(hdr_c)
     print("-" * len(hdr_c))
@@ -589,25 +660,30 @@ def main(argv: list[str] | None = None) -> int:
         seed_rates[n] = float(np.median(rates))
         cpu_ms = float(np.median([t.cpu_us_per_sample for t in seed_timings[n]])) / 1e3
         seed_cpu[n] = cpu_ms
-        print(f"{n:>10,} {cell(seed_timings[n]):>23} {1e3 / seed_rates[n]:>10.2f} "
-              f"{cpu_ms:>14.2f}")
+        print(f"{n:>10,} {cell(seed_timings[n]):>23} {1e3 / seed_rates[n]:>10.2f} {cpu_ms:>14.2f}")
     print("  samples/s: median of rounds [min-max]; ms/sample from the median.")
     ns = np.array(sorted(seed_rates), float)
     per = np.array([1.0 / seed_rates[int(v)] for v in ns])
     slope, intercept = np.polyfit(ns, per, 1)
-    print(f"  per-sample time ~ {intercept * 1e3:.3f} ms + {slope * 1e6:.3f} us x N "
-          f"(linear fit, O(N)); time ratio N={_n(int(ns[-1]))} / N={_n(int(ns[0]))}: "
-          f"{per[-1] / per[0]:.2f}x for {ns[-1] / ns[0]:.0f}x N")
+    print(
+        f"  per-sample time ~ {intercept * 1e3:.3f} ms + {slope * 1e6:.3f} us x N "
+        f"(linear fit, O(N)); time ratio N={_n(int(ns[-1]))} / N={_n(int(ns[0]))}: "
+        f"{per[-1] / per[0]:.2f}x for {ns[-1] / ns[0]:.0f}x N"
+    )
     for big in (RATIO_N, 1_281_167):
         est = intercept + slope * big
-        print(f"  extrapolated (not measured) at N={big:,}: {1 / est:,.1f} samples/s, "
-              f"one epoch of N samples ~ {big * est / 60:,.0f} min")
+        print(
+            f"  extrapolated (not measured) at N={big:,}: {1 / est:,.1f} samples/s, "
+            f"one epoch of N samples ~ {big * est / 60:,.0f} min"
+        )
     print()
 
     if not quick:
-        print(f"breakdown at N={BREAKDOWN_N:,}: samples/s, median [min-max] of {BREAKDOWN_ROUNDS} "
-              f"round-robin windows of {BREAKDOWN_BATCHES} batches (endless datasets); op rows: "
-              f"a tf.function on one batch, no tf.data, best of 7 x 100 calls")
+        print(
+            f"breakdown at N={BREAKDOWN_N:,}: samples/s, median [min-max] of {BREAKDOWN_ROUNDS} "
+            f"round-robin windows of {BREAKDOWN_BATCHES} batches (endless datasets); op rows: "
+            f"a tf.function on one batch, no tf.data, best of 7 x 100 calls"
+        )
         breakdown(x_all, y_all, BREAKDOWN_ROUNDS)
         print()
 
@@ -617,31 +693,46 @@ def main(argv: list[str] | None = None) -> int:
     flat = max(rate_a.values()) / min(rate_a.values())
     lo_n, hi_n = min(rate_a), max(rate_a)
     print("targets (from the issue):")
-    print(f"  (a) >= {RATIO_TARGET:g}x (b) at N={RATIO_N:,}, per-sample augmentation: "
-          f"{ratio:.2f}x -> {'PASS' if ratio >= RATIO_TARGET else 'FAIL'}")
+    print(
+        f"  (a) >= {RATIO_TARGET:g}x (b) at N={RATIO_N:,}, per-sample augmentation: "
+        f"{ratio:.2f}x -> {'PASS' if ratio >= RATIO_TARGET else 'FAIL'}"
+    )
     if hi_n >= 1_000_000:
-        print(f"  (a) flat within 20% from N=10,000 to N=1,000,000: max/min = {flat:.3f} -> "
-              f"{'PASS' if flat <= FLATNESS_TARGET else 'FAIL'}")
+        print(
+            f"  (a) flat within 20% from N=10,000 to N=1,000,000: max/min = {flat:.3f} -> "
+            f"{'PASS' if flat <= FLATNESS_TARGET else 'FAIL'}"
+        )
     else:
-        print(f"  (a) flat within 20% from N=10,000 to N=1,000,000: not evaluated by --quick "
-              f"(max N {hi_n:,}); max/min over {_n(lo_n)}..{_n(hi_n)} = {flat:.3f} "
-              f"({'within' if flat <= FLATNESS_TARGET else 'outside'} 20%)")
+        print(
+            f"  (a) flat within 20% from N=10,000 to N=1,000,000: not evaluated by --quick "
+            f"(max N {hi_n:,}); max/min over {_n(lo_n)}..{_n(hi_n)} = {flat:.3f} "
+            f"({'within' if flat <= FLATNESS_TARGET else 'outside'} 20%)"
+        )
     cpu_ratio = results[RATIO_N].plain_cpu_us / results[RATIO_N].tfdp_cpu_us
-    print(f"  diagnostic, not the target: CPU time per sample at N={RATIO_N:,}, (b)/(a) = "
-          f"{cpu_ratio:.2f}x")
+    print(
+        f"  diagnostic, not the target: CPU time per sample at N={RATIO_N:,}, (b)/(a) = "
+        f"{cpu_ratio:.2f}x"
+    )
     cpu_a = {n: r.tfdp_cpu_us for n, r in results.items()}
     cpu_flat = max(cpu_a.values()) / min(cpu_a.values())
-    print(f"  diagnostic, not the target: (a)'s CPU time per sample, max/min over "
-          f"{_n(lo_n)}..{_n(hi_n)} = {cpu_flat:.3f} ("
-          + ", ".join(f"{_n(n)} {v:.1f} us" for n, v in cpu_a.items()) + ")")
+    print(
+        f"  diagnostic, not the target: (a)'s CPU time per sample, max/min over "
+        f"{_n(lo_n)}..{_n(hi_n)} = {cpu_flat:.3f} ("
+        + ", ".join(f"{_n(n)} {v:.1f} us" for n, v in cpu_a.items())
+        + ")"
+    )
     growth = per[-1] / per[0]
     lo_s, hi_s = min(seed_sizes), max(seed_sizes)
     cpu_growth = seed_cpu[hi_s] / seed_cpu[lo_s]
-    print(f"  (c) growth shown: per-sample time x{growth:.2f} wall, x{cpu_growth:.2f} CPU, from "
-          f"N={lo_s:,} to N={hi_s:,}")
+    print(
+        f"  (c) growth shown: per-sample time x{growth:.2f} wall, x{cpu_growth:.2f} CPU, from "
+        f"N={lo_s:,} to N={hi_s:,}"
+    )
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    print(f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-          f"wall time {time.perf_counter() - wall0:.0f} s")
+    print(
+        f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
+        f"wall time {time.perf_counter() - wall0:.0f} s"
+    )
     print()
 
     head: list[tuple[str, str]] = []
