@@ -28,7 +28,19 @@ _LAZY: dict[str, str] = {
     "write_tfrecords": "tfdp.sources.tfrecord",
 }
 # Submodules reachable as attributes (``tfdp.augment.RandomCrop``), also loaded on first access.
-_SUBMODULES = {"augment", "indices", "samplers", "sources", "input"}
+_SUBMODULES = {
+    "augment",
+    "checkpoint",
+    "datasets",
+    "distribute",
+    "indices",
+    "input",
+    "launch",
+    "models",
+    "samplers",
+    "sources",
+    "train",
+}
 
 __all__ = [
     "DistributedEvalSampler",
