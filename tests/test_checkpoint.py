@@ -17,9 +17,9 @@ from tfdp.checkpoint import (
     CheckpointManager,
     CheckpointWarning,
     DataPosition,
-    _role,
     input_config,
 )
+from tfdp.distribute import resolver_role as _role  # the chief rule checkpoints rely on
 from tfdp.input import DistributedInput
 from tfdp.sources import ArraySource
 

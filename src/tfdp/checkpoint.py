@@ -55,6 +55,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdp.distribute import resolver_role
+
 __all__ = [
     "CheckpointCallback",
     "CheckpointError",
@@ -296,29 +298,6 @@ def _config_diffs(saved: Any, now: Any, prefix: str = "") -> list[str]:
     return []
 
 
-def _role(resolver: Any) -> tuple[bool, str | None, int | None]:
-    """(is_chief, task_type, task_id) from a cluster resolver (``None``: a single process).
-
-    The chief is the ``"chief"`` task, or ``"worker"`` 0 when the cluster has
-    no chief -- TensorFlow's rule (``multi_worker_util.is_chief``).
-    """
-    if resolver is None:
-        return True, None, None
-    task_type = getattr(resolver, "task_type", None)
-    task_id = getattr(resolver, "task_id", None)
-    if task_type is None:
-        return True, None, task_id
-    task_id = int(task_id or 0)
-    if task_type == "chief":
-        return True, task_type, task_id
-    try:
-        jobs = resolver.cluster_spec().as_dict()
-    except (AttributeError, ValueError):
-        jobs = {}
-    has_chief = "chief" in jobs
-    return (task_type == "worker" and task_id == 0 and not has_chief), task_type, task_id
-
-
 def _without_strategy(fn: Any) -> Any:
     """Call ``fn()`` in a fresh thread: no ``strategy.scope()``, device or variable creator.
 
@@ -424,7 +403,7 @@ class CheckpointManager:
             # No strategy given and none in scope, in a multi-worker job: TF_CONFIG decides,
             # so that only the chief writes even then.
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        self.is_chief, self.task_type, self.task_id = _role(resolver)
+        self.is_chief, self.task_type, self.task_id = resolver_role(resolver)
 
         def make() -> tuple[tf.Variable, tf.Variable, tf.train.Checkpoint]:
             with tf.device("/cpu:0"):  # a string variable has no GPU kernels

@@ -26,6 +26,7 @@ __all__ = [
     "WorkerInfo",
     "make_strategy",
     "parse_tf_config",
+    "resolver_role",
     "worker_info",
 ]
 
@@ -74,19 +75,42 @@ def worker_info(strategy: Any = None) -> WorkerInfo:
     strategy = strategy if strategy is not None else tf.distribute.get_strategy()
     replicas = int(strategy.num_replicas_in_sync)
     resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None) if resolver is not None else None
-    task_id = getattr(resolver, "task_id", None) if resolver is not None else None
+    is_chief, task_type, task_id = resolver_role(resolver)
     if resolver is None or task_type is None:
         return WorkerInfo(replicas, 1, 0, replicas, None, True)
     spec = resolver.cluster_spec().as_dict()
-    workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
-    workers = max(1, workers)
+    workers = max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
     index = int(task_id or 0)
     if task_type == "worker" and "chief" in spec:
         index += len(spec["chief"])
-    has_chief = "chief" in spec
-    is_chief = task_type == "chief" or (task_type == "worker" and not has_chief and index == 0)
     return WorkerInfo(replicas, workers, index, max(1, replicas // workers), task_type, is_chief)
+
+
+def resolver_role(resolver: Any) -> tuple[bool, str | None, int | None]:
+    """``(is_chief, task_type, task_id)`` from a cluster resolver (``None``: a single process).
+
+    The chief is the ``"chief"`` task, or ``"worker"`` 0 when the cluster has
+    no chief -- TensorFlow's rule (``multi_worker_util.is_chief``). The one
+    place tfdp decides who writes logs and checkpoints.
+
+    Example:
+        >>> resolver_role(None)
+        (True, None, None)
+    """
+    if resolver is None:
+        return True, None, None
+    task_type = getattr(resolver, "task_type", None)
+    task_id = getattr(resolver, "task_id", None)
+    if task_type is None:
+        return True, None, task_id
+    task_id = int(task_id or 0)
+    if task_type == "chief":
+        return True, task_type, task_id
+    try:
+        jobs = resolver.cluster_spec().as_dict()
+    except (AttributeError, ValueError):
+        jobs = {}
+    return (task_type == "worker" and task_id == 0 and "chief" not in jobs), task_type, task_id
 
 
 # -- TF_CONFIG -------------------------------------------------------------------------------------

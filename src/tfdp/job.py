@@ -244,7 +244,7 @@ def _load_npz(path: str) -> tuple[Any, Any]:
     return x, y.astype("int64")
 
 
-def _source(spec: str, cfg: TrainConfig) -> Any:
+def _source(spec: str) -> Any:
     """A source for ``spec``; returns (source, num_classes or None, value scale)."""
     from tfdp.sources import ArraySource
 
@@ -287,7 +287,7 @@ def _split_arrays(source: Any, fraction: float, seed: int) -> tuple[Any, Any]:
 
     if not 0 < fraction < 1:
         raise ValueError(f"--eval-fraction must be in (0, 1), got {fraction}")
-    x, y = (t.numpy() for t in source._tensors)
+    x, y = source.numpy()
     order = np.random.default_rng(seed).permutation(len(y))
     cut = max(1, round(len(y) * fraction))
     return ArraySource((x[order[cut:]], y[order[cut:]])), ArraySource(
@@ -304,9 +304,9 @@ def build_data(cfg: TrainConfig) -> tuple[Any, Any, tuple[int, int, int], int, f
 
         (x, y), (xt, yt) = load_digits()
         return ArraySource((x, y)), ArraySource((xt, yt)), (8, 8, 1), 10, 1 / 16
-    train = _source(cfg.data, cfg)
+    train = _source(cfg.data)
     if cfg.eval_data:
-        evals = _source(cfg.eval_data, cfg)
+        evals = _source(cfg.eval_data)
     elif isinstance(train, ArraySource):
         train, evals = _split_arrays(train, cfg.eval_fraction, cfg.seed)
     else:
@@ -326,8 +326,8 @@ def build_data(cfg: TrainConfig) -> tuple[Any, Any, tuple[int, int, int], int, f
         import numpy as np
 
         labels = getattr(train, "labels", None)
-        if labels is None and hasattr(train, "_tensors"):
-            labels = train._tensors[1].numpy()
+        if labels is None and isinstance(train, ArraySource):
+            labels = train.numpy()[1]
         num_classes = int(np.max(labels)) + 1 if labels is not None else None
     if num_classes is None:
         raise ValueError(

@@ -88,6 +88,18 @@ class ArraySource:
 
         return tf.nest.map_structure(lambda t: tf.gather(t, index), self._tensors)
 
+    def numpy(self) -> Any:
+        """The arrays, as NumPy, in the structure they were given.
+
+        Example:
+            >>> import numpy as np
+            >>> ArraySource((np.arange(3), np.ones(3))).numpy()[0].tolist()
+            [0, 1, 2]
+        """
+        import tensorflow as tf
+
+        return tf.nest.map_structure(lambda t: t.numpy(), self._tensors)
+
     def __len__(self) -> int:
         return self.num_examples
 
