@@ -369,11 +369,11 @@ class Trainer:
         return total_loss
 
     # -- the compiled functions ------------------------------------------------------
-    def _train_function(self, dataset: Any, group: int, multi: bool, batch_size: int) -> Any:
+    def _train_function(self, spec: str, group: int, multi: bool, batch_size: int) -> Any:
         """The compiled function for steps of ``group`` micro-batches, cached by what it needs.
 
-        A function depends on the element structure and shapes of ``dataset``
-        (whether ids come along, a static or dynamic batch dimension), the
+        A function depends on the element structure and shapes of the input
+        (``spec``: whether ids come along, a static or dynamic batch dimension), the
         number of micro-batches per step, whether a call holds one step
         (straight-line) or several (a ``tf.range`` loop), and, when recording
         ids, the per-replica batch size; a second :meth:`fit` with another
@@ -383,7 +383,7 @@ class Trainer:
         """
         with_ids = bool(self._input_return_ids)
         width = batch_size if self.record_samples else 0
-        key = (str(dataset.element_spec), with_ids, width, group, multi)
+        key = (spec, with_ids, width, group, multi)
         fn = self._train_fns.get(key)
         if fn is None:
             fn = self._build_train_function(group, multi, with_ids, width)
@@ -651,6 +651,7 @@ class Trainer:
         # One endless stream of reshuffled epochs, built once: each loop epoch consumes
         # exactly the S batches of its sampler epoch, so the two stay aligned.
         dataset = iterator = None
+        spec = ""
         if self.state.epoch < epochs:
             dataset = train_input.epochs(
                 self.state.epoch,
@@ -658,6 +659,7 @@ class Trainer:
                 min(self.state.step * k, batches_per_epoch),
             )
             iterator = iter(dataset)
+            spec = str(dataset.element_spec)
         while self.state.epoch < epochs:
             epoch = self.state.epoch
             bar = (
@@ -681,7 +683,7 @@ class Trainer:
                     n = min(n, max_steps - self.state.global_step)
                 if n <= 0:
                     break
-                fn = self._train_function(dataset, group, n > 1, train_input.batch_size)
+                fn = self._train_function(spec, group, n > 1, train_input.batch_size)
                 out = fn(iterator, n)
                 if self.record_samples:
                     out, ids = out
