@@ -21,9 +21,10 @@ What the seed got wrong
 How tfdp fixes it
     :func:`tfdp.sources.write_tfrecords` writes balanced shards plus a
     manifest (features, encodings, record counts);
-    :class:`tfdp.sources.TFRecordSource` streams them -- each replica reads
-    its own group of files, reshuffled every epoch by a key of
-    ``(seed, epoch)``, every replica taking the same number of steps -- and
+    :class:`tfdp.sources.TFRecordSource` streams them -- the files, permuted
+    every epoch by a key of ``(seed, epoch)``, are dealt to one lane per
+    replica, and the sampler picks each replica's records from the lanes,
+    every replica taking the same number of steps -- and
     :class:`tfdp.train.Trainer` is the seed's custom loop done right:
     ``strategy.run`` of a step whose per-example loss is averaged over the
     global batch, ``strategy.reduce(SUM)`` of the loss, a per-epoch line with

@@ -49,6 +49,30 @@ def mirrored4():
     return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
 
 
+@pytest.fixture(scope="session")
+def mirrored_of(mirrored4):
+    """``k -> MirroredStrategy`` over the first k logical CPU devices (one per k per session).
+
+    k = 4 is ``mirrored4`` (collective all-reduce). The others reduce through one device:
+    collective group keys are per process and start at 1 in every strategy, so a second
+    collective MirroredStrategy of another size in the same process joins group 1 with the
+    wrong size, which aborts every collective of the process.
+    """
+    import tensorflow as tf
+
+    cache: dict[int, tf.distribute.Strategy] = {NUM_LOGICAL_CPUS: mirrored4}
+
+    def get(k: int) -> tf.distribute.Strategy:
+        if k not in cache:
+            cache[k] = tf.distribute.MirroredStrategy(
+                [f"/cpu:{i}" for i in range(k)],
+                cross_device_ops=tf.distribute.ReductionToOneDevice(),
+            )
+        return cache[k]
+
+    return get
+
+
 def free_ports(n: int) -> list[int]:
     """n distinct free TCP ports on 127.0.0.1."""
     socks, ports = [], []

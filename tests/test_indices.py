@@ -429,3 +429,30 @@ def test_slices_equal_the_slice_of_the_whole(n, w, repeats, padding, multiple_of
     idx, mask = ix.eval_indices(perm, n, w, rank, multiple_of=multiple_of, start=start, stop=stop)
     assert idx.tolist() == full_idx[start:stop].tolist()
     assert mask.tolist() == full_mask[start:stop].tolist()
+
+
+def _parity(perm: np.ndarray) -> int:
+    seen = np.zeros(len(perm), bool)
+    cycles = 0
+    for i in range(len(perm)):
+        if not seen[i]:
+            cycles += 1
+            j = i
+            while not seen[j]:
+                seen[j] = True
+                j = perm[j]
+    return (len(perm) - cycles) % 2
+
+
+def test_feistel_parity_claims_of_the_docstring():
+    """KeyedPermutation is not uniform over all n! permutations: its parity can be fixed.
+
+    The docstring says so; this keeps the claim measured. For a square domain of odd side
+    (n = 65**2) every key gives an even permutation; for an even side both parities occur.
+    """
+    fixed = {_parity(ix.KeyedPermutation(4225, s, 0)(np.arange(4225))) for s in range(24)}
+    assert fixed == {0}
+    odd_walked = {_parity(ix.KeyedPermutation(5000, s, 0)(np.arange(5000))) for s in range(24)}
+    assert odd_walked == {1}
+    free = {_parity(ix.KeyedPermutation(4356, s, 0)(np.arange(4356))) for s in range(24)}
+    assert free == {0, 1}

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfdp
+from reference import lanes_by_hand
 from tfdp.input import DistributedInput
 from tfdp.sources import ArraySource
 
@@ -242,6 +243,177 @@ def test_fit_accepts_epochs_stream(mirrored4):
         model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     hist = model.fit(inp.epochs(0, 2), epochs=2, steps_per_epoch=inp.steps_per_epoch, verbose=0)
     assert len(hist.history["loss"]) == 2 and np.isfinite(hist.history["loss"]).all()
+
+
+# -- streaming sources: the same sampler spec, the same epoch --------------------------------------
+
+STREAM_N = 103  # prime
+
+
+@pytest.fixture(scope="module")
+def stream_sources(tmp_path_factory):
+    """TFRecord shards of ids 0..102: 8 files (4 lanes for 4 replicas) and 3 files (3 lanes)."""
+    from tfdp.sources import TFRecordSource, write_tfrecords
+
+    out = {}
+    for shards in (8, 3):
+        d = tmp_path_factory.mktemp(f"shards{shards}")
+        arrays = (np.arange(STREAM_N, dtype=np.float32)[:, None], np.arange(STREAM_N))
+        out[shards] = TFRecordSource(
+            write_tfrecords(arrays, d, num_shards=shards), shuffle_buffer=0
+        )
+    return out
+
+
+def _received_stream(strategy, dds) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Per replica: the stream indices and the record ids (labels) it received."""
+
+    @tf.function
+    def step(batch):
+        (_, y), ids = batch
+        ctx = tf.distribute.get_replica_context()
+        return ctx.replica_id_in_sync_group, y, ids["index"]
+
+    idx: dict[int, list[int]] = {}
+    labels: dict[int, list[int]] = {}
+    for batch in dds:
+        rid, y, i = strategy.run(step, args=(batch,))
+        for r, yy, ii in zip(
+            *(strategy.experimental_local_results(t) for t in (rid, y, i)), strict=True
+        ):
+            idx.setdefault(int(r), []).extend(ii.numpy().tolist())
+            labels.setdefault(int(r), []).extend(yy.numpy().tolist())
+    return idx, labels
+
+
+@pytest.mark.parametrize(
+    ("shards", "sampler", "options", "drop_remainder"),
+    [
+        (8, "distributed", {}, True),
+        (8, "distributed", {"shuffle": False}, True),
+        (3, "distributed", {}, True),  # 33 records: wrap padding
+        (3, "distributed", {"drop_last": True}, False),
+        (3, "distributed", {"padding": "random"}, True),
+        (8, "repeat_aug", {"selected_round": 0}, True),
+        (8, "repeat_aug", {"num_repeats": 2, "selected_round": 8}, True),
+        (8, "repeat_aug", {"num_repeats": 1.5, "selected_round": 0}, False),
+        (3, "repeat_aug", {"num_repeats": 2.5, "selected_round": 0, "selected_ratio": 1.5}, True),
+        (8, "repeat_aug", {"num_repeats": 3, "selected_round": 0, "shuffle": False}, True),
+    ],
+)
+def test_stream_epoch_is_the_sampler_epoch(
+    mirrored4, stream_sources, shards, sampler, options, drop_remainder
+):
+    """A streaming epoch: per rank the sampler's stream indices and records, nothing else."""
+    src = stream_sources[shards]
+    w, b, epoch = 4, 3, 1
+    n_eff = src.stream_length(w)
+    inp = DistributedInput(
+        mirrored4,
+        src,
+        sampler=sampler,
+        sampler_options=options,
+        batch_size=b,
+        drop_remainder=drop_remainder,
+        return_ids=True,
+    )
+    assert inp.sampler.num_examples == n_eff
+    # The same spec on n_eff in-memory examples: the same length (and, unshuffled, the same
+    # layout) as random access.
+    ref = DistributedInput(
+        mirrored4,
+        _source(n_eff),
+        sampler=sampler,
+        sampler_options={**options, "shuffle": False},
+        batch_size=b,
+        drop_remainder=drop_remainder,
+        return_ids=True,
+    )
+    assert inp.steps_per_epoch == ref.steps_per_epoch
+    idx, labels = _received_stream(mirrored4, inp.epoch(epoch))
+    ref_idx = _received(mirrored4, ref.epoch(epoch))
+    lanes = [
+        [int(y) for _, y in lane]
+        for lane in lanes_by_hand(src, w, 0, epoch, options.get("shuffle", True))
+    ]
+    record = {s: lanes[s % len(lanes)][s // len(lanes)] for s in range(n_eff)}
+    copies: dict[int, list[int]] = {}
+    for r in range(w):
+        assert idx[r] == ref_idx[r], r  # the sampler's stream indices, in order
+        assert labels[r] == [record[s] for s in idx[r]], r  # ... and the records at them
+        for k, label in enumerate(labels[r]):
+            copies.setdefault(label, []).append((r, k // b))
+    if sampler == "repeat_aug" and float(options.get("num_repeats", 3)).is_integer():
+        reps = int(options.get("num_repeats", 3))
+        assert max(len(c) for c in copies.values()) == reps
+        for places in copies.values():  # the copies of a record: distinct ranks, nearby steps
+            assert len({r for r, _ in places}) == len(places)
+            assert max(s for _, s in places) - min(s for _, s in places) <= 1
+    again = DistributedInput(
+        mirrored4,
+        type(src)(src.files, shuffle_buffer=0),
+        sampler=sampler,
+        sampler_options=options,
+        batch_size=b,
+        drop_remainder=drop_remainder,
+        return_ids=True,
+    )
+    assert _received_stream(mirrored4, again.epoch(epoch))[1] == labels  # rerun: identical
+
+
+def test_stream_shuffle_on_and_off_differ_and_epochs_reshuffle(mirrored4, stream_sources):
+    src = stream_sources[8]
+    shuffled = tfdp.sources.TFRecordSource(src.files)  # file permutation and block shuffle
+    got = {}
+    for name, source, options in [
+        ("off", src, {"shuffle": False}),
+        ("on", shuffled, {}),
+    ]:
+        inp = DistributedInput(
+            mirrored4, source, sampler_options=options, batch_size=4, return_ids=True
+        )
+        got[name] = [_received_stream(mirrored4, inp.epoch(e))[1] for e in (0, 1)]
+    assert got["off"][0] == got["off"][1]  # no shuffle: the same order every epoch
+    assert got["on"][0] != got["on"][1] and got["on"][0] != got["off"][0]
+    for r in range(4):
+        assert sorted(got["on"][0][r]) != sorted(got["on"][1][r])  # other files, other ranks
+
+
+def test_stream_epochs_resume_and_endless(stream_sources):
+    src = stream_sources[8]
+    inp = DistributedInput(
+        tf.distribute.get_strategy(),
+        src,
+        sampler="repeat_aug",
+        sampler_options={"num_repeats": 2, "selected_round": 0},
+        batch_size=5,
+        return_ids=True,
+    )
+
+    def ids(ds):
+        return [b[1]["index"].numpy().tolist() + b[0][1].numpy().tolist() for b in ds]
+
+    by_epoch = [ids(inp.rank_dataset(0, e, 1)) for e in (2, 3, 4)]
+    assert ids(inp.rank_dataset(0, 2, 3)) == by_epoch[0] + by_epoch[1] + by_epoch[2]
+    assert ids(inp.rank_dataset(0, 2, 3, start_step=2)) == (
+        by_epoch[0][2:] + by_epoch[1] + by_epoch[2]
+    )
+    endless = ids(inp.rank_dataset(0, 2, None).take(3 * inp.steps_per_epoch))
+    assert endless == by_epoch[0] + by_epoch[1] + by_epoch[2]
+
+
+def test_stream_refuses_what_needs_random_access(stream_sources):
+    src = stream_sources[8]
+    with pytest.raises(ValueError, match="sampler='eval' needs a random-access source"):
+        DistributedInput(None, src, sampler="eval", batch_size=2)
+    n = src.stream_length(1)
+    with pytest.raises(ValueError, match="permutation= orders examples by index"):
+        DistributedInput(
+            None, src, sampler=tfdp.DistributedSampler(n, 1, 0, permutation=np.arange), batch_size=2
+        )
+    assert n == STREAM_N  # one replica: one lane, every record
+    with pytest.raises(ValueError, match="num_examples=96 but the stream holds 103 records"):
+        DistributedInput(None, src, sampler=tfdp.DistributedSampler(96, 1, 0), batch_size=2)
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -129,3 +129,23 @@ def test_unreachable_peer_is_a_clear_error_not_a_hang(tmp_path):
     assert proc.returncode == -9, proc.stdout + proc.stderr  # ended by the watchdog
     assert "did not all connect within 8s" in proc.stderr
     assert f"unreachable peer(s): 127.0.0.1:{ports[1]}" in proc.stderr
+
+
+def test_default_progress_bar_and_metrics_under_two_workers():
+    """Trainer's defaults (progress bar on the chief, metrics) under MultiWorkerMirroredStrategy.
+
+    Reading a Keras metric is a cross-worker collective: a bar that reads one on the chief
+    only makes the workers' collectives disagree and the group fail (or hang).
+    """
+    from mw import run_workers
+
+    script = Path(__file__).parent / "workers" / "progress_worker.py"
+    outs = run_workers(script, 2, [], timeout=300)
+    results = [json.loads(re.search(r"RESULT (.*)", out).group(1)) for out in outs]
+    assert results[0]["weights"] == results[1]["weights"]
+    assert [r["loss"] for r in results[0]["records"]] == [r["loss"] for r in results[1]["records"]]
+    assert len(results[0]["records"]) == 2
+    bars = [re.sub(r"\x1b\[[0-9;]*m", "", out) for out in outs]  # without the ANSI colours
+    assert re.search(r"12/12 .*loss: \d", bars[0])  # the chief drew the bar ...
+    assert "12/12" not in bars[1]  # ... the other worker did not
+    assert "epoch 2" in outs[0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import re
@@ -13,6 +12,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from reference import lanes_by_hand  # noqa: E402
 from tfdp.sources.tfrecord import (  # noqa: E402
     MANIFEST_SUFFIX,
     TFRecordSource,
@@ -22,7 +22,6 @@ from tfdp.sources.tfrecord import (  # noqa: E402
 
 N = 96
 SHARDS = 8
-BATCH = 4
 
 
 def _images(n: int) -> np.ndarray:
@@ -45,17 +44,6 @@ def source(data) -> TFRecordSource:
 def _read_all(src: TFRecordSource) -> list:
     ds = tf.data.TFRecordDataset(src.files, compression_type=src.compression or "")
     return list(ds.map(src.parse).as_numpy_iterator())
-
-
-def _rank_stream(src, *, rank, w, r, epoch, batch=BATCH, seed=0) -> tuple[list, list]:
-    ds = src.stream(
-        rank=rank, num_replicas=w, num_repeats=r, seed=seed, epoch=epoch, batch_size=batch
-    )
-    ids, positions = [], []
-    for (_, label), pos in ds.as_numpy_iterator():
-        ids.append(int(label))
-        positions.append(int(pos))
-    return ids, positions
 
 
 # -- writer and manifest ----------------------------------------------------------------------
@@ -252,115 +240,134 @@ def test_gzip_round_trip(tmp_path):
 
 
 # -- the stream -------------------------------------------------------------------------------
+# An epoch's stream: the files permuted by (seed, epoch) and dealt to L = min(F, W) lanes, lane j
+# the round-robin interleave of files[perm[j::L]], block-shuffled; stream index s = j + m * L.
 
 
-@pytest.mark.parametrize("world, repeats", [(4, 2), (4, 1), (3, 3)])
-def test_stream_repeated_augmentation_layout(source, world, repeats):
-    groups = world // repeats
-    steps = source.steps_per_epoch(world, repeats, BATCH)
-    assert (
-        steps == N // groups // BATCH
-    )  # balanced shards, file count a multiple of groups: nothing lost
-    epochs = {}
-    for epoch in (0, 1):
-        streams = [
-            _rank_stream(source, rank=k, w=world, r=repeats, epoch=epoch) for k in range(world)
-        ]
-        for ids, _ in streams:
-            assert len(ids) == steps * BATCH  # every rank takes the same number of steps
-        counts = collections.Counter(i for ids, _ in streams for i in ids)
-        assert counts == {i: repeats for i in range(N)}  # each record R times, none lost
-        where = collections.defaultdict(list)
-        for rank, (ids, positions) in enumerate(streams):
-            assert positions == [k * world + rank for k in range(len(ids))]
-            for k, i in enumerate(ids):
-                where[i].append((rank, k))
-        for i, places in where.items():
-            ranks = [rank for rank, _ in places]
-            assert len(set(ranks)) == repeats, i  # R distinct ranks ...
-            assert len({rank // repeats for rank in ranks}) == 1  # ... of one group ...
-            assert len({k // BATCH for _, k in places}) == 1  # ... in the same step
-        all_positions = [p for _, positions in streams for p in positions]
-        assert len(set(all_positions)) == len(all_positions)
-        epochs[epoch] = streams
-    assert epochs[0][0][0] != epochs[1][0][0]  # the order changes between epochs
-    rerun = TFRecordSource(source.files)
-    assert _rank_stream(rerun, rank=world - 1, w=world, r=repeats, epoch=1) == epochs[1][world - 1]
+def _lane_by_hand(src, lane: int, w: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """Lane ``lane``'s labels, read plainly (tests/reference.py), before any block shuffle."""
+    plain = TFRecordSource(src.files, shuffle_buffer=0)
+    return [int(y) for _, y in lanes_by_hand(plain, w, seed, epoch, shuffle)[lane]]
 
 
-def test_stream_seed_changes_order(source):
-    a = _rank_stream(source, rank=0, w=2, r=1, epoch=0, seed=0)[0]
-    b = _rank_stream(source, rank=0, w=2, r=1, epoch=0, seed=1)[0]
-    assert a != b and len(a) == len(b)
+def _stream_labels(src, indices, w, *, seed=0, epoch=0, shuffle=True) -> list[int]:
+    ds = src.stream(indices, num_replicas=w, seed=seed, epoch=epoch, shuffle=shuffle)
+    return [int(y) for _, y in ds.as_numpy_iterator()]
 
 
-def test_stream_without_shuffle_buffer_is_still_a_partition(data):
-    src = TFRecordSource(data["files"], shuffle_buffer=0)
-    ids = [_rank_stream(src, rank=k, w=2, r=1, epoch=3)[0] for k in range(2)]
-    assert sorted(ids[0] + ids[1]) == list(range(N))
-
-
-def test_group_files_partition_the_files(source):
+@pytest.mark.parametrize("w", [1, 3, 4, 8, 11])
+def test_lanes_partition_the_files(source, w):
+    lanes = source.num_lanes(w)
+    assert lanes == min(SHARDS, w)
     for epoch in range(3):
-        groups = [
-            source.group_files(rank=r, num_replicas=8, num_repeats=2, seed=5, epoch=epoch)
-            for r in range(0, 8, 2)
+        got = [source.lane_files(j, num_replicas=w, seed=5, epoch=epoch) for j in range(lanes)]
+        assert sorted(f for g in got for f in g) == sorted(source.files)
+        assert {len(g) for g in got} <= {SHARDS // lanes, -(-SHARDS // lanes)}
+        plain = [
+            source.lane_files(j, num_replicas=w, seed=5, epoch=epoch, shuffle=False)
+            for j in range(lanes)
         ]
-        flat = [f for g in groups for f in g]
-        assert sorted(flat) == sorted(source.files) and all(len(g) == 2 for g in groups)
-    assert source.group_files(
-        rank=0, num_replicas=4, num_repeats=2, seed=5, epoch=0
-    ) == source.group_files(rank=1, num_replicas=4, num_repeats=2, seed=5, epoch=0)
+        assert plain == [source.files[j::lanes] for j in range(lanes)]
+    a = source.lane_files(0, num_replicas=4, seed=5, epoch=0)
+    assert a != source.lane_files(0, num_replicas=4, seed=5, epoch=1) or a != source.lane_files(
+        0, num_replicas=4, seed=6, epoch=0
+    )
 
 
-def test_file_count_not_a_multiple_of_groups(source):
-    # 8 files over 3 groups: shares of 2 or 3 files; every rank still takes the same steps.
-    steps = source.steps_per_epoch(3, 1, BATCH)
-    assert steps == 2 * (N // SHARDS) // BATCH
+@pytest.mark.parametrize(
+    ("counts", "w", "expected"),
+    [
+        ([12] * 8, 4, 96),  # balanced, F a multiple of L: nothing dropped
+        ([13] * 4 + [12] * 4, 4, 96),  # lanes of two files: the two smallest, 12 + 12, per lane
+        ([12] * 8, 3, 3 * 24),  # lanes of 2 or 3 files: the smallest has 2
+        ([12] * 8, 16, 8 * 12),  # fewer files than replicas: 8 lanes
+        ([5, 0, 7, 9], 2, 2 * 5),  # the two smallest files: 0 + 5
+    ],
+)
+def test_stream_length_is_the_smallest_possible_lane(tmp_path, counts, w, expected):
+    paths = []
+    for i, c in enumerate(counts):
+        path = str(tmp_path / f"f{i}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for _ in range(c):
+                writer.write(b"")
+        paths.append(path)
+    src = TFRecordSource(paths, USER_FEATURES, counts=counts, check_files=False)
+    assert src.stream_length(w) == expected
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("w", [2, 3, 16])
+def test_stream_yields_the_wanted_indices_in_order(data, w, shuffle):
+    """Arbitrary index lists (repeats, wraps, backwards) against lanes read by hand."""
+    src = TFRecordSource(data["files"], shuffle_buffer=0)  # the lanes are plain round robins
+    lanes, length = src.num_lanes(w), src.stream_length(w)
+    per_lane = length // lanes
+    by_hand = [
+        _lane_by_hand(src, j, w, seed=3, epoch=2, shuffle=shuffle)[:per_lane] for j in range(lanes)
+    ]
+    rng = np.random.default_rng(w)
+    cases = [
+        np.arange(length),  # the whole stream
+        np.arange(1, length, w),  # one rank of a DistributedSampler
+        np.repeat(np.arange(0, length, 2), 2),  # each wanted twice in a row
+        np.concatenate([np.arange(length - 5, length), np.arange(7)]),  # wrapped padding
+        rng.integers(0, length, 40),  # random order: many passes
+        np.array([], np.int64),
+    ]
+    for idx in cases:
+        got = _stream_labels(src, idx, w, seed=3, epoch=2, shuffle=shuffle)
+        assert got == [by_hand[s % lanes][s // lanes] for s in idx.tolist()]
+
+
+def test_block_shuffle_permutes_within_blocks_and_is_keyed(data):
+    w, block = 4, 5
+    src = TFRecordSource(data["files"], shuffle_buffer=block)
+    lanes, length = src.num_lanes(w), src.stream_length(w)
+    per_lane = length // lanes
+    seen = {}
     for epoch in (0, 1):
-        streams = [_rank_stream(source, rank=k, w=3, r=1, epoch=epoch)[0] for k in range(3)]
-        assert [len(s) for s in streams] == [steps * BATCH] * 3
-        flat = [i for s in streams for i in s]
-        assert len(set(flat)) == len(flat)  # R=1: no record twice
+        for j in range(lanes):
+            got = _stream_labels(src, np.arange(j, length, lanes), w, seed=3, epoch=epoch)
+            plain = _lane_by_hand(src, j, w, seed=3, epoch=epoch, shuffle=True)
+            for q in range(0, per_lane, block):  # each block: a permutation of the plain one
+                top = min(q + block, per_lane)
+                assert set(got[q:top]) <= set(plain[q : q + block])
+            assert got != plain[:per_lane]  # ... and really shuffled
+            seen[epoch, j] = got
+    assert seen[0, 0] != seen[1, 0]
+    assert _stream_labels(
+        TFRecordSource(data["files"], shuffle_buffer=block), np.arange(9), w, seed=3, epoch=1
+    ) == [seen[1, s % lanes][s // lanes] for s in range(9)]  # a rerun in a fresh source: identical
 
 
-@pytest.mark.parametrize("batch", [2, 8])
-def test_unbalanced_shards_same_steps_on_every_rank(tmp_path, batch):
-    n = 100
-    files = write_tfrecords((np.zeros((n, 1), "float32"), np.arange(n)), tmp_path, num_shards=8)
-    src = TFRecordSource(files)
-    assert src.counts.tolist() == [13] * 4 + [12] * 4
-    steps = src.steps_per_epoch(4, 2, batch)
-    assert steps == (12 * 4) // batch  # the smallest possible group share: 4 files of 12
-    for epoch in range(3):
-        lengths = [
-            len(_rank_stream(src, rank=k, w=4, r=2, epoch=epoch, batch=batch)[0]) for k in range(4)
-        ]
-        assert lengths == [steps * batch] * 4
+def test_stream_epoch_as_a_tensor_equals_the_int(source):
+    idx = np.arange(3, 40, 4)
+    want = _stream_labels(source, idx, 4, seed=1, epoch=2)
+    ds = tf.data.Dataset.range(2, 3).flat_map(
+        lambda e: source.stream(idx, num_replicas=4, seed=1, epoch=e)
+    )
+    assert [int(y) for _, y in ds.as_numpy_iterator()] == want
 
 
 def test_stream_options(source):
-    ds = source.stream(rank=0, num_replicas=2, num_repeats=1, seed=0, epoch=0, batch_size=4)
+    ds = source.stream(np.arange(4), num_replicas=2, seed=0, epoch=0)
     assert ds.options().deterministic is True
     policy = ds.options().experimental_distribute.auto_shard_policy
     assert policy == tf.data.experimental.AutoShardPolicy.OFF
-    _, pos = ds.element_spec
-    assert pos.dtype == tf.int64 and pos.shape.rank == 0
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"num_replicas": 4, "num_repeats": 3}, r"num_repeats=3.*num_replicas=4"),
-        ({"num_replicas": 4, "num_repeats": 1.5}, "num_repeats"),
-        ({"num_replicas": 4, "num_repeats": 0}, "num_repeats=0"),
-        ({"num_replicas": 16, "num_repeats": 1}, r"8 file\(s\).*16 groups"),
-        ({"num_replicas": 4, "num_repeats": 2, "rank": 4}, "rank"),
-        ({"num_replicas": 2, "num_repeats": 1, "batch_size": 49}, "too few records"),
+        ({"indices": [96]}, r"\[0, 96\)"),
+        ({"indices": [-1]}, r"\[0, 96\)"),
+        ({"num_replicas": 0}, "num_replicas"),
+        ({"seed": -1}, "seed"),
     ],
 )
 def test_stream_argument_errors(source, kwargs, match):
-    args = {"rank": 0, "seed": 0, "epoch": 0, "batch_size": 4, **kwargs}
+    args = {"indices": [0], "num_replicas": 4, "seed": 0, "epoch": 0, **kwargs}
     with pytest.raises(ValueError, match=match):
         source.stream(**args)
 
@@ -404,12 +411,9 @@ def test_user_features_decode_and_counting(tmp_path):
     assert src.files == paths and src.manifest is None
     assert src.counts.tolist() == [5] * 4 and src.num_examples == 20  # counted once
     ids = []
-    for r in range(2):
-        for (x, y), _ in src.stream(
-            rank=r, num_replicas=2, num_repeats=1, seed=0, epoch=0, batch_size=5
-        ).as_numpy_iterator():
-            np.testing.assert_allclose(x, [2.0 * y, -2.0 * y])
-            ids.append(int(y))
+    for x, y in src.stream(np.arange(20), num_replicas=2, seed=0, epoch=0).as_numpy_iterator():
+        np.testing.assert_allclose(x, [2.0 * y, -2.0 * y])
+        ids.append(int(y))
     assert sorted(ids) == list(range(20))
     # Default decode: the parsed values as a tuple in the key order of `features`.
     plain = TFRecordSource(paths, USER_FEATURES, counts=[5] * 4)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from reference import Reference, epoch_batches, optimizer_steps
 from tfdp import ArraySource, DistributedInput
 from tfdp.train import Trainer, evaluate, fit
 
@@ -30,44 +31,16 @@ def make_model(l2: float = 0.0) -> keras.Model:
     )
 
 
-def rank_order(inp: DistributedInput, epoch: int) -> list[np.ndarray]:
-    out = []
-    for r in range(inp.num_replicas):
-        s = inp.sampler.with_rank(r)
-        s.set_epoch(epoch)
-        out.append(s.indices())
-    return out
-
-
 def reference_loop(inp, epochs, lr=0.1, clip=None, l2=0.0, accumulate=1):
-    """A plain single-device GradientTape loop over the same global batches."""
+    """A plain single-device GradientTape loop over the same global batches (tests/reference.py)."""
     model = make_model(l2)
-    opt = keras.optimizers.SGD(lr)
-    lf = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    b = inp.batch_size
-    losses = []
-    for epoch in range(epochs):
-        order = rank_order(inp, epoch)
-        for step in range(inp.steps_per_epoch // accumulate):
-            grads_sum, step_loss = None, 0.0
-            for micro in range(accumulate):
-                k = step * accumulate + micro
-                idx = np.concatenate([o[k * b : (k + 1) * b] for o in order])
-                with tf.GradientTape() as tape:
-                    loss = lf(Y[idx], model(X[idx])) / accumulate
-                    if model.losses:
-                        loss += tf.add_n(model.losses) / accumulate
-                grads = tape.gradient(loss, model.trainable_variables)
-                step_loss += float(loss)
-                grads_sum = (
-                    grads
-                    if grads_sum is None
-                    else [a + g for a, g in zip(grads_sum, grads, strict=True)]
-                )
-            if clip:
-                grads_sum, _ = tf.clip_by_global_norm(grads_sum, clip)
-            opt.apply_gradients(zip(grads_sum, model.trainable_variables, strict=True))
-            losses.append(step_loss)
+    lf = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    ref = Reference(model, keras.optimizers.SGD(lr), lf, lambda ids: (X[ids], Y[ids], None), clip)
+    losses = [
+        ref.step(step)
+        for epoch in range(epochs)
+        for step in optimizer_steps(epoch_batches(inp, epoch), accumulate)
+    ]
     return model, losses
 
 
@@ -86,6 +59,7 @@ def trainer(strategy, **kw):
         ("repeat_aug", {"selected_round": 0}, {"clip_global_norm": 0.5}),
         ("distributed", {}, {"l2": 0.01, "steps_per_call": 3}),
         ("distributed", {}, {"accumulation_steps": 2}),
+        ("distributed", {}, {"accumulation_steps": 3, "steps_per_call": 2}),  # 16 = 5 * 3 + 1
     ],
 )
 def test_trainer_equals_single_device_loop(mirrored4, sampler, options, kwargs):
@@ -94,9 +68,8 @@ def test_trainer_equals_single_device_loop(mirrored4, sampler, options, kwargs):
     )
     l2 = kwargs.get("l2", 0.0)
     tr = trainer(mirrored4, **kwargs)
-    losses = []
-    tr_losses = losses if kwargs.get("steps_per_call", 1) == 1 else None
-    tr.fit(inp, 2, on_step=lambda st: losses.append(st.last_loss))
+    tr_losses = []
+    tr.fit(inp, 2, on_step=lambda st: tr_losses.extend(st.step_losses))
     ref, ref_losses = reference_loop(
         inp,
         2,
@@ -106,9 +79,8 @@ def test_trainer_equals_single_device_loop(mirrored4, sampler, options, kwargs):
     )
     for a, b in zip(tr.model.weights, ref.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
-    if tr_losses is not None:
-        assert len(tr_losses) == len(ref_losses)
-        np.testing.assert_allclose(tr_losses, ref_losses, atol=1e-5)
+    assert len(tr_losses) == len(ref_losses)
+    np.testing.assert_allclose(tr_losses, ref_losses, atol=1e-5)
     # Weights really moved: the comparison is not between two untrained models.
     assert (
         max(
@@ -389,3 +361,131 @@ def test_fit_path_exact_mid_epoch_resume(mirrored4, tmp_path):
     fit(resumed, inp, 2, run_dir=tmp_path / "cut", checkpoint_every=3, verbose=0)
     for a, b in zip(full.weights, resumed.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+# -- exactness on every path (issue 9) ----------------------------------------------------------
+
+LN2 = float(np.log(2.0))
+
+
+def _zero_model() -> keras.Model:
+    """Logits 0 for every input: each example's loss is ln 2 (with SGD(0.0), forever)."""
+    return keras.Sequential([keras.Input((8,)), keras.layers.Dense(2, kernel_initializer="zeros")])
+
+
+def _frozen_trainer(strategy, **kw):
+    return Trainer(
+        strategy,
+        _zero_model,
+        lambda: keras.optimizers.SGD(0.0),
+        LOSS,
+        progress=False,
+        verbose=0,
+        **kw,
+    )
+
+
+def _step_losses(tr, inp, epochs) -> list[float]:
+    losses: list[float] = []
+    # One step per call: last_loss is the step's loss.
+    tr.fit(inp, epochs, on_step=lambda state: losses.append(state.last_loss))
+    return losses
+
+
+def test_partial_last_batch_is_its_own_mean(mirrored_of):
+    strategy = mirrored_of(2)
+    # 20 examples, 2 replicas, batch 4: 10 per rank in batches of 4, 4, 2.
+    partial = DistributedInput(
+        strategy, ArraySource((X[:20], Y[:20])), batch_size=4, drop_remainder=False
+    )
+    losses = _step_losses(_frozen_trainer(strategy), partial, 1)
+    np.testing.assert_allclose(losses, [LN2] * 3, rtol=1e-6)  # not 0.347 for the last
+
+
+def test_second_fit_follows_its_input(mirrored_of):
+    """Another global batch size, then ids in the elements: the steps follow the input."""
+    strategy = mirrored_of(2)
+    tr = _frozen_trainer(strategy)
+    small = DistributedInput(strategy, ArraySource((X[:16], Y[:16])), batch_size=4)
+    np.testing.assert_allclose(_step_losses(tr, small, 1), [LN2] * 2, rtol=1e-6)
+    bigger = DistributedInput(strategy, ArraySource((X[:32], Y[:32])), batch_size=8)
+    np.testing.assert_allclose(_step_losses(tr, bigger, 2), [LN2] * 2, rtol=1e-6)  # not 1.386
+    with_ids = DistributedInput(
+        strategy, ArraySource((X[:32], Y[:32])), batch_size=8, return_ids=True
+    )
+    np.testing.assert_allclose(_step_losses(tr, with_ids, 3), [LN2] * 2, rtol=1e-6)
+
+
+def test_zero_weight_rows_add_nothing_and_count(mirrored_of):
+    """Rows of weight 0 (evaluation padding) add 0 to the sum and count in the mean."""
+    strategy = mirrored_of(2)
+    padded = DistributedInput(strategy, ArraySource((X[:21], Y[:21])), sampler="eval", batch_size=4)
+    losses = _step_losses(_frozen_trainer(strategy), padded, 1)
+    masks = [padded.sampler.with_rank(r).mask() for r in range(2)]
+    real = [sum(int(m[4 * s : 4 * s + 4].sum()) for m in masks) for s in range(3)]
+    assert real == [8, 8, 5]
+    np.testing.assert_allclose(losses, [LN2 * n / 8 for n in real], rtol=1e-6)
+
+
+def test_accumulation_epoch_is_the_sampler_epoch_and_resume_is_bit_identical(mirrored_of, tmp_path):
+    """5 batches per epoch, accumulation 2: steps of 2, 2 and 1 batches; resume anywhere."""
+    tf.config.experimental.enable_op_determinism()
+    strategy = mirrored_of(2)
+    inp = DistributedInput(strategy, ArraySource((X[:40], Y[:40])), batch_size=4, return_ids=True)
+    assert inp.steps_per_epoch == 5
+
+    def run(name, **fit_kw):
+        tr = trainer(
+            strategy,
+            accumulation_steps=2,
+            run_dir=tmp_path / name,
+            record_samples=tmp_path / f"{name}.jsonl",
+        )
+        tr.fit(inp, 3, **fit_kw)
+        return tr
+
+    full = run("full")
+    assert full.state.global_step == 9 and not full.state.stopped_early
+    expected = [
+        {"epoch": e, "step": i, "rank": r, "ids": ids.tolist(), "micro_batch": m}
+        for e in range(3)
+        for i, step in enumerate(optimizer_steps(epoch_batches(inp, e), 2))
+        for m, micro in enumerate(step)
+        for r, ids in enumerate(micro)
+    ]
+    assert _records(tmp_path / "full.jsonl") == expected  # loop epoch e = sampler epoch e
+    for stop in (3, 5):  # the end of epoch 0; before the last, shorter step of epoch 1
+        cut = run(f"cut{stop}", max_steps=stop)
+        assert cut.state.global_step == stop and cut.state.stopped_early
+        resumed = run(f"cut{stop}")
+        assert resumed.state.global_step == 9
+        for a, b in zip(full.model.weights, resumed.model.weights, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+        assert _records(tmp_path / f"cut{stop}.jsonl") == expected
+
+
+def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored4, tmp_path):
+    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
+    tr = trainer(mirrored4)
+    assert tr.fit(inp, 2, max_steps=5) == [] and tr.state.history == []
+
+    def compiled():
+        with mirrored4.scope():
+            model = make_model()
+            model.compile(
+                keras.optimizers.SGD(0.1),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+        return model
+
+    first = compiled()
+    hist = fit(first, inp, 2, run_dir=tmp_path, max_steps=5, verbose=0)
+    assert hist and all(v == [] for v in hist.values())  # no entry for the partial epoch
+    again = compiled()
+    fit(again, inp, 2, run_dir=tmp_path, max_steps=5, verbose=0)  # already at max_steps
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-5")
+    assert int(again.optimizer.iterations.numpy()) == 5  # restored, and not one step more
+    for a, b in zip(first.weights, again.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    hist = fit(again, inp, 2, run_dir=tmp_path, max_steps=16, verbose=0)  # to the epoch's end
+    assert len(hist["loss"]) == 1 and int(again.optimizer.iterations.numpy()) == 16

@@ -69,6 +69,22 @@ def _is_batched(fn: Any) -> bool:
     return bool(getattr(fn, "batched", False))
 
 
+def _same_stream_indices_every_epoch(sampler: Sampler) -> bool:
+    """Whether a sampler with the identity permutation gives one rank the same list every epoch.
+
+    True for the built-in samplers except random padding that draws extra
+    indices (more padding than examples): those draws change with the epoch.
+    """
+    if isinstance(sampler, RepeatAugSampler):
+        return True
+    if isinstance(sampler, DistributedSampler):
+        extra = sampler.total_size - sampler.num_examples
+        return not (
+            sampler.padding == "random" and not sampler.drop_last and extra >= sampler.num_examples
+        )
+    return False
+
+
 class DistributedInput:
     """Index-driven, per-replica input for a ``tf.distribute`` strategy.
 
@@ -78,6 +94,12 @@ class DistributedInput:
         source: A random-access source (``load``/``gather``, e.g.
             :class:`tfdp.sources.ArraySource`) or a streaming one
             (``streaming = True``, e.g. :class:`tfdp.sources.TFRecordSource`).
+            A stream is indexed by position in the epoch's stream: the
+            sampler runs on ``source.stream_length(num_replicas)`` records
+            with the identity permutation (the source shuffles files and
+            blocks when the sampler's ``shuffle`` is on), so every sampler
+            option means what it means for an array of that length. A
+            sampler's ``permutation=`` and ``sampler="eval"`` need random access.
         sampler: ``"distributed"``, ``"repeat_aug"``, ``"eval"``, a
             :class:`tfdp.Sampler` instance (a template: its configuration is
             used for every rank; ``num_replicas`` must equal the strategy's),
@@ -98,7 +120,8 @@ class DistributedInput:
         with_weights: Append a float32 sample weight (0 for padding) to every
             element; default True for ``"eval"``.
         return_ids: Yield ``(element, {"index": [B], "position": [B]})`` --
-            the audit trail of which sample each replica received.
+            the audit trail of which sample each replica received (for a
+            streaming source, ``index`` is the stream index).
         num_parallel_calls: Parallelism of the load/augment map.
 
     Raises:
@@ -141,38 +164,35 @@ class DistributedInput:
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
         self.streaming = bool(getattr(source, "streaming", False))
-        num_examples = int(source.num_examples)
+        # A stream is indexed by its position in the epoch's stream (see
+        # tfdp.sources.TFRecordSource): the samplers run on the stream's length.
+        if self.streaming:
+            num_examples = int(source.stream_length(self.num_replicas))
+            what = f"the stream of {type(source).__name__} holds {num_examples} record(s) per epoch"
+        else:
+            num_examples = int(source.num_examples)
+            what = f"the source has {num_examples} example(s)"
         if num_examples < self.num_replicas:
             raise ValueError(
-                f"the source has {num_examples} example(s), fewer than the "
-                f"{self.num_replicas} replicas of the strategy: every replica needs at least one"
+                f"{what}, fewer than the {self.num_replicas} replicas of the strategy: every "
+                "replica needs at least one"
             )
         self.sampler = self._resolve_sampler(sampler, num_examples, dict(sampler_options or {}))
         is_eval = isinstance(self.sampler, DistributedEvalSampler)
         self.drop_remainder = (not is_eval) if drop_remainder is None else bool(drop_remainder)
         self.with_weights = is_eval if with_weights is None else bool(with_weights)
         if self.streaming:
-            if is_eval:
-                raise ValueError(
-                    "sampler='eval' needs a random-access source (exact evaluation pads and "
-                    "masks by index); convert the TFRecord files with tfdp.sources.write_tfrecords"
-                    " to arrays or an image folder, or evaluate with sampler='distributed'"
-                )
-            self._num_repeats = int(getattr(self.sampler, "num_repeats", 1))
-            self.steps_per_epoch = int(
-                source.steps_per_epoch(self.num_replicas, self._num_repeats, self.batch_size)
-            )
+            self._stream_sampler = self._stream_index_sampler(self.sampler, is_eval)
+        per_rank = len(self.sampler)
+        if self.drop_remainder:
+            self.steps_per_epoch = per_rank // self.batch_size
         else:
-            per_rank = len(self.sampler)
-            if self.drop_remainder:
-                self.steps_per_epoch = per_rank // self.batch_size
-            else:
-                self.steps_per_epoch = math.ceil(per_rank / self.batch_size)
+            self.steps_per_epoch = math.ceil(per_rank / self.batch_size)
         if self.steps_per_epoch < 1:
             raise ValueError(
                 f"batch_size={self.batch_size} per replica gives no full step per epoch: each "
-                f"replica gets {len(self.sampler) if not self.streaming else 'too few'} "
-                "example(s) per epoch; use a smaller batch size or drop_remainder=False"
+                f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
+                "drop_remainder=False"
             )
 
     # -- configuration --------------------------------------------------------
@@ -221,9 +241,12 @@ class DistributedInput:
                 f"{w} replicas in sync; build the sampler with num_replicas={w}"
             )
         if sampler.num_examples != n:
-            raise ValueError(
-                f"the sampler has num_examples={sampler.num_examples} but the source has {n}"
+            has = (
+                f"the stream holds {n} records per epoch (source.stream_length({w}))"
+                if self.streaming
+                else f"the source has {n}"
             )
+            raise ValueError(f"the sampler has num_examples={sampler.num_examples} but {has}")
         if (
             isinstance(sampler, DistributedSampler)
             and sampler.padding is None
@@ -234,6 +257,34 @@ class DistributedInput:
                 "together; use padding='wrap' or 'random', drop_last=True, or sampler='eval'"
             )
         return sampler
+
+    @staticmethod
+    def _stream_index_sampler(sampler: Sampler, is_eval: bool) -> Sampler:
+        """The sampler that picks stream indices: ``sampler`` with the identity permutation.
+
+        On a stream the shuffle is done by the source (files and blocks), so the
+        sampler's own permutation is replaced by the identity; everything else
+        (padding, repeats, selection) is the sampler's arithmetic.
+        """
+        if is_eval:
+            raise ValueError(
+                "sampler='eval' needs a random-access source (exact evaluation pads and "
+                "masks by index); convert the TFRecord files with tfdp.sources.write_tfrecords"
+                " to arrays or an image folder, or evaluate with sampler='distributed'"
+            )
+        if sampler.permutation is not None:
+            raise ValueError(
+                "a sampler's permutation= orders examples by index, which a streaming source "
+                "cannot read; a stream is shuffled by the source (files and blocks, with "
+                "shuffle=True): drop permutation=, or use a random-access source"
+            )
+        if not hasattr(sampler, "shuffle"):
+            raise ValueError(
+                f"{type(sampler).__name__} has no shuffle option, which a streaming source "
+                "needs (the source shuffles, the sampler picks stream positions); use "
+                "DistributedSampler or RepeatAugSampler"
+            )
+        return sampler.replace(shuffle=False)
 
     # -- per-rank pipelines -----------------------------------------------------
     def _epoch_arrays(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
@@ -327,33 +378,63 @@ class DistributedInput:
     def _stream_rank_dataset(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
     ) -> tf.data.Dataset:
-        if num_epochs is None:
-            raise ValueError("a streaming source needs a finite num_epochs")
-        one = self._stream_one
-        parts = []
-        for e in range(first_epoch, first_epoch + num_epochs):
-            ds = self.source.stream(
-                rank=rank,
-                num_replicas=self.num_replicas,
-                num_repeats=self._num_repeats,
-                seed=self.seed,
-                epoch=e,
-                batch_size=self.batch_size,
-            )
-            if e == first_epoch and start_step:
-                ds = ds.skip(start_step * self.batch_size)
-            key = epoch_seed_key(self.seed, e)
-            ds = ds.map(lambda ex, pos, key=key: (ex, pos, tf.constant(key, tf.int64)))
-            ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-            parts.append(ds.batch(self.batch_size, drop_remainder=True))
-        ds = parts[0]
-        for p in parts[1:]:
-            ds = ds.concatenate(p)
-        return ds
+        """Epoch after epoch of this rank's batches from a streaming source."""
+        sampler = self._stream_sampler.with_rank(rank)
 
-    def _stream_one(self, example: Any, pos: Any, key: Any) -> Any:
+        def arrays(epoch: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+            sampler.set_epoch(epoch)
+            return sampler.indices(start), sampler.positions(start)
+
+        first = self._stream_epoch(first_epoch, *arrays(first_epoch, start_step * self.batch_size))
+        if num_epochs == 1:
+            return first
+        last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
+        if _same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
+            idx, pos = arrays(first_epoch, 0)
+            rest = tf.data.Dataset.range(first_epoch + 1, last).flat_map(
+                lambda e: self._stream_epoch(e, idx, pos)
+            )
+        else:
+            if num_epochs is None:
+                raise ValueError(
+                    f"{sampler!r} picks other stream positions every epoch (random padding "
+                    "of more than the stream holds), so a streaming input needs a finite "
+                    "num_epochs; or use padding='wrap'"
+                )
+            rest = None
+            for e in range(first_epoch + 1, last):
+                part = self._stream_epoch(e, *arrays(e, 0))
+                rest = part if rest is None else rest.concatenate(part)
+        return first.concatenate(rest)
+
+    def _stream_epoch(self, epoch: Any, idx: np.ndarray, pos: np.ndarray) -> tf.data.Dataset:
+        """One epoch's batches of the stream entries ``idx`` (``epoch``: int or int64 tensor)."""
+        examples = self.source.stream(
+            idx,
+            num_replicas=self.num_replicas,
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.sampler.shuffle,  # type: ignore[attr-defined]
+        )
+        seed = self.seed
+        key = tf.numpy_function(
+            lambda e: np.int64(epoch_seed_key(seed, int(e))),
+            [tf.cast(epoch, tf.int64)],
+            tf.int64,
+            stateful=False,
+        )
+        key.set_shape([])
+        meta = tf.data.Dataset.from_tensor_slices((idx, pos))
+        ds = tf.data.Dataset.zip((examples, meta)).map(
+            lambda example, m: self._stream_one(example, m[0], m[1], key),
+            num_parallel_calls=self.num_parallel_calls,
+            deterministic=True,
+        )
+        return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+
+    def _stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         example = self._augment_one(example, key, pos)
-        return self._finish(example, tf.constant(-1, tf.int64), pos, tf.constant(1.0))
+        return self._finish(example, idx, pos, tf.constant(1.0))
 
     def rank_dataset(
         self, rank: int, first_epoch: int = 0, num_epochs: int | None = 1, start_step: int = 0

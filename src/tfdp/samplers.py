@@ -132,9 +132,25 @@ class Sampler:
             >>> DistributedSampler(10, 4, 0, shuffle=False).with_rank(3).indices().tolist()
             [3, 7, 1]
         """
-        kwargs = self._config()
-        kwargs["permutation"] = self.permutation
-        other = type(self)(rank=rank, **kwargs)
+        return self.replace(rank=rank)
+
+    def replace(self, **changes: Any) -> Sampler:
+        """A sampler of the same kind, rank and epoch with some constructor arguments changed.
+
+        Raises:
+            ValueError: for an argument this sampler does not take.
+
+        Example:
+            >>> s = DistributedSampler(10, 2, 1, seed=3)
+            >>> s.replace(shuffle=False).indices().tolist()
+            [1, 3, 5, 7, 9]
+        """
+        kwargs = {**self._config(), "permutation": self.permutation, "rank": self.rank}
+        unknown = sorted(set(changes) - set(kwargs))
+        if unknown:
+            raise ValueError(f"{self._KIND} takes no argument(s) {unknown}")
+        kwargs.update(changes)
+        other = type(self)(**kwargs)
         other.set_epoch(self.epoch)
         return other
 

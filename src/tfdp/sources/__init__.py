@@ -7,9 +7,11 @@ TFRecord shards (streaming, with a writer).
 A random-access source has ``num_examples``, ``element_spec`` (one example),
 ``load(index) -> example`` (graph-compatible, scalar int64 in) and optionally
 ``gather(indices) -> batch`` when it can fetch a whole batch at once. A
-streaming source has ``streaming = True`` and
-``stream(rank=, num_replicas=, num_repeats=, seed=, epoch=, batch_size=)``
-yielding ``(example, position)`` pairs, plus ``steps_per_epoch(...)``.
+streaming source has ``streaming = True``, ``stream_length(num_replicas)``
+(the records of every epoch's stream) and
+``stream(indices, num_replicas=, seed=, epoch=, shuffle=)`` yielding the
+examples at those stream indices in order; the input layer picks the indices
+with the ordinary sampler arithmetic (see :class:`TFRecordSource`).
 
 Example:
     >>> import numpy as np

@@ -2,18 +2,25 @@
 
 This module owns :func:`write_tfrecords` (source or arrays -> balanced
 ``tf.train.Example`` shards plus a JSON manifest) and :class:`TFRecordSource`,
-a *streaming* source: TFRecord files cannot be read by index, so each rank
-reads a share of the files instead of sampler indices.
+a *streaming* source: TFRecord files cannot be read by index, so an epoch is
+a stream that ranks read in file-sized pieces, and a sampler says which
+records of it each rank keeps.
 
-Repeated Augmentation on a stream keeps DeiT's layout -- the ``R`` copies of a
-record go to ``R`` different replicas in the same step -- this way: ranks
-form ``G = W / R`` groups of ``R`` consecutive ranks; each epoch the files are
-permuted by a key of ``(seed, epoch)`` and group ``g`` reads ``files[g::G]``;
-the ``R`` ranks of a group read the same files in the same order through the
-same seeded shuffle, so they see identical record streams, and each augments
-its copy differently (its positions differ). Every rank takes exactly
-``steps_per_epoch * batch_size`` records, so multi-worker collectives never
-wait on a rank that ran dry.
+The stream of an epoch for ``W`` replicas: the files are permuted by a key of
+``(seed, epoch)`` and dealt to ``L = min(files, W)`` *lanes* (lane ``j``
+reads ``files[perm[j::L]]``, interleaved record by record, then shuffled in
+blocks by a key of ``(seed, epoch, j)``); stream index ``s = j + m * L`` is
+lane ``j``'s ``m``-th record. Every epoch's stream has the same length,
+``stream_length(W) = L * M``, ``M`` the records of the smallest lane the
+permutation can make (records past ``M`` in a lane are dropped that epoch).
+:class:`tfdp.DistributedInput` runs the ordinary sampler arithmetic on that
+length with the identity permutation, so every sampler option -- padding,
+``drop_last``, Repeated Augmentation with integer or fractional repeats,
+selection -- gives a stream epoch of exactly the length and layout it gives
+an array of ``stream_length`` examples: with ``W`` files or more a plain
+``DistributedSampler`` rank reads one lane, a Repeated-Augmentation rank
+reads the ``R`` lanes holding its copies (the ``R`` copies of a record land
+on ``R`` different ranks in nearby steps, as DeiT's do).
 
 The records :func:`write_tfrecords` writes (one ``tf.train.Example`` per
 example; the manifest says which encoding each feature uses):
@@ -34,8 +41,8 @@ Example:
     >>> images = np.zeros((10, 4, 4, 3), np.uint8)
     >>> files = write_tfrecords((images, np.arange(10)), out, num_shards=2)
     >>> src = TFRecordSource(files)  # features and counts from the manifest
-    >>> src.num_examples, src.steps_per_epoch(num_replicas=2, num_repeats=2, batch_size=4)
-    (10, 2)
+    >>> src.num_examples, src.stream_length(num_replicas=2)
+    (10, 10)
 """
 
 from __future__ import annotations
@@ -690,8 +697,8 @@ def _find_manifests(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _group_key(seed: int, epoch: int, group: int) -> int:
-    ss = np.random.SeedSequence([seed, epoch, group, _TAG_SHUFFLE])
+def _lane_key(seed: int, epoch: int, lane: int) -> int:
+    ss = np.random.SeedSequence([seed, epoch, lane, _TAG_SHUFFLE])
     return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
@@ -705,7 +712,7 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
 
 
 class TFRecordSource:
-    """A streaming source over TFRecord files, with DeiT's Repeated Augmentation layout.
+    """A streaming source over TFRecord files: an epoch is a stream of lanes (see the module).
 
     Args:
         files: A glob pattern, a list of paths, or the path of a manifest
@@ -720,10 +727,10 @@ class TFRecordSource:
             structure -- ``(image, label)`` for a two-component tuple; with
             explicit ``features``, the parsed values as a tuple in the key
             order of ``features`` (the bare value for a single key).
-        shuffle_buffer: Records are shuffled in consecutive blocks of this
-            many (``0`` or ``1``: not shuffled) by a stateless permutation
-            keyed by ``(seed, epoch, group)``; the buffer holds serialized
-            records.
+        shuffle_buffer: Each lane's records are shuffled in consecutive
+            blocks of this many (``0`` or ``1``: not shuffled) by a stateless
+            permutation keyed by ``(seed, epoch, lane)``; the buffer holds
+            serialized records.
         counts: Records per file (a list aligned with the files, or a dict
             ``path -> count``), used when no manifest covers the files.
             Without a manifest or counts every file is read once at
@@ -737,7 +744,7 @@ class TFRecordSource:
             read in parallel). Later records are not checked; a record that
             does not parse raises TensorFlow's error, which names the feature
             but not the file.
-        cycle_length: Files read concurrently (interleaved) by each rank.
+        cycle_length: Files of a lane read concurrently (interleaved).
         num_parallel_calls: Parallelism of reading and parsing.
 
     Attributes:
@@ -753,9 +760,9 @@ class TFRecordSource:
         >>> files = write_tfrecords((np.zeros((12, 2, 2), "uint8"), np.arange(12)), out,
         ...                         num_shards=4)
         >>> src = TFRecordSource(files)
-        >>> ds = src.stream(rank=1, num_replicas=2, num_repeats=1, seed=0, epoch=0, batch_size=3)
-        >>> [(image.shape, int(pos)) for (image, label), pos in ds.take(2)]
-        [(TensorShape([2, 2]), 1), (TensorShape([2, 2]), 3)]
+        >>> ds = src.stream([1, 3], num_replicas=2, seed=0, epoch=0)
+        >>> [image.shape for image, label in ds]
+        [TensorShape([2, 2]), TensorShape([2, 2])]
     """
 
     streaming = True
@@ -929,132 +936,99 @@ class TFRecordSource:
         """
         return self._decode(tf.io.parse_single_example(record, self.features))
 
-    def _layout(self, num_replicas: Any, num_repeats: Any) -> tuple[int, int, int]:
-        w = _check_int("num_replicas", num_replicas, 1)
-        if isinstance(num_repeats, float) and num_repeats.is_integer():
-            num_repeats = int(num_repeats)
-        if isinstance(num_repeats, bool) or not isinstance(num_repeats, (int, np.integer)):
-            raise ValueError(
-                f"num_repeats must be an integer >= 1 for a streaming source, got {num_repeats!r}"
-            )
-        r = int(num_repeats)
-        if r < 1 or w % r:
-            raise ValueError(
-                f"num_repeats={r} must be >= 1 and divide num_replicas={w}: the copies of a "
-                "record go to num_repeats ranks of one group"
-            )
-        g = w // r
-        if len(self.files) < g:
-            raise ValueError(
-                f"{len(self.files)} file(s) for num_replicas={w} / num_repeats={r} = {g} "
-                "groups: each group needs at least one file; write more shards"
-            )
-        return w, r, g
+    # -- the stream ----------------------------------------------------------------------
+    def num_lanes(self, num_replicas: int) -> int:
+        """Lanes of an epoch's stream: ``min(files, num_replicas)``.
 
-    def steps_per_epoch(self, num_replicas: int, num_repeats: int, batch_size: int) -> int:
-        """Steps every rank takes in each epoch: the same for all ranks and all epochs.
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords(np.zeros((8, 1), "float32"), tempfile.mkdtemp(),
+            ...                         num_shards=4)
+            >>> TFRecordSource(files).num_lanes(2), TFRecordSource(files).num_lanes(8)
+            (2, 4)
+        """
+        return min(len(self.files), _check_int("num_replicas", num_replicas, 1))
 
-        Group ``g`` of ``G = num_replicas / num_repeats`` reads a permuted
-        ``files[g::G]``; the smallest group gets ``F // G`` files, so no group
-        ever has fewer records than the ``F // G`` smallest files hold.
-        Steps = that bound ``// batch_size``. Records beyond
-        ``steps * batch_size`` in a group's share are dropped that epoch: less
-        than one batch per rank when the shards are balanced (as
-        :func:`write_tfrecords` makes them) and ``F`` is a multiple of ``G``.
+    def stream_length(self, num_replicas: int) -> int:
+        """Records of every epoch's stream for ``num_replicas`` replicas (``N_eff``).
+
+        ``L = num_lanes`` lanes of ``M`` records each, ``M`` the records of the
+        smallest lane the file permutation can make (the ``F // L`` smallest
+        files), so the length is the same in every epoch. A lane's records
+        past ``M`` are dropped that epoch: less than one record per file when
+        the shards are balanced (as :func:`write_tfrecords` makes them) and
+        the number of files is a multiple of ``L``.
 
         Example:
             >>> import tempfile, numpy as np
             >>> files = write_tfrecords(np.zeros((100, 1), "float32"), tempfile.mkdtemp(),
-            ...                         num_shards=8)
-            >>> TFRecordSource(files).steps_per_epoch(num_replicas=4, num_repeats=2, batch_size=8)
-            6
+            ...                         num_shards=8)  # 4 files of 13, 4 of 12
+            >>> TFRecordSource(files).stream_length(num_replicas=4)  # 4 lanes of 12 + 12
+            96
         """
-        _, _, g = self._layout(num_replicas, num_repeats)
-        b = _check_int("batch_size", batch_size, 1)
-        smallest = np.sort(self.counts)[: len(self.files) // g]
-        return int(smallest.sum()) // b
+        lanes = self.num_lanes(num_replicas)
+        smallest = np.sort(self.counts)[: len(self.files) // lanes]
+        return lanes * int(smallest.sum())
 
-    def group_files(
-        self, *, rank: int, num_replicas: int, num_repeats: int, seed: int, epoch: int
+    def lane_files(
+        self, lane: int, *, num_replicas: int, seed: int, epoch: int, shuffle: bool = True
     ) -> list[str]:
-        """The files ``rank``'s group reads in ``epoch``, in reading order.
+        """The files of ``lane`` in ``epoch``, in reading order.
+
+        Lane ``j`` reads ``files[perm[j::L]]``, ``perm`` the epoch's permutation
+        of the files (keyed by ``(seed, epoch)``; the identity when
+        ``shuffle=False``), its files interleaved record by record.
 
         Example:
             >>> import tempfile, numpy as np
             >>> files = write_tfrecords(np.zeros((8, 1), "float32"), tempfile.mkdtemp(),
             ...                         num_shards=4)
             >>> src = TFRecordSource(files)
-            >>> a = src.group_files(rank=0, num_replicas=2, num_repeats=1, seed=0, epoch=0)
-            >>> b = src.group_files(rank=1, num_replicas=2, num_repeats=1, seed=0, epoch=0)
-            >>> len(a), sorted(a + b) == sorted(files)
-            (2, True)
+            >>> lanes = [src.lane_files(j, num_replicas=2, seed=0, epoch=0) for j in (0, 1)]
+            >>> [len(f) for f in lanes], sorted(lanes[0] + lanes[1]) == sorted(files)
+            ([2, 2], True)
+            >>> src.lane_files(1, num_replicas=2, seed=0, epoch=0, shuffle=False) == files[1::2]
+            True
         """
-        _, r, g = self._layout(num_replicas, num_repeats)
-        _check_int("rank", rank, 0, num_replicas - 1)
+        lanes = self.num_lanes(num_replicas)
+        _check_int("lane", lane, 0, lanes - 1)
         _check_int("seed", seed, 0, 2**64 - 1)
         _check_int("epoch", epoch, 0)
-        order = KeyedPermutation(len(self.files), seed, epoch)(np.arange(len(self.files)))
-        return [self.files[i] for i in order[rank // r :: g]]
+        order = np.arange(len(self.files))
+        if shuffle:
+            order = KeyedPermutation(len(self.files), seed, epoch)(order)
+        return [self.files[i] for i in order[lane::lanes]]
 
-    def stream(
-        self,
-        *,
-        rank: int,
-        num_replicas: int,
-        num_repeats: int = 1,
-        seed: int = 0,
-        epoch: int = 0,
-        batch_size: int,
+    def _lane_records(
+        self, lane: int, lanes: int, seed: int, epoch: tf.Tensor, shuffle: bool
     ) -> tf.data.Dataset:
-        """One rank's epoch: ``steps_per_epoch * batch_size`` pairs ``(example, position)``.
+        """Lane ``lane``'s serialized records in ``epoch`` (a scalar int64 tensor)."""
 
-        ``position = k * num_replicas + rank`` for the rank's ``k``-th record:
-        unique per (rank, record) within the epoch. The ``num_repeats`` ranks
-        of a group (``rank // num_repeats``) yield the same records in the same
-        order, so the copies of a record share their step. Deterministic: the
-        same arguments give the same stream in every run; parallel
-        interleaved reads, parallel parsing and prefetch keep the order. The
-        dataset's auto-sharding is off (it already is one rank's share).
-
-        Raises:
-            ValueError: ``num_repeats`` not dividing ``num_replicas``, fewer
-                files than groups, or too few records for one step.
-
-        Example:
-            >>> import tempfile, numpy as np
-            >>> files = write_tfrecords((np.zeros((8, 1), "float32"), np.arange(8)),
-            ...                         tempfile.mkdtemp(), num_shards=2)
-            >>> src = TFRecordSource(files)
-            >>> a, b = (
-            ...     [int(y) for (x, y), _ in src.stream(rank=r, num_replicas=2, num_repeats=2,
-            ...                                         seed=1, epoch=0, batch_size=2)]
-            ...     for r in (0, 1)
-            ... )
-            >>> a == b, len(a)
-            (True, 8)
-        """
-        w, r, g = self._layout(num_replicas, num_repeats)
-        rank = _check_int("rank", rank, 0, w - 1)
-        steps = self.steps_per_epoch(w, r, batch_size)
-        if steps < 1:
-            raise ValueError(
-                f"too few records for one step of batch_size={batch_size}: the smallest "
-                f"group share holds {int(np.sort(self.counts)[: len(self.files) // g].sum())} "
-                f"records (num_replicas={w}, num_repeats={r})"
+        def files_of(e: Any) -> np.ndarray:
+            names = self.lane_files(
+                lane, num_replicas=lanes, seed=seed, epoch=int(e), shuffle=shuffle
             )
-        group = rank // r
-        files = self.group_files(rank=rank, num_replicas=w, num_repeats=r, seed=seed, epoch=epoch)
+            return np.array(names, dtype=object)
+
+        files = tf.numpy_function(files_of, [epoch], tf.string, stateful=False)
+        files.set_shape([None])
         compression = self.compression or ""
-        ds = tf.data.Dataset.from_tensor_slices(files)
-        ds = ds.interleave(
+        most = -(-len(self.files) // lanes)  # files in the largest lane
+        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
             lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
-            cycle_length=min(self.cycle_length, len(files)),
+            cycle_length=min(self.cycle_length, most),
             block_length=1,
             num_parallel_calls=self.num_parallel_calls,
             deterministic=True,
         )
-        if self.shuffle_buffer > 1:
-            key = tf.constant(_group_key(seed, epoch, group), tf.int64)
+        if shuffle and self.shuffle_buffer > 1:
+            key = tf.numpy_function(
+                lambda e: np.int64(_lane_key(seed, int(e), lane)),
+                [epoch],
+                tf.int64,
+                stateful=False,
+            )
+            key.set_shape([])
             ds = ds.batch(self.shuffle_buffer).enumerate()
             ds = ds.map(
                 lambda block, records: tf.random.experimental.stateless_shuffle(
@@ -1064,17 +1038,112 @@ class TFRecordSource:
                 deterministic=True,
             )
             ds = ds.unbatch()
-        ds = ds.take(steps * int(batch_size)).enumerate()
-        ds = ds.map(
-            lambda k, record: (self.parse(record), k * w + rank),
-            num_parallel_calls=self.num_parallel_calls,
-            deterministic=True,
-        )
-        ds = ds.prefetch(tf.data.AUTOTUNE)
+        return ds
+
+    def stream(
+        self,
+        indices: Any,
+        *,
+        num_replicas: int,
+        seed: int = 0,
+        epoch: int | tf.Tensor = 0,
+        shuffle: bool = True,
+    ) -> tf.data.Dataset:
+        """The examples at ``indices`` of an epoch's stream, in that order (repeats allowed).
+
+        An epoch's stream is ``L = num_lanes(num_replicas)`` lanes (see
+        :meth:`lane_files`), each block-shuffled by a key of ``(seed, epoch,
+        lane)`` when ``shuffle`` is on, and indexed ``s = j + m * L`` for
+        lane ``j``'s ``m``-th record, ``s < stream_length(num_replicas)``. A
+        sampler over ``stream_length`` records, with the identity permutation,
+        says which ``s`` a rank takes -- :class:`tfdp.DistributedInput` does
+        exactly that, so every sampler option (padding, ``drop_last``,
+        integer and fractional repeats, selection) means on a stream what it
+        means on an array. The rank opens only the lanes its indices fall in,
+        reads each no further than the last record it needs, keeps the
+        records it needs (a repeated or wrapped index re-reads the lane in a
+        further pass) and merges the lanes in the order of ``indices``; only
+        the kept records are parsed. The same arguments give the same stream
+        in every run.
+
+        Args:
+            indices: 1-D stream indices (int64), in the order to yield them.
+            num_replicas: The world size, which fixes the lanes.
+            seed: Keys the file permutation and the block shuffle.
+            epoch: The epoch: a Python int, or a scalar int64 tensor (inside
+                ``tf.data.Dataset.flat_map``) when ``indices`` do not depend on it.
+            shuffle: Permute the files and shuffle blocks; False reads the
+                files in order, each lane interleaving its files.
+
+        Raises:
+            ValueError: for an index outside ``[0, stream_length)``.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords((np.zeros((8, 1), "float32"), np.arange(8)),
+            ...                         tempfile.mkdtemp(), num_shards=2, shuffle_seed=None)
+            >>> src = TFRecordSource(files)  # files hold ids 0-3 and 4-7
+            >>> ds = src.stream([0, 1, 2, 3, 0], num_replicas=2, shuffle=False)
+            >>> [int(label) for _, label in ds]  # s = lane + 2 * m
+            [0, 4, 1, 5, 0]
+        """
+        lanes = self.num_lanes(num_replicas)
+        per_lane = self.stream_length(num_replicas) // lanes
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= lanes * per_lane):
+            raise ValueError(
+                f"stream indices must lie in [0, {lanes * per_lane}) (stream_length for "
+                f"num_replicas={num_replicas}), got values in [{idx.min()}, {idx.max()}]"
+            )
+        seed = _check_int("seed", seed, 0, 2**64 - 1)
+        epoch_t = tf.cast(epoch, tf.int64)
+        lane, pos = idx % lanes, idx // lanes
+        choice = np.zeros(idx.shape, np.int64)
+        parts = []
+        for j in np.unique(lane):
+            where = np.flatnonzero(lane == j)
+            ms = pos[where]
+            # A lane read once yields its records in order: split the lane's wanted
+            # records into non-decreasing runs, one pass over the lane each.
+            for run in np.split(np.arange(ms.size), np.flatnonzero(np.diff(ms) < 0) + 1):
+                choice[where[run]] = len(parts)
+                parts.append(self._lane_pass(int(j), lanes, seed, epoch_t, shuffle, ms[run]))
+        if not parts:
+            ds = tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
+        elif len(parts) == 1:
+            ds = parts[0]
+        else:
+            ds = tf.data.Dataset.choose_from_datasets(
+                parts, tf.data.Dataset.from_tensor_slices(choice)
+            )
+        ds = ds.map(self.parse, num_parallel_calls=self.num_parallel_calls, deterministic=True)
         options = tf.data.Options()
         options.deterministic = True
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return ds.with_options(options)
+
+    def _lane_pass(
+        self,
+        lane: int,
+        lanes: int,
+        seed: int,
+        epoch: tf.Tensor,
+        shuffle: bool,
+        wanted: np.ndarray,
+    ) -> tf.data.Dataset:
+        """One read of a lane yielding its records ``wanted`` (non-decreasing, repeats kept)."""
+        lo, hi = int(wanted[0]), int(wanted[-1]) + 1
+        ds = self._lane_records(lane, lanes, seed, epoch, shuffle).skip(lo).take(hi - lo)
+        if wanted.size == hi - lo and np.array_equal(wanted, np.arange(lo, hi)):
+            return ds  # every record of a range, once: no filter
+        counts = np.bincount(wanted - lo, minlength=hi - lo)
+        if counts.max() == 1:
+            keep = tf.constant(counts > 0)
+            return ds.enumerate().filter(lambda i, _: keep[i]).map(lambda _, record: record)
+        times = tf.constant(counts, tf.int64)
+        return ds.enumerate().flat_map(
+            lambda i, record: tf.data.Dataset.from_tensors(record).repeat(times[i])
+        )
 
     def __len__(self) -> int:
         return self.num_examples

@@ -59,15 +59,30 @@ def per_example_loss(loss: Any) -> PerExampleLoss:
 
 
 class _StopAt(keras.callbacks.Callback):
-    """Stops ``fit`` once the global step reaches ``max_steps`` (a deliberate preemption)."""
+    """Stops ``fit`` once the global step reaches ``max_steps`` (a deliberate preemption).
 
-    def __init__(self, global_step: int, max_steps: int | None) -> None:
+    ``partial`` tells whether the stop fell inside an epoch: Keras still ends
+    that epoch with ``on_epoch_end`` (and a history entry), which :func:`fit`
+    then drops.
+    """
+
+    def __init__(self, global_step: int, max_steps: int | None, steps_per_epoch: int) -> None:
         super().__init__()
         self.global_step, self.max_steps = global_step, max_steps
+        self.steps_per_epoch = steps_per_epoch
+        self.in_epoch = 0
         self.stopped = False
+
+    @property
+    def partial(self) -> bool:
+        return self.stopped and self.in_epoch < self.steps_per_epoch
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.in_epoch = 0
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self.global_step += 1
+        self.in_epoch += 1
         if self.max_steps is not None and self.global_step >= self.max_steps:
             self.stopped = True
             self.model.stop_training = True
@@ -86,8 +101,11 @@ class _ExactValidation(keras.callbacks.Callback):
     def __init__(self, evaluator: Evaluator, eval_input: DistributedInput) -> None:
         super().__init__()
         self.evaluator, self.eval_input = evaluator, eval_input
+        self.stopper: _StopAt | None = None
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.stopper is not None and self.stopper.partial:
+            return  # an epoch cut by max_steps: no validation of a partial epoch
         if logs is not None:
             for k, v in self.evaluator.evaluate(self.eval_input).items():
                 logs[f"val_{k}"] = v
@@ -177,17 +195,21 @@ def fit(
                 start, global_step = restored
     epoch, step = start.epoch, start.step
     cbs = list(callbacks)
+    validation = None
     if eval_input is not None:
         evaluator = Evaluator(
             strategy, model, per_example_loss(model.loss), _compiled_metrics(model, train_input)
         )
-        cbs.append(_ExactValidation(evaluator, eval_input))
+        validation = _ExactValidation(evaluator, eval_input)
+        cbs.append(validation)
     verbose = verbose if info.is_chief else 0
     history: dict[str, list[float]] = {}
 
     def run(dataset: Any, first: int, last: int, steps_per_epoch: int) -> bool:
         nonlocal global_step, start
-        stopper = _StopAt(global_step, max_steps)
+        stopper = _StopAt(global_step, max_steps, steps_per_epoch)
+        if validation is not None:
+            validation.stopper = stopper
         extra: list[keras.callbacks.Callback] = [stopper]
         if manager is not None:
             extra.append(
@@ -210,14 +232,16 @@ def fit(
             shuffle=False,
         )
         for k, v in hist.history.items():
-            history.setdefault(k, []).extend(v)
+            # Keras ends an epoch cut by stop_training with on_epoch_end too: drop that entry.
+            history.setdefault(k, []).extend(v[:-1] if stopper.partial else v)
         done = stopper.global_step - global_step
         absolute = start.epoch * steps + start.step + done
         start = DataPosition(absolute // steps, absolute % steps)
         global_step = stopper.global_step
         return not stopper.stopped
 
-    if epoch < epochs and step > 0:  # finish the interrupted epoch first
+    if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
+        # finish the interrupted epoch first
         if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step):
             return history
         epoch += 1

@@ -1,11 +1,14 @@
 """The distributed custom training loop: :class:`Trainer`.
 
-This module owns the train step (per-example loss scaled by the global batch,
-gradient accumulation, clipping by global norm *after* the all-reduce, mixed
-precision with synchronised loss scaling), the Orbit-style multi-step
-``tf.function``, the epoch loop with exact mid-epoch resume from
-checkpoints, and the per-epoch log line, progress bar, metrics.jsonl and
-TensorBoard scalars. Exact evaluation lives in :mod:`tfdp.train.evaluate`.
+This module owns the train step (every step's loss and gradient are the mean
+over the rows the step actually holds, over all replicas and micro-batches;
+gradient accumulation; clipping by global norm *after* the all-reduce; mixed
+precision with synchronised loss scaling), the compiled step functions
+(straight-line for one step per call, an Orbit-style ``tf.range`` loop for
+several, cached by what they depend on), the epoch loop (loop epoch ``e`` is
+exactly sampler epoch ``e``) with exact mid-epoch resume from checkpoints,
+and the per-epoch log line, progress bar, metrics.jsonl and TensorBoard
+scalars. Exact evaluation lives in :mod:`tfdp.train.evaluate`.
 
 Example:
     >>> import keras, numpy as np, tensorflow as tf
@@ -46,7 +49,11 @@ Factory = Callable[[], Any]
 
 @dataclass
 class TrainState:
-    """Where training stands: epoch, step within it, global optimizer step.
+    """Where training stands: epoch, optimizer step within it, global optimizer step.
+
+    ``last_loss`` is the loss of the latest optimizer step and ``step_losses``
+    those of every step of the latest compiled call (each the mean over the
+    rows of its step, regularisation included, as every replica computes it).
 
     Example:
         >>> TrainState(epoch=1, step=3, global_step=13).epoch
@@ -58,6 +65,7 @@ class TrainState:
     global_step: int = 0
     stopped_early: bool = False
     last_loss: float = float("nan")
+    step_losses: list[float] = field(default_factory=list)
     stop_reason: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -84,12 +92,24 @@ class Trainer:
             function ``(y_true, y_pred) -> [B]``, or a name
             (``"sparse_categorical_crossentropy"``, ``..._from_logits``).
             Losses with a mean reduction are refused: under a strategy, Keras
-            >= 3.8 already divides them by the replica count.
+            >= 3.8 already divides them by the replica count. A step's loss
+            (and gradient) is ``sum(sample_weight * loss) / rows`` over the
+            rows the step holds on all replicas and micro-batches -- a last,
+            partial batch is its own true mean -- plus the model's
+            regularisation losses once; rows of sample weight 0 (evaluation
+            padding, skipped files) add 0 to the sum and count in ``rows``,
+            as with ``tf.nn.compute_average_loss`` or a PyTorch
+            ``(loss * w).mean()``. A static per-replica batch dimension
+            (``drop_remainder=True``) makes ``rows`` a constant; a dynamic one
+            costs one scalar all-reduce per step.
         metrics: Keras metrics (instances or names); cloned for evaluation.
         steps_per_call: Optimizer steps per ``tf.function`` call (a
             ``tf.range`` loop, as Orbit does), to amortise Python overhead.
         accumulation_steps: Micro-batches whose gradients are summed per
-            optimizer step (the effective batch is ``k`` global batches).
+            optimizer step (the effective batch is ``k`` global batches). An
+            epoch of ``S`` batches makes ``ceil(S / k)`` optimizer steps; the
+            last holds the ``S mod k`` leftover batches (when non-zero) and,
+            like every step, is the mean over the rows it holds.
         clip_global_norm: Clip the all-reduced gradient to this global norm.
         mixed_precision: ``None``, ``"mixed_float16"`` (with dynamic loss
             scaling, skip decisions synchronised across replicas) or
@@ -99,7 +119,10 @@ class Trainer:
             (chief only writes logs; every worker joins checkpoint saves).
         checkpoint_every: Save every N optimizer steps (and at every epoch end).
         max_to_keep: Checkpoints kept.
-        progress: A progress bar on the chief.
+        progress: A progress bar on the chief, showing the running mean of
+            the epoch's step losses (already reduced over replicas and
+            workers: it reads no metric, so it is safe under
+            MultiWorkerMirroredStrategy).
         verbose: 1 prints a line per epoch on the chief; 0 is quiet.
         record_samples: Append, per step and global rank, the example ids
             each replica consumed, as JSON lines, to this file (the input must
@@ -165,7 +188,6 @@ class Trainer:
         self._stop = threading.Event()
         self._agree_fn: Any = None
         self.record_samples = os.fspath(record_samples) if record_samples is not None else None
-        self._with_ids = False
 
         if mixed_precision in ("mixed_float16", "mixed_bfloat16"):
             keras.mixed_precision.set_dtype_policy(mixed_precision)
@@ -200,7 +222,9 @@ class Trainer:
                 keras.metrics.get(m) if isinstance(m, str) else m for m in metrics
             ]
             self.evaluator = Evaluator(self.strategy, self.model, self.loss, self.train_metrics)
-        self._train_fn: Any = None
+        self._train_fns: dict[tuple[Any, ...], Any] = {}
+        self._grad_fn: Any = None
+        self._input_return_ids = False
         self._ckpt: Any = None
         self.state = TrainState()
 
@@ -221,13 +245,32 @@ class Trainer:
                 )
 
     # -- the step ---------------------------------------------------------------
-    def _gradients(
-        self, batches: tuple[Any, ...], global_batch: int
-    ) -> tuple[list[tf.Tensor], tf.Tensor]:
+    def _step_rows(self, batches: tuple[Any, ...]) -> int | tf.Tensor:
+        """Rows of one optimizer step over all replicas and micro-batches: the loss divisor.
+
+        Static per-replica batch dimensions (``drop_remainder=True``) give a
+        Python int, ``B * replicas * micro-batches``, and no collective; a
+        dynamic one (a last, partial batch) costs one scalar all-reduce of the
+        local row count. Runs in replica context.
+        """
+        leaves = [tf.nest.flatten(unpack_batch(b)[0])[0] for b in batches]
+        sizes = [leaf.shape[0] if leaf.shape.rank else None for leaf in leaves]
+        if all(isinstance(s, int) for s in sizes):
+            return sum(sizes) * int(self.strategy.num_replicas_in_sync)
+        local = tf.add_n([tf.cast(tf.shape(leaf)[0], tf.float32) for leaf in leaves])
+        total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
+        return tf.cast(tf.round(total), tf.int64)
+
+    def _gradients(self, batches: tuple[Any, ...], rows: Any) -> tuple[list[tf.Tensor], tf.Tensor]:
         """This replica's summed gradients over the micro-batches, and its loss share.
 
-        Runs in replica context; touches only replica-local state (the model's
-        variables read, the metrics' local copies), so it can be XLA-compiled.
+        Each micro-batch contributes ``sum(sample_weight * loss) / rows``, ``rows``
+        the rows of the whole optimizer step over all replicas and micro-batches
+        (see :meth:`_step_rows`), so the all-reduced gradient is that of the mean
+        over the step's rows; the regularisation losses are added once per step
+        (a ``1 / (replicas * micro-batches)`` share each). Runs in replica
+        context; touches only replica-local state (the model's variables read,
+        the metrics' local copies), so it can be XLA-compiled.
         """
         model = self.model
         tvars = model.trainable_variables
@@ -236,7 +279,7 @@ class Trainer:
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
             else None
         )
-        k = len(batches)
+        group = len(batches)
         grads_sum: list[Any] | None = None
         total_loss = tf.constant(0.0)
         for batch in batches:
@@ -245,10 +288,10 @@ class Trainer:
                 pred = model(x, training=True)
                 per_ex = self.loss(y, pred)
                 weighted = per_ex if w is None else per_ex * tf.cast(w, per_ex.dtype)
-                loss = tf.nn.compute_average_loss(weighted, global_batch_size=global_batch * k)
+                loss = tf.nn.compute_average_loss(weighted, global_batch_size=rows)
                 if model.losses:
                     reg = tf.add_n([tf.cast(v, tf.float32) for v in model.losses])
-                    loss += tf.nn.scale_regularization_loss(reg) / k
+                    loss += tf.nn.scale_regularization_loss(reg) / group
                 scaled = lso.scale_loss(loss) if lso is not None else loss
             total_loss += tf.cast(loss, tf.float32)
             grads = tape.gradient(scaled, tvars)
@@ -266,18 +309,37 @@ class Trainer:
         assert grads_sum is not None
         return grads_sum, total_loss
 
-    def _replica_step(self, batches: tuple[Any, ...], global_batch: int) -> Any:
+    def _replica_step(
+        self, batches: tuple[Any, ...], with_ids: bool = False, record_width: int = 0
+    ) -> Any:
+        """One optimizer step on this replica's micro-batches: gradients, clipping, update.
+
+        Returns this replica's loss share; with ``record_width`` (the
+        per-replica batch size) also the step's all-gathered ids,
+        ``[micro-batches, replicas * record_width]`` in global rank order,
+        padded with -1 where a batch is partial.
+        """
         opt = self.optimizer
         tvars = self.model.trainable_variables
         lso = opt if isinstance(opt, keras.optimizers.LossScaleOptimizer) else None
         ctx = tf.distribute.get_replica_context()
         ids = None
-        if self._with_ids:  # elements are (example, {"index", "position"})
-            ids = tf.stack([b[1]["index"] for b in batches])  # [k, B]
-            batches = tuple(b[0] for b in batches)
-            if self.record_samples:
+        if with_ids:  # elements are (example, {"index", "position"})
+            if record_width:
+                ids = tf.stack(
+                    [
+                        tf.pad(
+                            bt[1]["index"],
+                            [[0, record_width - tf.shape(bt[1]["index"])[0]]],
+                            constant_values=-1,
+                        )
+                        for bt in batches
+                    ]
+                )  # [k, B]
                 ids = ctx.all_gather(ids, axis=1)  # [k, W * B], in global rank order
-        grads_sum, total_loss = self._grad_fn(batches, global_batch)
+            batches = tuple(bt[0] for bt in batches)
+        rows = self._step_rows(batches)
+        grads_sum, total_loss = self._grad_fn(batches, rows)
         if lso is not None:
             # Keras decides skip/apply from replica 0's local gradients: make every replica's
             # gradients non-finite when any replica's are, so all replicas decide alike.
@@ -302,71 +364,104 @@ class Trainer:
             factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
             grads_sum = [g * tf.cast(factor, g.dtype) for g in grads_sum]
         opt.apply_gradients(zip(grads_sum, tvars, strict=True))
-        if self.record_samples:
+        if record_width:
             return total_loss, ids
         return total_loss
 
-    def _make_train_fn(self, global_batch: int) -> Any:
-        k = self.accumulation_steps
-        replica_step = self._replica_step
-        self._grad_fn = self._gradients
-        if self.jit_compile:  # the forward/backward pass; the update stays outside XLA
-            self._grad_fn = tf.function(self._gradients, jit_compile=True)
+    # -- the compiled functions ------------------------------------------------------
+    def _train_function(self, spec: str, group: int, multi: bool, batch_size: int) -> Any:
+        """The compiled function for steps of ``group`` micro-batches, cached by what it needs.
+
+        A function depends on the element structure and shapes of the input
+        (``spec``: whether ids come along, a static or dynamic batch dimension), the
+        number of micro-batches per step, whether a call holds one step
+        (straight-line) or several (a ``tf.range`` loop), and, when recording
+        ids, the per-replica batch size; a second :meth:`fit` with another
+        input gets functions of its own. Every function returns the loss of
+        each of its steps (``[n]``, reduced over replicas), and the recorded
+        ids when ``record_samples`` is set.
+        """
+        with_ids = bool(self._input_return_ids)
+        width = batch_size if self.record_samples else 0
+        key = (spec, with_ids, width, group, multi)
+        fn = self._train_fns.get(key)
+        if fn is None:
+            fn = self._build_train_function(group, multi, with_ids, width)
+            self._train_fns[key] = fn
+        return fn
+
+    def _build_train_function(self, group: int, multi: bool, with_ids: bool, width: int) -> Any:
+        if self._grad_fn is None:
+            self._grad_fn = self._gradients
+            if self.jit_compile:  # the forward/backward pass; the update stays outside XLA
+                self._grad_fn = tf.function(self._gradients, jit_compile=True)
+        strategy = self.strategy
+        record = bool(width)
+
+        def replica_step(batches: tuple[Any, ...]) -> Any:
+            return self._replica_step(batches, with_ids, width)
 
         reduce_sum = tf.distribute.ReduceOp.SUM
 
-        def one_step(iterator: Any) -> Any:
-            batches = tuple(next(iterator) for _ in range(k))
-            return self.strategy.run(replica_step, args=(batches, global_batch))
+        def one_step(iterator: Any) -> tuple[tf.Tensor, Any]:
+            batches = tuple(next(iterator) for _ in range(group))
+            out = strategy.run(replica_step, args=(batches,))
+            per_loss, per_ids = out if record else (out, None)
+            loss = strategy.reduce(reduce_sum, per_loss, axis=None)
+            ids = strategy.experimental_local_results(per_ids)[0] if record else None
+            return loss, ids
+
+        if not multi:
+
+            @tf.function
+            def train_1(iterator: Any) -> Any:  # straight-line: no loop overhead
+                loss, ids = one_step(iterator)
+                losses = tf.reshape(loss, [1])
+                return (losses, tf.expand_dims(ids, 0)) if record else losses
+
+            return lambda iterator, n: train_1(iterator)
 
         @tf.function
-        def train_1(iterator: Any) -> tf.Tensor:  # straight-line: no loop overhead
-            return self.strategy.reduce(reduce_sum, one_step(iterator), axis=None)
-
-        @tf.function
-        def train_loop(iterator: Any, n: tf.Tensor) -> tf.Tensor:  # Orbit-style multi-step
-            loss = tf.constant(0.0)
-            for _ in tf.range(n):
-                loss = self.strategy.reduce(reduce_sum, one_step(iterator), axis=None)
-            return loss
-
-        def train_n(iterator: Any, n: int) -> tf.Tensor:
-            return train_1(iterator) if n == 1 else train_loop(iterator, tf.constant(n, tf.int64))
-
-        @tf.function
-        def train_n_recording(iterator: Any, n: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            loss = tf.constant(0.0)
-            ids = tf.TensorArray(tf.int64, size=tf.cast(n, tf.int32))
+        def train_loop(iterator: Any, n: tf.Tensor) -> Any:  # Orbit-style multi-step
+            losses = tf.TensorArray(tf.float32, size=tf.cast(n, tf.int32))
+            ids_out = tf.TensorArray(tf.int64, size=tf.cast(n, tf.int32))
             for i in tf.range(n):
-                per_loss, per_ids = one_step(iterator)
-                loss = self.strategy.reduce(reduce_sum, per_loss, axis=None)
-                ids = ids.write(
-                    tf.cast(i, tf.int32), self.strategy.experimental_local_results(per_ids)[0]
-                )
-            return loss, ids.stack()
+                loss, ids = one_step(iterator)
+                losses = losses.write(tf.cast(i, tf.int32), loss)
+                if record:
+                    ids_out = ids_out.write(tf.cast(i, tf.int32), ids)
+            if record:
+                return losses.stack(), ids_out.stack()
+            return losses.stack()
 
-        if self.record_samples:
-            return lambda iterator, n: train_n_recording(iterator, tf.constant(n, tf.int64))
-        return train_n_recording if self.record_samples else train_n
+        constants: dict[int, tf.Tensor] = {}
+
+        def call(iterator: Any, n: int) -> Any:
+            if n not in constants:
+                constants[n] = tf.constant(n, tf.int64)
+            return train_loop(iterator, constants[n])
+
+        return call
 
     def _write_records(self, ids: Any, first_step: int, world: int) -> None:
-        """Append ``--record-samples`` lines: per step, micro-batch and global rank."""
+        """Append ``record_samples`` lines: per step, micro-batch and global rank."""
         if not self.info.is_chief or self.record_samples is None:
             return
-        arr = ids.numpy()  # [n, k, W * B]
+        arr = ids.numpy()  # [n, k, W * B], -1 where a batch is partial
         n, k, total = arr.shape
         b = total // world
         with open(self.record_samples, "a") as f:
             for i in range(n):
                 for m in range(k):
                     for r in range(world):
+                        row = arr[i, m, r * b : (r + 1) * b]
                         rec = {
                             "epoch": self.state.epoch,
                             "step": first_step + i,
                             "rank": r,
-                            "ids": arr[i, m, r * b : (r + 1) * b].tolist(),
+                            "ids": row[row >= 0].tolist(),
                         }
-                        if k > 1:
+                        if self.accumulation_steps > 1:
                             rec["micro_batch"] = m
                         f.write(json.dumps(rec) + "\n")
 
@@ -398,10 +493,10 @@ class Trainer:
         from tfdp.checkpoint import DataPosition
 
         k = self.accumulation_steps
-        position = DataPosition.from_input(
+        position = DataPosition.from_input(  # the batch position in the sampler epoch
             train_input,
             self.state.epoch,
-            self.state.step * k,
+            min(self.state.step * k, train_input.steps_per_epoch),
             accumulation_steps=k,
             seed=train_input.seed,
         )
@@ -420,6 +515,12 @@ class Trainer:
         if restored is None:
             return False
         position, global_step = restored
+        if position.step % self.accumulation_steps:
+            raise ValueError(
+                f"checkpoint {mgr.latest} stores batch {position.step} of epoch "
+                f"{position.epoch}, not the start of an optimizer step of "
+                f"accumulation_steps={self.accumulation_steps} micro-batches"
+            )
         self.state.epoch = position.epoch
         self.state.step = position.step // self.accumulation_steps
         self.state.global_step = int(global_step)
@@ -504,6 +605,15 @@ class Trainer:
     ) -> list[dict[str, Any]]:
         """Train for ``epochs`` epochs (resuming from ``run_dir`` when a checkpoint exists).
 
+        Epoch ``e`` of the loop is exactly sampler epoch ``e`` of
+        ``train_input``: its ``S = train_input.steps_per_epoch`` batches make
+        ``ceil(S / accumulation_steps)`` optimizer steps, the last of which
+        holds the ``S mod accumulation_steps`` leftover micro-batches (when
+        non-zero) and is the mean over the rows it holds, like every step.
+        ``fit`` may be called again with another input (another batch size,
+        ``return_ids``, ...): it continues from ``state.epoch`` with steps
+        compiled for that input.
+
         Args:
             train_input: The training input (built on the same strategy).
             epochs: Total epochs (a resumed run continues up to this number).
@@ -511,20 +621,18 @@ class Trainer:
             resume: Restore the latest checkpoint of ``run_dir`` first.
             max_steps: Stop (saving a checkpoint) once the global step reaches
                 this -- a deliberate stop, as a preemption would cause.
-            on_step: Called on every process after each ``tf.function`` call.
+            on_step: Called on every process after each ``tf.function`` call;
+                ``state.step_losses`` holds the losses of that call's steps.
 
         Returns:
-            One record per epoch trained in this call (also in ``metrics.jsonl``).
+            One record per epoch completed in this call (also in ``metrics.jsonl``).
         """
         if train_input.strategy is not self.strategy:
             raise ValueError("train_input was built on another strategy than the trainer's")
         k = self.accumulation_steps
-        steps_per_epoch = train_input.steps_per_epoch // k
-        if steps_per_epoch < 1:
-            raise ValueError(
-                f"accumulation_steps={k} exceeds the {train_input.steps_per_epoch} batches "
-                "of an epoch"
-            )
+        batches_per_epoch = train_input.steps_per_epoch
+        full_steps, tail = divmod(batches_per_epoch, k)
+        steps_per_epoch = full_steps + (1 if tail else 0)
         if self.run_dir is not None:
             self._checkpoint_manager()  # fails before the first step if the directory is unwritable
         if resume:
@@ -534,22 +642,24 @@ class Trainer:
                 "record_samples needs the ids of each batch: build the training input with "
                 "DistributedInput(..., return_ids=True)"
             )
-        if self._train_fn is None:
-            self._with_ids = train_input.return_ids
-            self._train_fn = self._make_train_fn(train_input.global_batch_size)
+        self._input_return_ids = train_input.return_ids
         writer = None
         if self.run_dir is not None and self.info.is_chief:
             writer = tf.summary.create_file_writer(os.path.join(self.run_dir, "tensorboard"))
         records: list[dict[str, Any]] = []
-        samples_per_step = train_input.global_batch_size * k
         self._stop.clear()
-        # One endless stream of reshuffled epochs, built once: each epoch is exactly
-        # steps_per_epoch * k batches, so sampler epochs and loop epochs stay aligned.
-        iterator = None
+        # One endless stream of reshuffled epochs, built once: each loop epoch consumes
+        # exactly the S batches of its sampler epoch, so the two stay aligned.
+        dataset = iterator = None
+        spec = ""
         if self.state.epoch < epochs:
-            iterator = iter(
-                train_input.epochs(self.state.epoch, epochs - self.state.epoch, self.state.step * k)
+            dataset = train_input.epochs(
+                self.state.epoch,
+                epochs - self.state.epoch,
+                min(self.state.step * k, batches_per_epoch),
             )
+            iterator = iter(dataset)
+            spec = str(dataset.element_spec)
         while self.state.epoch < epochs:
             epoch = self.state.epoch
             bar = (
@@ -558,9 +668,13 @@ class Trainer:
                 else None
             )
             t0 = time.perf_counter()
-            steps_done = 0
+            batches_done = 0
+            loss_sum, loss_count = 0.0, 0
             while self.state.step < steps_per_epoch:
-                n = min(self.steps_per_call, steps_per_epoch - self.state.step)
+                if self.state.step < full_steps:
+                    group, n = k, min(self.steps_per_call, full_steps - self.state.step)
+                else:  # the epoch's last, shorter group
+                    group, n = tail, 1
                 if self.checkpoint_every:
                     n = min(
                         n, self.checkpoint_every - self.state.global_step % self.checkpoint_every
@@ -569,16 +683,21 @@ class Trainer:
                     n = min(n, max_steps - self.state.global_step)
                 if n <= 0:
                     break
-                out = self._train_fn(iterator, n)
+                fn = self._train_function(spec, group, n > 1, train_input.batch_size)
+                out = fn(iterator, n)
                 if self.record_samples:
                     out, ids = out
                     self._write_records(ids, self.state.step, train_input.num_replicas)
-                self.state.last_loss = float(out)
+                losses = [float(v) for v in out.numpy()]
+                self.state.step_losses = losses
+                self.state.last_loss = losses[-1]
                 self.state.step += n
                 self.state.global_step += n
-                steps_done += n
-                if bar is not None:
-                    bar.update(self.state.step, values=[("loss", float(self.train_loss.result()))])
+                batches_done += n * group
+                loss_sum += sum(losses)
+                loss_count += n
+                if bar is not None:  # already-reduced step losses: no metric read, no collective
+                    bar.update(self.state.step, values=[("loss", loss_sum / loss_count)])
                 if on_step is not None:
                     on_step(self.state)
                 due = self.checkpoint_every and self.state.global_step % self.checkpoint_every == 0
@@ -602,7 +721,8 @@ class Trainer:
             }
             for m in self.train_metrics:
                 record[m.name] = float(m.result())
-            record["samples_per_s"] = steps_done * samples_per_step / max(elapsed, 1e-9)
+            samples = batches_done * train_input.global_batch_size
+            record["samples_per_s"] = samples / max(elapsed, 1e-9)
             record["lr"] = self._learning_rate()
             self.train_loss.reset_state()
             for m in self.train_metrics:

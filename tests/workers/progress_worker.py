@@ -1,0 +1,44 @@
+"""A MultiWorkerMirroredStrategy worker training with the Trainer's default settings (test helper).
+
+Default settings: progress bar and epoch lines on (the bar shows on the chief only), metrics
+read at every epoch end. Prints ``RESULT {json}``: the epoch records and a weights checksum.
+"""
+
+import hashlib
+import json
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdp.input import DistributedInput
+from tfdp.sources import ArraySource
+from tfdp.train import Trainer
+
+
+def main() -> None:
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    inp = DistributedInput(strategy, ArraySource((x, y)), batch_size=4)
+
+    def model():
+        keras.utils.set_random_seed(1)
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+
+    trainer = Trainer(
+        strategy,
+        model,
+        lambda: keras.optimizers.SGD(0.1),
+        "sparse_categorical_crossentropy_from_logits",
+        metrics=["sparse_categorical_accuracy"],
+        steps_per_call=3,
+    )
+    records = trainer.fit(inp, 2)
+    digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in trainer.model.weights))
+    print("RESULT " + json.dumps({"records": records, "weights": digest.hexdigest()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
