@@ -23,7 +23,12 @@ Variants (optimizer steps per second):
 * ``handwritten_1_batch_arg`` (context): ``for batch in dist_ds:
   train_step(batch)`` -- the batch, not the iterator, is the argument.
 * ``trainer_1`` / ``trainer_16``: ``tfdp.train.Trainer(steps_per_call=1 / 16,
-  progress=False, verbose=0)``, no run_dir, ``fit`` over many epochs.
+  progress=False, verbose=0)``, no run_dir, ``fit`` over many epochs; its
+  default ``on_nonfinite="stop"`` checks every step's loss and gradients
+  (all-reduced) before the update.
+* ``trainer_1_nocheck`` / ``trainer_16_nocheck``: the same with
+  ``on_nonfinite="ignore"``; ``nonfinite_check_overhead`` is the paired ratio
+  ``trainer_1_nocheck / trainer_1`` (1.05x: the check costs 5%).
 * ``model_fit``: ``model.fit`` (compiled in the scope, ``steps_per_epoch`` set,
   ``verbose=0``) on ``inp.epochs(0, n)``.
 * ``tfdp_fit``: ``tfdp.train.fit`` (the fit path) on the same input.
@@ -365,7 +370,11 @@ def handwritten_batch_arg(
 
 # --------------------------------------------------------------------------- tfdp and Keras loops
 def trainer_session(
-    name: str, strategy: tf.distribute.Strategy, inp: DistributedInput, steps_per_call: int
+    name: str,
+    strategy: tf.distribute.Strategy,
+    inp: DistributedInput,
+    steps_per_call: int,
+    on_nonfinite: str = "stop",
 ) -> ThreadSession:
     trainer = Trainer(
         strategy,
@@ -375,6 +384,7 @@ def trainer_session(
         steps_per_call=steps_per_call,
         progress=False,
         verbose=0,
+        on_nonfinite=on_nonfinite,
     )
 
     def run(hook: Callable[[int, int], None]) -> None:
@@ -470,6 +480,8 @@ def build_sessions(
         handwritten_batch_arg("handwritten_1_batch_arg", mem, strategy, memory_dist_ds()),
         trainer_session("trainer_1", strategy, inp, 1),
         trainer_session("trainer_16", strategy, inp, MULTI),
+        trainer_session("trainer_1_nocheck", strategy, inp, 1, "ignore"),
+        trainer_session("trainer_16_nocheck", strategy, inp, MULTI, "ignore"),
         fit_session,
         tfdp_fit_session("tfdp_fit", strategy, inp),
     ]
@@ -655,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
         ("handwritten_16", "handwritten_1", "16 steps per call, hand-written"),
         ("handwritten_16", "model_fit", "16 steps per call, hand-written"),
         ("tfdp_fit", "model_fit", "the fit path"),
+        ("trainer_1_nocheck", "trainer_1", "the non-finite check's cost, 1 step per call"),
+        ("trainer_16_nocheck", "trainer_16", "the non-finite check's cost, 16 steps per call"),
         ("handwritten_1_batch_arg", "handwritten_1", "batch vs iterator as the argument"),
     ]
     print("context (median of per-round ratios; ratio of the best repeats in brackets):")
@@ -688,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
          f"{pr('trainer_1', 'handwritten_1_tfdp_input'):.2f}x"),
         ("ratio_trainer16_vs_handwritten16_tfdp_input",
          f"{pr('trainer_16', 'handwritten_16_tfdp_input'):.2f}x"),
+        ("nonfinite_check_overhead_16", f"{pr('trainer_16_nocheck', 'trainer_16'):.2f}x"),
+        ("nonfinite_check_overhead", f"{pr('trainer_1_nocheck', 'trainer_1'):.2f}x"),
         ("target_trainer1_vs_handwritten1", verdicts[0]),
         ("target_trainer16_vs_handwritten1", verdicts[1]),
         ("target_trainer16_vs_fit", verdicts[2]),

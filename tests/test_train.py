@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -489,3 +492,81 @@ def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrore
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     hist = fit(again, inp, 2, run_dir=tmp_path, max_steps=16, verbose=0)  # to the epoch's end
     assert len(hist["loss"]) == 1 and int(again.optimizer.iterations.numpy()) == 16
+
+
+# -- logs after a resume (issue 10, item 9) ----------------------------------------------------
+
+_TIMING = ("time", "samples_per_s")
+
+
+def _lines(path) -> list[dict]:
+    return [
+        {k: v for k, v in r.items() if k not in _TIMING}
+        for r in (json.loads(x) for x in open(path).read().splitlines())
+    ]
+
+
+def test_epoch_metrics_survive_a_mid_epoch_resume(mirrored4, tmp_path):
+    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
+    kw = {"metrics": ["sparse_categorical_accuracy"], "steps_per_call": 3}
+    full = trainer(mirrored4, run_dir=tmp_path / "full", **kw)
+    full.fit(inp, 2)
+    cut = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
+    cut.fit(inp, 2, max_steps=21)  # 5 steps into epoch 2
+    resumed = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
+    records = resumed.fit(inp, 2)
+    assert [r["epoch"] for r in records] == [1]
+    want, got = (
+        _lines(tmp_path / "full" / "metrics.jsonl"),
+        _lines(tmp_path / "cut" / "metrics.jsonl"),
+    )
+    assert [r["global_step"] for r in got] == [16, 32]  # one line per epoch, none twice
+    for a, b in zip(want, got, strict=True):  # the resumed epoch's line covers all 16 steps
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-6), key
+
+
+def _log_fault(run_dir, fault: str):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "workers" / "log_fault.py"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, str(script), str(run_dir), fault],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_log(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("clean")
+    proc = _log_fault(run_dir, "none")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return _lines(run_dir / "metrics.jsonl"), proc.stdout.split("RESULT ")[1]
+
+
+@pytest.mark.parametrize("fault", ["after_save", "after_log"])
+def test_a_kill_at_an_epoch_end_neither_loses_nor_duplicates_a_line(
+    tmp_path, fault, uninterrupted_log
+):
+    """SIGKILL right after epoch 1's checkpoint, or between its line and its checkpoint."""
+    want, weights = uninterrupted_log
+    killed = _log_fault(tmp_path, fault)
+    assert killed.returncode == -9 and "FAULT SIGKILL" in killed.stdout  # the kill happened
+    assert [r["epoch"] for r in _lines(tmp_path / "metrics.jsonl")] == [0]  # the line is there
+    resumed = _log_fault(tmp_path, "none")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.stdout.split("RESULT ")[1] == weights  # the same final weights
+    got = _lines(tmp_path / "metrics.jsonl")
+    assert [r["epoch"] for r in got] == [0, 1, 2]  # no line lost, none twice
+    for a, b in zip(want, got, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-6), key

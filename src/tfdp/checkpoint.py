@@ -63,6 +63,7 @@ __all__ = [
     "CheckpointManager",
     "CheckpointWarning",
     "DataPosition",
+    "NonFiniteCheckpointError",
     "input_config",
     "keras_trackables",
 ]
@@ -86,6 +87,15 @@ class CheckpointError(RuntimeError):
 
     Example:
         >>> issubclass(CheckpointError, RuntimeError)
+        True
+    """
+
+
+class NonFiniteCheckpointError(CheckpointError):
+    """A save was refused: variables hold NaN or infinite values (the latest checkpoint stays).
+
+    Example:
+        >>> issubclass(NonFiniteCheckpointError, CheckpointError)
         True
     """
 
@@ -321,6 +331,26 @@ def _without_strategy(fn: Any) -> Any:
     return result["value"]
 
 
+def _float_variables(obj: Any) -> list[tuple[str, Any]]:
+    """``(name, variable)`` of every floating-point variable in a trackable, list or dict."""
+    found: dict[int, tuple[str, Any]] = {}
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (tf.Variable, keras.Variable)):
+            name = getattr(item, "path", None) or item.name
+            found.setdefault(id(item), (name, item))
+        else:
+            variables = getattr(item, "variables", None)  # Keras models, optimizers, tf.Module
+            if isinstance(variables, (list, tuple)):
+                stack.extend(variables)
+    return [nv for nv in found.values() if tf.as_dtype(nv[1].dtype).is_floating]
+
+
 def _gfile_call(fn: Any, *args: Any) -> Any:
     """Run a ``tf.io.gfile`` call, turning TensorFlow's I/O errors into ``OSError``."""
     try:
@@ -420,6 +450,7 @@ class CheckpointManager:
                 self.checkpoint, self.directory, max_to_keep, checkpoint_name=_CHECKPOINT_NAME
             )
         self._last_saved_step: int | None = None
+        self._trackables = dict(trackables)
 
     # -- where ------------------------------------------------------------------
     @property
@@ -525,7 +556,10 @@ class CheckpointManager:
         """Save the trackables, ``global_step`` and ``position`` as ``ckpt-<global_step>``.
 
         Call it on every worker (it may run collectives). Saving again at the
-        same global step overwrites that checkpoint.
+        same global step overwrites that checkpoint. Variables holding NaN or
+        infinite values are never saved: the save raises
+        :class:`NonFiniteCheckpointError` and the latest checkpoint stays the
+        last good one.
 
         Args:
             position: The data position after ``global_step`` steps.
@@ -534,6 +568,10 @@ class CheckpointManager:
         Returns:
             The checkpoint path in ``directory`` (on a non-chief worker: the
             path the chief writes).
+
+        Raises:
+            NonFiniteCheckpointError: a floating-point variable holds NaN or an
+                infinity (names them).
 
         Example:
             >>> import tempfile
@@ -544,6 +582,19 @@ class CheckpointManager:
         if not isinstance(position, DataPosition):
             raise ValueError(f"position must be a DataPosition, got {type(position).__name__}")
         global_step = _check_count("global_step", global_step)
+        bad = [
+            f"{key}/{name}"
+            for key, obj in self._trackables.items()
+            for name, v in _float_variables(obj)
+            if not bool(tf.reduce_all(tf.math.is_finite(v)))
+        ]
+        if bad:  # every worker holds the same values, so every worker refuses alike
+            raise NonFiniteCheckpointError(
+                f"refusing to save checkpoint {_CHECKPOINT_NAME}-{global_step} in "
+                f"{self.directory!r}: {len(bad)} variable(s) hold NaN or infinite values "
+                f"({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}); the latest checkpoint "
+                f"stays {self.latest or 'none'}"
+            )
         self._step.assign(global_step)
         self._data.assign(position.to_json())
         if self._manager is not None:

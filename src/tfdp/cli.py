@@ -239,9 +239,15 @@ def _quiet_tf() -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = _train_config(args)
     _quiet_tf()
+    from tfdp.checkpoint import NonFiniteCheckpointError
     from tfdp.job import run_train
+    from tfdp.train import NonFiniteError
 
-    result = run_train(cfg)
+    try:
+        result = run_train(cfg)
+    except (NonFiniteError, NonFiniteCheckpointError) as exc:  # diverged: its own status
+        print(f"tfdp train: error: {exc}", file=sys.stderr)
+        return 3
     # A stop by Ctrl-C / SIGTERM (or a peer's) saved a checkpoint: exit with the conventional
     # status so that a launcher or scheduler knows the job is unfinished and can restart it.
     reason = result.get("stop_reason")

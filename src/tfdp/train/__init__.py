@@ -9,7 +9,16 @@ trained weights. Example:
 """
 
 from tfdp.train.evaluate import Evaluator, PerExampleLoss, evaluate
+from tfdp.train.guard import NonFiniteError
 from tfdp.train.keras_fit import fit
 from tfdp.train.loop import Trainer, TrainState
 
-__all__ = ["Evaluator", "PerExampleLoss", "TrainState", "Trainer", "evaluate", "fit"]
+__all__ = [
+    "Evaluator",
+    "NonFiniteError",
+    "PerExampleLoss",
+    "TrainState",
+    "Trainer",
+    "evaluate",
+    "fit",
+]

@@ -23,11 +23,14 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from tfdp.checkpoint import (
     CheckpointCallback,
@@ -39,8 +42,11 @@ from tfdp.checkpoint import (
 from tfdp.distribute import worker_info
 from tfdp.input import DistributedInput
 from tfdp.train.evaluate import Evaluator, PerExampleLoss
+from tfdp.train.guard import NonFiniteError, apply_if_finite, check_policy, nonfinite_local
 
 __all__ = ["fit", "per_example_loss"]
+
+log = logging.getLogger("tfdp")
 
 
 def per_example_loss(loss: Any) -> PerExampleLoss:
@@ -86,6 +92,97 @@ class _StopAt(keras.callbacks.Callback):
         if self.max_steps is not None and self.global_step >= self.max_steps:
             self.stopped = True
             self.model.stop_training = True
+
+
+class _NonFiniteGuard(keras.callbacks.Callback):
+    """``on_nonfinite`` for ``model.fit``: a step with a non-finite gradient is not applied.
+
+    :meth:`install` wraps the optimizer's ``apply_gradients`` (for the duration of
+    :func:`fit`): Keras's train step hands it the replica's gradients; a check
+    all-reduced over the replicas decides, and a flagged step changes no
+    variable. A replica-local counter tells this callback, which runs first
+    after every batch -- before any checkpoint callback -- and raises
+    :class:`NonFiniteError` (``"stop"``) or warns (``"skip"``). A non-finite
+    loss with finite gradients (Keras's train step does not hand the loss to
+    the optimizer) is caught from the batch logs, after its update. With a
+    ``LossScaleOptimizer`` gradient overflow is the loss scaler's business and
+    only the loss is checked.
+    """
+
+    def __init__(
+        self, model: keras.Model, policy: str, global_step: int, start: int, steps: int
+    ) -> None:
+        super().__init__()
+        self.policy = policy
+        self.global_step, self.position, self.steps = global_step, start, steps
+        self.optimizer = model.optimizer
+        self.check_gradients = policy != "ignore" and not isinstance(
+            model.optimizer, keras.optimizers.LossScaleOptimizer
+        )
+        self.count: Any = None
+        self.seen = 0
+        self._installed = False
+
+    def install(self, strategy: Any) -> None:
+        if not self.check_gradients:
+            return
+        with strategy.scope():
+            self.count = tf.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+        count, original = self.count, self.optimizer.apply_gradients
+
+        def guarded(grads_and_vars: Any, *args: Any, **kwargs: Any) -> None:
+            pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+            variables = [v for _, v in pairs]
+            grads = [g for g, _ in pairs]
+            flags = apply_if_finite(
+                nonfinite_local(tf.constant(0.0), grads),
+                lambda g: original(zip(g, variables, strict=True), *args, **kwargs),
+                grads,
+            )
+            count.assign_add(tf.cast(tf.reduce_sum(flags) > 0, tf.int64))
+
+        self.optimizer.apply_gradients = guarded
+        self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            del self.optimizer.apply_gradients  # the class's method again
+            self._installed = False
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.global_step += 1
+        epoch, step = divmod(self.position, self.steps)
+        self.position += 1
+        if self.policy == "ignore":
+            return
+        grad_bad = False
+        if self.count is not None:
+            count = int(self.count.numpy())
+            grad_bad, self.seen = count > self.seen, count
+        loss = float((logs or {}).get("loss", 0.0))
+        loss_bad = not math.isfinite(loss) and self.policy == "stop"
+        if self.policy == "stop" and (grad_bad or loss_bad):
+            raise NonFiniteError(
+                global_step=self.global_step,
+                epoch=epoch,
+                step=step,
+                what="gradient" if grad_bad else "loss",
+                value=loss,
+                applied=not grad_bad and self.check_gradients,
+            )
+        if grad_bad:
+            log.warning(
+                "tfdp: skipped optimizer step %d (epoch %d, step %d): non-finite gradient",
+                self.global_step,
+                epoch + 1,
+                step + 1,
+            )
 
 
 class _EpochEndCheckpoint(CheckpointCallback):
@@ -135,6 +232,7 @@ def fit(
     max_steps: int | None = None,
     callbacks: Sequence[keras.callbacks.Callback] = (),
     verbose: int | str = "auto",
+    on_nonfinite: str = "stop",
 ) -> dict[str, list[float]]:
     """Train a compiled model with ``model.fit`` on tfdp input, with mid-epoch resume.
 
@@ -151,6 +249,12 @@ def fit(
         max_steps: Stop (saving a checkpoint) at this global step.
         callbacks: More Keras callbacks.
         verbose: Passed to ``model.fit`` (quiet on non-chief workers).
+        on_nonfinite: ``"stop"`` (default): a step whose gradient is NaN or
+            infinite on any replica is not applied and :class:`NonFiniteError`
+            names it, before any checkpoint of that step; a non-finite loss
+            (from the batch logs) stops too. ``"skip"``: such steps are not
+            applied (a warning each). ``"ignore"``: no check. Checkpoints never
+            hold non-finite values either way.
 
     Returns:
         The merged Keras history of this call.
@@ -158,7 +262,9 @@ def fit(
     Raises:
         ValueError: for an uncompiled model, ``steps_per_execution > 1``, or
             a checkpoint of another configuration.
+        NonFiniteError: with ``on_nonfinite="stop"``, at the first non-finite step.
     """
+    check_policy(on_nonfinite)
     strategy = train_input.strategy
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
         raise ValueError("compile the model (inside strategy.scope()) before tfdp.train.fit")
@@ -204,13 +310,14 @@ def fit(
         cbs.append(validation)
     verbose = verbose if info.is_chief else 0
     history: dict[str, list[float]] = {}
+    guard = _NonFiniteGuard(model, on_nonfinite, global_step, epoch * steps + step, steps)
 
     def run(dataset: Any, first: int, last: int, steps_per_epoch: int) -> bool:
         nonlocal global_step, start
         stopper = _StopAt(global_step, max_steps, steps_per_epoch)
         if validation is not None:
             validation.stopper = stopper
-        extra: list[keras.callbacks.Callback] = [stopper]
+        extra: list[keras.callbacks.Callback] = [guard, stopper]  # the guard before any save
         if manager is not None:
             extra.append(
                 _EpochEndCheckpoint(
@@ -240,11 +347,17 @@ def fit(
         global_step = stopper.global_step
         return not stopper.stopped
 
-    if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
-        # finish the interrupted epoch first
-        if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step):
-            return history
-        epoch += 1
-    if epoch < epochs and (max_steps is None or global_step < max_steps):
-        run(train_input.epochs(epoch, epochs - epoch), epoch, epochs, steps)
+    guard.install(strategy)
+    model.train_function = None  # traced again, with the guarded update
+    try:
+        if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
+            # finish the interrupted epoch first
+            if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step):
+                return history
+            epoch += 1
+        if epoch < epochs and (max_steps is None or global_step < max_steps):
+            run(train_input.epochs(epoch, epochs - epoch), epoch, epochs, steps)
+    finally:
+        guard.uninstall()
+        model.train_function = None
     return history

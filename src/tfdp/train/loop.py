@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ import tensorflow as tf
 from tfdp.distribute import worker_info
 from tfdp.input import DistributedInput
 from tfdp.train.evaluate import Evaluator, PerExampleLoss, unpack_batch
+from tfdp.train.guard import NonFiniteError, apply_if_finite, check_policy, nonfinite_local
 
 __all__ = ["TrainState", "Trainer"]
 
@@ -66,6 +68,7 @@ class TrainState:
     stopped_early: bool = False
     last_loss: float = float("nan")
     step_losses: list[float] = field(default_factory=list)
+    skipped_steps: int = 0
     stop_reason: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -128,6 +131,21 @@ class Trainer:
             each replica consumed, as JSON lines, to this file (the input must
             have ``return_ids=True``; the ids are all-gathered, so the chief
             writes every rank's).
+        on_nonfinite: A step whose loss or gradient is NaN or infinite (on
+            any replica: the check is all-reduced, so every replica and worker
+            decides alike) is never applied. ``"stop"`` (default): :meth:`fit`
+            raises :class:`tfdp.train.NonFiniteError` naming the step, without
+            saving (the latest checkpoint stays the last good one).
+            ``"skip"``: the step is skipped -- its data consumed, no variable
+            or optimizer state (nor the iteration count a schedule reads)
+            changed -- with a warning and ``skipped_steps`` in the epoch's
+            record. ``"ignore"``: no check (saves still refuse non-finite
+            variables). Under ``mixed_float16`` a non-finite *gradient* is the
+            loss scaler's business (skipped and rescaled); the loss is checked.
+            A gradient whose all-reduced sum overflows although every
+            replica's part is finite is caught here only with
+            ``clip_global_norm`` (which computes the summed norm), otherwise at
+            the next step's loss.
 
     Raises:
         ValueError: for a model built outside the scope, a loss with a mean
@@ -157,6 +175,7 @@ class Trainer:
         progress: bool = True,
         verbose: int = 1,
         record_samples: str | os.PathLike[str] | None = None,
+        on_nonfinite: str = "stop",
     ) -> None:
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.info = worker_info(self.strategy)
@@ -188,6 +207,7 @@ class Trainer:
         self._stop = threading.Event()
         self._agree_fn: Any = None
         self.record_samples = os.fspath(record_samples) if record_samples is not None else None
+        self.on_nonfinite = check_policy(on_nonfinite)
 
         if mixed_precision in ("mixed_float16", "mixed_bfloat16"):
             keras.mixed_precision.set_dtype_policy(mixed_precision)
@@ -261,16 +281,19 @@ class Trainer:
         total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
         return tf.cast(tf.round(total), tf.int64)
 
-    def _gradients(self, batches: tuple[Any, ...], rows: Any) -> tuple[list[tf.Tensor], tf.Tensor]:
-        """This replica's summed gradients over the micro-batches, and its loss share.
+    def _gradients(
+        self, batches: tuple[Any, ...], rows: Any
+    ) -> tuple[list[tf.Tensor], tf.Tensor, list[tuple[Any, ...]]]:
+        """This replica's summed gradients over the micro-batches, its loss share, and outputs.
 
         Each micro-batch contributes ``sum(sample_weight * loss) / rows``, ``rows``
         the rows of the whole optimizer step over all replicas and micro-batches
         (see :meth:`_step_rows`), so the all-reduced gradient is that of the mean
         over the step's rows; the regularisation losses are added once per step
-        (a ``1 / (replicas * micro-batches)`` share each). Runs in replica
-        context; touches only replica-local state (the model's variables read,
-        the metrics' local copies), so it can be XLA-compiled.
+        (a ``1 / (replicas * micro-batches)`` share each). The outputs,
+        ``(y, predictions, sample_weight, per-example loss)`` per micro-batch,
+        feed the metrics once the step is known to be applied. Runs in replica
+        context and only reads the model's variables, so it can be XLA-compiled.
         """
         model = self.model
         tvars = model.trainable_variables
@@ -282,6 +305,7 @@ class Trainer:
         group = len(batches)
         grads_sum: list[Any] | None = None
         total_loss = tf.constant(0.0)
+        outputs = []
         for batch in batches:
             x, y, w = unpack_batch(batch)
             with tf.GradientTape() as tape:
@@ -303,21 +327,30 @@ class Trainer:
                 if grads_sum is None
                 else [a + g for a, g in zip(grads_sum, grads, strict=True)]
             )
+            outputs.append((y, pred, w, per_ex))
+        assert grads_sum is not None
+        return grads_sum, total_loss, outputs
+
+    def _update_metrics(self, outputs: list[tuple[Any, ...]]) -> None:
+        """The epoch's training metrics, from a step's outputs (replica context)."""
+        for y, pred, w, per_ex in outputs:
             self.train_loss.update_state(per_ex, sample_weight=w)
             for m in self.train_metrics:
                 m.update_state(y, pred, sample_weight=w)
-        assert grads_sum is not None
-        return grads_sum, total_loss
 
     def _replica_step(
         self, batches: tuple[Any, ...], with_ids: bool = False, record_width: int = 0
     ) -> Any:
         """One optimizer step on this replica's micro-batches: gradients, clipping, update.
 
-        Returns this replica's loss share; with ``record_width`` (the
-        per-replica batch size) also the step's all-gathered ids,
-        ``[micro-batches, replicas * record_width]`` in global rank order,
-        padded with -1 where a batch is partial.
+        Returns this replica's loss share and the step's non-finite flags
+        (``[replicas with a non-finite loss, with a non-finite gradient]``,
+        summed over the replicas: the same on every replica; zeros with
+        ``on_nonfinite="ignore"``); with ``record_width`` (the per-replica
+        batch size) also the step's all-gathered ids, ``[micro-batches,
+        replicas * record_width]`` in global rank order, padded with -1 where
+        a batch is partial. A step with a non-finite flag is not applied and
+        does not update the metrics.
         """
         opt = self.optimizer
         tvars = self.model.trainable_variables
@@ -339,17 +372,18 @@ class Trainer:
                 ids = ctx.all_gather(ids, axis=1)  # [k, W * B], in global rank order
             batches = tuple(bt[0] for bt in batches)
         rows = self._step_rows(batches)
-        grads_sum, total_loss = self._grad_fn(batches, rows)
+        grads_sum, total_loss, outputs = self._grad_fn(batches, rows)
+        check = self.on_nonfinite != "ignore"
+        local = nonfinite_local(total_loss, grads_sum) if check or lso is not None else None
+        local_flags = None
+        if check:
+            # Under mixed_float16 an overflowing gradient is the loss scaler's business
+            # (skip and rescale); the loss is checked in every case.
+            local_flags = local if lso is None else local * tf.constant([1.0, 0.0])
         if lso is not None:
             # Keras decides skip/apply from replica 0's local gradients: make every replica's
             # gradients non-finite when any replica's are, so all replicas decide alike.
-            local_bad = tf.cast(
-                tf.logical_not(
-                    tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads_sum])
-                ),
-                tf.float32,
-            )
-            any_bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_bad) > 0
+            any_bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local[1]) > 0
             grads_sum = [
                 tf.where(any_bad, tf.fill(tf.shape(g), float("nan")), g)
                 if g.dtype.is_floating
@@ -363,10 +397,28 @@ class Trainer:
                 norm = norm / tf.cast(lso.dynamic_scale, tf.float32)
             factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
             grads_sum = [g * tf.cast(factor, g.dtype) for g in grads_sum]
-        opt.apply_gradients(zip(grads_sum, tvars, strict=True))
+            if local_flags is not None and lso is None:  # the summed gradient overflowed
+                overflow = tf.cast(tf.logical_not(tf.math.is_finite(norm)), tf.float32)
+                local_flags = tf.maximum(local_flags, tf.stack([0.0, overflow]))
+        if local_flags is None:
+            opt.apply_gradients(zip(grads_sum, tvars, strict=True))
+            self._update_metrics(outputs)
+            flags = tf.zeros([2])
+        else:
+            flags = apply_if_finite(
+                local_flags,
+                lambda g: opt.apply_gradients(zip(g, tvars, strict=True)),
+                grads_sum,
+                multi_worker=self.info.num_workers > 1,
+            )
+            if self.on_nonfinite == "skip":  # a skipped step leaves the metrics out too
+                ok = tf.reduce_sum(flags) == 0
+                tf.cond(ok, lambda: self._update_metrics(outputs), lambda: None)
+            else:  # "stop": a flagged step ends the run
+                self._update_metrics(outputs)
         if record_width:
-            return total_loss, ids
-        return total_loss
+            return total_loss, flags, ids
+        return total_loss, flags
 
     # -- the compiled functions ------------------------------------------------------
     def _train_function(self, spec: str, group: int, multi: bool, batch_size: int) -> Any:
@@ -377,9 +429,11 @@ class Trainer:
         number of micro-batches per step, whether a call holds one step
         (straight-line) or several (a ``tf.range`` loop), and, when recording
         ids, the per-replica batch size; a second :meth:`fit` with another
-        input gets functions of its own. Every function returns the loss of
-        each of its steps (``[n]``, reduced over replicas), and the recorded
-        ids when ``record_samples`` is set.
+        input gets functions of its own. Every function returns, per step it
+        ran, ``[loss, replicas with a non-finite loss, with a non-finite
+        gradient]`` (``[n, 3]``, the loss reduced over the replicas; a call
+        with ``on_nonfinite="stop"`` ends at the first flagged step) and, when
+        ``record_samples`` is set, the steps' ids as a second output.
         """
         with_ids = bool(self._input_return_ids)
         width = batch_size if self.record_samples else 0
@@ -401,38 +455,41 @@ class Trainer:
         def replica_step(batches: tuple[Any, ...]) -> Any:
             return self._replica_step(batches, with_ids, width)
 
-        reduce_sum = tf.distribute.ReduceOp.SUM
-
         def one_step(iterator: Any) -> tuple[tf.Tensor, Any]:
+            """``[loss, flags...]`` of one step (and its ids when recording)."""
             batches = tuple(next(iterator) for _ in range(group))
             out = strategy.run(replica_step, args=(batches,))
-            per_loss, per_ids = out if record else (out, None)
-            loss = strategy.reduce(reduce_sum, per_loss, axis=None)
-            ids = strategy.experimental_local_results(per_ids)[0] if record else None
-            return loss, ids
+            local = strategy.experimental_local_results
+            loss = strategy.reduce(tf.distribute.ReduceOp.SUM, out[0], axis=None)
+            flags = local(out[1])[0]  # summed over the replicas in the step
+            step = tf.concat([tf.reshape(loss, [1]), flags], 0)
+            return step, (local(out[2])[0] if record else None)
 
         if not multi:
 
             @tf.function
-            def train_1(iterator: Any) -> Any:  # straight-line: no loop overhead
-                loss, ids = one_step(iterator)
-                losses = tf.reshape(loss, [1])
-                return (losses, tf.expand_dims(ids, 0)) if record else losses
+            def train_1(iterator: Any) -> Any:  # straight-line: no loop
+                step, ids = one_step(iterator)
+                step = tf.expand_dims(step, 0)
+                return (step, tf.expand_dims(ids, 0)) if record else step
 
             return lambda iterator, n: train_1(iterator)
 
+        stop_early = self.on_nonfinite == "stop"
+
         @tf.function
         def train_loop(iterator: Any, n: tf.Tensor) -> Any:  # Orbit-style multi-step
-            losses = tf.TensorArray(tf.float32, size=tf.cast(n, tf.int32))
-            ids_out = tf.TensorArray(tf.int64, size=tf.cast(n, tf.int32))
+            steps = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+            ids_out = tf.TensorArray(tf.int64, size=0, dynamic_size=True)
             for i in tf.range(n):
-                loss, ids = one_step(iterator)
-                losses = losses.write(tf.cast(i, tf.int32), loss)
+                step, ids = one_step(iterator)
+                j = tf.cast(i, tf.int32)
+                steps = steps.write(j, step)
                 if record:
-                    ids_out = ids_out.write(tf.cast(i, tf.int32), ids)
-            if record:
-                return losses.stack(), ids_out.stack()
-            return losses.stack()
+                    ids_out = ids_out.write(j, ids)
+                if stop_early and tf.reduce_sum(step[1:]) > 0:
+                    break  # every replica and worker breaks at the same step
+            return (steps.stack(), ids_out.stack()) if record else steps.stack()
 
         constants: dict[int, tf.Tensor] = {}
 
@@ -465,6 +522,38 @@ class Trainer:
                             rec["micro_batch"] = m
                         f.write(json.dumps(rec) + "\n")
 
+    def _nonfinite_error(self, i: int, losses: list[float], flags: Any) -> NonFiniteError:
+        """The error for step ``i`` of the latest call (the steps before it were applied)."""
+        self.state.step += i
+        self.state.global_step += i
+        self.state.stopped_early = True
+        self.state.stop_reason = "nonfinite"
+        weights_finite = all(
+            bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.model.trainable_variables
+        )
+        detail = ""
+        if not weights_finite:
+            detail += (
+                "; the weights were already non-finite before this step (a non-finite "
+                "learning rate, or an update that overflowed)"
+            )
+        mgr = self._checkpoint_manager()
+        if mgr is not None:
+            latest = mgr.latest
+            detail += (
+                f"; the latest checkpoint, {latest}, is from before it"
+                if latest
+                else "; no checkpoint was written"
+            )
+        return NonFiniteError(
+            global_step=self.state.global_step + 1,
+            epoch=self.state.epoch,
+            step=self.state.step,
+            what="loss" if flags[i][0] else "gradient",
+            value=losses[i],
+            detail=detail,
+        )
+
     # -- checkpoints --------------------------------------------------------------
     def _checkpoint_manager(self) -> Any:
         if self._ckpt is None and self.run_dir is not None:
@@ -475,6 +564,12 @@ class Trainer:
                 strategy=self.strategy,
                 max_to_keep=self.max_to_keep,
                 **keras_trackables(self.model, self.optimizer),
+                # The epoch's training-metric accumulators: a resumed epoch's line covers it all.
+                metric_states=[
+                    getattr(v, "value", v)
+                    for m in (self.train_loss, *self.train_metrics)
+                    for v in m.variables
+                ],
             )
             self._ckpt.check_writable()
         return self._ckpt
@@ -507,12 +602,17 @@ class Trainer:
 
         The saved data position must match ``train_input`` (world size, batch
         size, sampler configuration), else a ValueError names what differs.
+        The epoch's training-metric accumulators come back too, and
+        ``metrics.jsonl`` keeps only the lines up to the restored step (a line
+        written just before a crash, for steps the resumed run trains again,
+        would otherwise appear twice).
         """
         mgr = self._checkpoint_manager()
         if mgr is None:
             return False
         restored = mgr.restore(expected_config=self._data_config(train_input))
         if restored is None:
+            self._truncate_log(0)
             return False
         position, global_step = restored
         if position.step % self.accumulation_steps:
@@ -524,6 +624,7 @@ class Trainer:
         self.state.epoch = position.epoch
         self.state.step = position.step // self.accumulation_steps
         self.state.global_step = int(global_step)
+        self._truncate_log(self.state.global_step)
         if self.verbose:
             print(f"resumed from {mgr.latest}: epoch {position.epoch}, step {position.step}")
         return True
@@ -562,6 +663,38 @@ class Trainer:
         self._stop.set()
 
     # -- logging ------------------------------------------------------------------
+    def _truncate_log(self, global_step: int) -> None:
+        """Rewrite ``metrics.jsonl`` atomically without its lines past ``global_step`` (chief)."""
+        if not self.info.is_chief or self.run_dir is None:
+            return
+        path = os.path.join(self.run_dir, "metrics.jsonl")
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            lines = f.read().splitlines()
+        kept = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line torn by a crash mid-write
+                continue
+            if isinstance(record, dict) and record.get("global_step", 0) <= global_step:
+                kept.append(line)
+        if len(kept) == len(lines):
+            return
+        log.warning(
+            "tfdp: %s: dropped %d line(s) past the restored step %d (written before a crash)",
+            path,
+            len(lines) - len(kept),
+            global_step,
+        )
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "w") as f:
+            f.write("".join(line + "\n" for line in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
     def _log_epoch(self, record: dict[str, Any], writer: Any) -> None:
         if not self.info.is_chief:
             return
@@ -668,7 +801,7 @@ class Trainer:
                 else None
             )
             t0 = time.perf_counter()
-            batches_done = 0
+            batches_done = skipped = 0
             loss_sum, loss_count = 0.0, 0
             while self.state.step < steps_per_epoch:
                 if self.state.step < full_steps:
@@ -688,16 +821,32 @@ class Trainer:
                 if self.record_samples:
                     out, ids = out
                     self._write_records(ids, self.state.step, train_input.num_replicas)
-                losses = [float(v) for v in out.numpy()]
+                steps = out.numpy()  # [steps run, 3]: loss, non-finite flags
+                losses, flags = steps[:, 0].tolist(), steps[:, 1:]
+                bad = [i for i in range(len(losses)) if flags[i].any()]
+                if bad and self.on_nonfinite == "stop":  # the call ended at that step
+                    raise self._nonfinite_error(bad[0], losses, flags)
+                for i in bad:  # "skip": not applied; its data is consumed
+                    log.warning(
+                        "tfdp: skipped optimizer step %d (epoch %d, step %d): non-finite %s",
+                        self.state.global_step + i + 1,
+                        epoch + 1,
+                        self.state.step + i + 1,
+                        "loss" if flags[i][0] else "gradient",
+                    )
+                skipped += len(bad)
+                self.state.skipped_steps += len(bad)
                 self.state.step_losses = losses
                 self.state.last_loss = losses[-1]
                 self.state.step += n
                 self.state.global_step += n
                 batches_done += n * group
-                loss_sum += sum(losses)
-                loss_count += n
+                good = [v for i, v in enumerate(losses) if i not in bad]
+                loss_sum += sum(good)
+                loss_count += len(good)
                 if bar is not None:  # already-reduced step losses: no metric read, no collective
-                    bar.update(self.state.step, values=[("loss", loss_sum / loss_count)])
+                    mean = loss_sum / loss_count if loss_count else float("nan")
+                    bar.update(self.state.step, values=[("loss", mean)])
                 if on_step is not None:
                     on_step(self.state)
                 due = self.checkpoint_every and self.state.global_step % self.checkpoint_every == 0
@@ -724,6 +873,8 @@ class Trainer:
             samples = batches_done * train_input.global_batch_size
             record["samples_per_s"] = samples / max(elapsed, 1e-9)
             record["lr"] = self._learning_rate()
+            if skipped:
+                record["skipped_steps"] = skipped
             self.train_loss.reset_state()
             for m in self.train_metrics:
                 m.reset_state()
@@ -736,8 +887,10 @@ class Trainer:
                 if self.verbose:
                     print(train_input.source.report(), flush=True)
             self.state.epoch, self.state.step = epoch + 1, 0
-            self._save(train_input)
+            # The line first: a crash between the two re-runs (part of) the epoch from an
+            # older checkpoint, and the resume drops the line (see restore).
             self._log_epoch(record, writer)
+            self._save(train_input)
             records.append(record)
             self.state.history.append(record)
             if self._agreed_stop() or (
