@@ -1085,6 +1085,84 @@ class TFRecordSource:
             f"features={sorted(self.features)}, manifest={self.manifest is not None})"
         )
 
+    # -- checked reading (added for issue 10; keep at the end of the class) ---------------
+    def file_records(self, path: Any) -> tf.data.Dataset:
+        """The serialized records of ``path`` (one of ``files``), checked against ``counts``.
+
+        Graph-compatible (``path`` may be a string tensor, as in ``interleave``).
+        When the file ends, the number of records read must equal its count (from
+        the manifest, ``counts=`` or the count at construction); a record past
+        that count, a file that ends early, and a truncated or corrupt record
+        (which ends what can be read of the file) raise ``InvalidArgumentError``
+        whose message names the file and both numbers -- instead of an epoch
+        that silently yields fewer batches than ``steps_per_epoch`` promised.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords(np.zeros((6, 2), "float32"), tempfile.mkdtemp(),
+            ...                         num_shards=2)
+            >>> src = TFRecordSource(files)
+            >>> sum(1 for _ in src.file_records(files[0]))
+            3
+            >>> with open(files[0], "ab") as fh:  # records appended after the manifest
+            ...     _ = fh.write(open(files[1], "rb").read())
+            >>> sum(1 for _ in src.file_records(files[0]))
+            Traceback (most recent call last):
+            ...
+            tensorflow.python.framework.errors_impl.InvalidArgumentError: ...
+        """
+        path = tf.convert_to_tensor(path, tf.string)
+        known = tf.constant(self.files)
+        expected = tf.reduce_sum(
+            tf.where(
+                tf.equal(known, path), tf.constant(self.counts, tf.int64), tf.constant(0, tf.int64)
+            )
+        )
+        records = tf.data.TFRecordDataset(path, compression_type=self.compression or "")
+        records = records.ignore_errors(log_warning=False)  # a torn record ends the file: counted
+        flagged = records.map(lambda r: (tf.constant(True), r))
+        end = tf.data.Dataset.from_tensors((tf.constant(False), tf.constant(b"")))
+
+        def count(n: tf.Tensor, item: Any) -> tuple[tf.Tensor, Any]:
+            is_record, record = item
+            n = n + tf.cast(is_record, tf.int64)
+            return n, (n, is_record, record)
+
+        def check(n: tf.Tensor, is_record: tf.Tensor, record: tf.Tensor) -> Any:
+            ok = tf.where(is_record, n <= expected, tf.equal(n, expected))
+            got = tf.strings.as_string(n)
+            want = tf.strings.as_string(expected)
+            message = tf.where(
+                is_record,
+                tf.strings.join(
+                    [
+                        "TFRecordSource: ",
+                        path,
+                        " holds more than the ",
+                        want,
+                        " records its count says (rewritten after its manifest was written?)",
+                    ]
+                ),
+                tf.strings.join(
+                    [
+                        "TFRecordSource: only ",
+                        got,
+                        " of the ",
+                        want,
+                        " records of ",
+                        path,
+                        " could be read (the file is truncated or corrupt after record ",
+                        got,
+                        ", or was rewritten after its manifest)",
+                    ]
+                ),
+            )
+            with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
+                return is_record, tf.identity(record)
+
+        checked = flagged.concatenate(end).scan(tf.constant(0, tf.int64), count).map(check)
+        return checked.filter(lambda is_record, record: is_record).map(lambda is_record, r: r)
+
 
 def _manifest_decoder(feats: list[_Feature], structure: str) -> Callable[[dict[str, Any]], Any]:
     def decode(parsed: dict[str, Any]) -> Any:
