@@ -81,6 +81,12 @@ _TMP_PREFIX = ".tfdp_tmp_"
 _NUMBERED = re.compile(rf"{_CHECKPOINT_NAME}-(\d+)\.index$")
 
 
+def _number(path: str) -> int | None:
+    """N of a checkpoint path ``.../ckpt-N``, else None."""
+    m = re.fullmatch(rf"{_CHECKPOINT_NAME}-(\d+)", os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
 class CheckpointError(RuntimeError):
     """No checkpoint could be read, or the checkpoint directory is unusable.
 
@@ -416,10 +422,10 @@ class CheckpointManager:
         self._step, self._data, self.checkpoint = _without_strategy(make)
         self._manager: tf.train.CheckpointManager | None = None
         if self.is_chief:
-            self._manager = tf.train.CheckpointManager(
-                self.checkpoint, self.directory, max_to_keep, checkpoint_name=_CHECKPOINT_NAME
-            )
+            self._manager = self._tf_manager()
         self._last_saved_step: int | None = None
+        #: The checkpoint the last :meth:`restore` restored (after any fallback), or None.
+        self.restored: str | None = None
 
     # -- where ------------------------------------------------------------------
     @property
@@ -441,27 +447,77 @@ class CheckpointManager:
     def checkpoints(self) -> list[str]:
         """The managed checkpoint paths in ``directory``, oldest first (read from disk).
 
+        What the ``checkpoint`` state file lists; empty when it is missing or
+        unreadable (:meth:`restore` then looks at the files themselves).
+
         Example:
             >>> import tempfile
             >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).checkpoints
             []
         """
-        state = tf.train.get_checkpoint_state(self.directory)
+        state = self._state()
         if state is None:
             return []
         return list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
 
     @property
     def latest(self) -> str | None:
-        """The newest checkpoint path in ``directory``, or None.
+        """The newest checkpoint path the state file names, or None.
 
         Example:
             >>> import tempfile
             >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).latest is None
             True
         """
-        state = tf.train.get_checkpoint_state(self.directory)
+        state = self._state()
         return None if state is None else state.model_checkpoint_path
+
+    @property
+    def state_file(self) -> str:
+        """The ``checkpoint`` state file that names the checkpoints (written by TensorFlow)."""
+        return os.path.join(self.directory, "checkpoint")
+
+    def _state(self) -> Any:
+        """The parsed state file, or None when it is missing, empty or unreadable."""
+        try:
+            state = tf.train.get_checkpoint_state(self.directory)
+        except (ValueError, UnicodeDecodeError, tf.errors.OpError):  # empty / binary garbage
+            return None
+        if state is None or not state.model_checkpoint_path:
+            return None
+        return state
+
+    def _tf_manager(self) -> tf.train.CheckpointManager:
+        """TensorFlow's manager (the chief's writer); an unreadable state file is set aside.
+
+        TensorFlow's manager reads the state file when it is created and
+        fails on an empty or binary one. Such a file is renamed to
+        ``checkpoint.unreadable-<id>`` (kept, not deleted) with a warning;
+        the next save writes a new state file, and :meth:`restore` finds the
+        checkpoints on disk meanwhile.
+        """
+        try:
+            return tf.train.CheckpointManager(
+                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=_CHECKPOINT_NAME
+            )
+        except (ValueError, UnicodeDecodeError, tf.errors.OpError) as e:
+            aside = f"{self.state_file}.unreadable-{uuid.uuid4().hex[:8]}"
+            try:
+                _gfile_call(tf.io.gfile.rename, self.state_file, aside)
+            except OSError:
+                raise CheckpointError(
+                    f"checkpoint state file {self.state_file} is unreadable ({e}) and could not "
+                    "be moved aside; move or delete it (the checkpoints themselves are found "
+                    "without it)"
+                ) from e
+            self._warn(
+                f"checkpoint state file {self.state_file} is unreadable "
+                f"({type(e).__name__}: {' '.join(str(e).split())[:120]}); kept as {aside}, the "
+                "checkpoints in the directory are used instead"
+            )
+            return tf.train.CheckpointManager(
+                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=_CHECKPOINT_NAME
+            )
 
     # -- writing ----------------------------------------------------------------
     def check_writable(self) -> None:
@@ -571,26 +627,90 @@ class CheckpointManager:
             logger.warning("could not remove temporary checkpoint directory %s: %s", path, e)
 
     # -- reading ----------------------------------------------------------------
+    def _on_disk(self) -> dict[int, str]:
+        """``{number: path}`` of the numbered checkpoints whose index file is in ``directory``."""
+        try:
+            names = tf.io.gfile.listdir(self.directory)
+        except tf.errors.OpError:
+            return {}
+        return {
+            int(m.group(1)): os.path.join(self.directory, m.group(0)[: -len(".index")])
+            for m in map(_NUMBERED.match, names)
+            if m
+        }
+
     def _candidates(self) -> list[str]:
-        """Checkpoints to try, newest first: those of the state file, else those on disk."""
+        """Checkpoints to try, newest first: those the state file lists and those on disk.
+
+        Newest is the highest checkpoint number (= global step). A state file
+        that is missing, empty, unreadable or names checkpoints that are gone
+        does not hide the checkpoints that are there; a checkpoint on disk
+        that the state file does not list yet (a save interrupted between
+        writing it and updating the state file) is tried too -- every
+        candidate is read and checked in full before it is used.
+        """
         listed = self.checkpoints
-        if listed:
-            return listed[::-1]
+        on_disk = self._on_disk()
+        numbered: dict[int, str] = dict(on_disk)
+        others: list[str] = []  # listed paths not named ckpt-<N> (not written by tfdp)
+        for path in listed:
+            number = _number(path)
+            if number is None:
+                others.append(path)
+            else:
+                numbered.setdefault(number, path)
+        listed_numbers = {n for n in map(_number, listed) if n is not None}
+        if on_disk and not listed:
+            self._warn(
+                f"checkpoint state file in {self.directory!r} is missing or unreadable; "
+                f"trying the {len(on_disk)} checkpoint(s) found on disk, highest number first"
+            )
+        elif max(on_disk, default=-1) > max(listed_numbers, default=-1):
+            newer = sorted(n for n in on_disk if n > max(listed_numbers, default=-1))
+            self._warn(
+                f"checkpoint(s) {[os.path.basename(on_disk[n]) for n in newer]} in "
+                f"{self.directory!r} are newer than what its state file lists (a save "
+                "interrupted before it updated the state file?); they are tried first"
+            )
+        return others[::-1] + [numbered[n] for n in sorted(numbered, reverse=True)]
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete what interrupted saves left in ``directory``: ``ckpt-N_temp`` folders.
+
+        TensorFlow writes a checkpoint's shards into ``<prefix>_temp/`` and
+        merges them into ``<prefix>.index`` / ``.data-*``; a process killed
+        in between leaves the folder (empty, or with partial shards that no
+        checkpoint refers to). Only the chief removes them, and only those of
+        its own checkpoint prefix. Call it when no save is in progress (one
+        writer per directory: ``tfdp train`` holds a lock).
+
+        Returns:
+            The folders removed.
+
+        Example:
+            >>> import tempfile
+            >>> d = tempfile.mkdtemp(); os.makedirs(os.path.join(d, "ckpt-7_temp"))
+            >>> m = CheckpointManager(d, model=keras.layers.Dense(1))
+            >>> [os.path.basename(p) for p in m.remove_leftovers()], os.listdir(d)
+            (['ckpt-7_temp'], [])
+        """
+        if not self.is_chief:
+            return []
         try:
             names = tf.io.gfile.listdir(self.directory)
         except tf.errors.OpError:
             return []
-        found = sorted(
-            (int(m.group(1)), os.path.join(self.directory, m.group(0)[: -len(".index")]))
-            for m in map(_NUMBERED.match, names)
-            if m
-        )
-        if found:
-            self._warn(
-                f"checkpoint state file in {self.directory!r} is missing or unreadable; "
-                f"trying the {len(found)} checkpoint(s) found on disk, highest number first"
-            )
-        return [path for _, path in reversed(found)]
+        removed = []
+        for name in names:
+            name = name.rstrip("/")
+            if re.fullmatch(rf"{_CHECKPOINT_NAME}-\d+_temp", name):
+                path = os.path.join(self.directory, name)
+                self._remove_tree(path)
+                if not tf.io.gfile.exists(path):
+                    removed.append(path)
+        if removed:
+            logger.info("removed %d leftover(s) of interrupted saves: %s", len(removed), removed)
+        return removed
 
     @staticmethod
     def _warn(message: str) -> None:
@@ -615,7 +735,7 @@ class CheckpointManager:
         return position, int(reader.get_tensor(_STEP_KEY))
 
     def restore(
-        self, expected_config: Mapping[str, Any] | None = None
+        self, expected_config: Mapping[str, Any] | None = None, *, partial: bool = False
     ) -> tuple[DataPosition, int] | None:
         """Restore the newest readable checkpoint into the trackables.
 
@@ -623,11 +743,18 @@ class CheckpointManager:
         truncated checkpoint is skipped with a :class:`CheckpointWarning` (and
         a log record) naming it, and the previous one is used: at most one
         save interval is lost. Nothing is assigned before a checkpoint has
-        been found readable and its configuration matching.
+        been found readable and its configuration matching. The candidates
+        are the checkpoints the state file lists and those on disk, highest
+        number first (see :meth:`_candidates`): an empty, garbled or stale
+        state file does not hide them. :attr:`restored` names the checkpoint
+        restored. On the chief, leftovers of interrupted saves are removed
+        first (:meth:`remove_leftovers`).
 
         Args:
             expected_config: The data configuration of this run (e.g.
                 :func:`input_config`); must equal the saved one.
+            partial: Restore only the trackables given (e.g. the model for
+                evaluation) from a checkpoint that holds more (e.g. an optimizer).
 
         Returns:
             ``(position, global_step)`` of the restored checkpoint, or None
@@ -650,6 +777,8 @@ class CheckpointManager:
               batch_size: saved 8, now 16
             ...
         """
+        self.restored = None
+        self.remove_leftovers()
         candidates = self._candidates()
         if not candidates:
             return None
@@ -672,6 +801,8 @@ class CheckpointManager:
             if expected_config is not None:
                 self._check_config(path, position.config, expected_config)
             status = self.checkpoint.restore(path)
+            if partial:
+                status.expect_partial()
             try:
                 status.assert_existing_objects_matched()
             except AssertionError as e:
@@ -680,6 +811,9 @@ class CheckpointManager:
                     f"model or optimizer?): {e}"
                 ) from e
             self._last_saved_step = global_step
+            self.restored = path
+            if i:
+                logger.warning("restored %s (the newer %d could not be read)", path, i)
             return position, global_step
         raise CheckpointError(
             f"none of the {len(candidates)} checkpoint(s) in {self.directory!r} is readable:\n"

@@ -147,8 +147,8 @@ def check_labels(
         frac = np.flatnonzero(y != np.round(y))
         if len(frac):
             raise ValueError(
-                f"{where}: labels must be integer class ids, got non-integral values "
-                f"{_show(y[frac])} (at example(s) {_show(frac)})"
+                f"{where}: labels must be integer class ids; {len(frac)} are not, with values "
+                f"{_show(np.unique(y[frac]))} (at example(s) {_show(frac)})"
             )
         notes.append(f"{where}: {y.dtype.name} labels hold integer values: read as int64")
         y = y.astype(np.int64)
@@ -164,7 +164,8 @@ def check_labels(
     neg = np.flatnonzero(y < 0)
     if len(neg):
         raise ValueError(
-            f"{where}: labels must be >= 0, got {_show(y[neg])} (at example(s) {_show(neg)})"
+            f"{where}: labels must be >= 0; {len(neg)} are not, with values "
+            f"{_show(np.unique(y[neg]))} (at example(s) {_show(neg)})"
         )
     if classes is not None and num_classes is not None and len(classes) != num_classes:
         raise ValueError(f"{where}: names {len(classes)} classes, but {num_classes} are expected")
@@ -411,6 +412,16 @@ def _arrays(
 
 
 def _open_npz(path: str, num_classes: int | None, option: str, require_all: bool) -> OpenedData:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read ({err.strerror})") from None
+    if head not in (b"PK\x03\x04", b"PK\x05\x06"):  # a zip archive (05 06: an empty one)
+        raise ValueError(
+            f"{path}: not a .npz file (a .npz is a zip archive of arrays, as numpy.savez writes; "
+            f"this file starts with {head!r})"
+        )
     try:
         with np.load(path, allow_pickle=False) as npz:
             keys = set(npz.files)
