@@ -670,7 +670,8 @@ def resolve_resume(
 ) -> Resumed:
     """The options of a resumed run: ``config.json``'s, with the ``given`` ones applied.
 
-    An option not in ``given`` takes the run's value. A given option that
+    An option not in ``given`` takes the run's value (its default when
+    ``config.json`` predates the option). A given option that
     differs from the run's either changes (options whose ``resume`` policy is
     ``"record"``: learning rate, epochs, schedule, ...; the change goes into
     ``config.json``'s history) or is refused, naming it (``"refuse"``: the
@@ -688,8 +689,8 @@ def resolve_resume(
         >>> run = tempfile.mkdtemp()
         >>> _ = open(os.path.join(run, "config.json"), "w").write(json.dumps({"lr": 0.1, "epochs": 15}))
         >>> r = resolve_resume(run, TrainConfig(lr=0.01, epochs=20), given={"lr"})
-        >>> r.config.lr, r.config.epochs, r.changed
-        (0.01, 15, {'lr': (0.1, 0.01)})
+        >>> r.config.lr, r.config.epochs, r.config.batch_size, r.changed
+        (0.01, 15, 64, {'lr': (0.1, 0.01)})
         >>> resolve_resume(run, TrainConfig(optimizer="sgd"), given={"optimizer"})
         Traceback (most recent call last):
         ...
@@ -711,16 +712,18 @@ def resolve_resume(
         now = getattr(cfg, name)
         explicit = given is None or name in given
         policy = f.metadata["resume"]
-        if policy == "locate" or name not in saved:  # the run's place, or an option added since
+        if policy == "locate":  # where the run is, not what it is
             merged[name] = now
             continue
-        if not explicit or saved[name] == now:
-            merged[name] = saved[name]
+        # An option newer than the run's config.json: the run had its default.
+        old = saved.get(name, f.default)
+        if not explicit or old == now:
+            merged[name] = old
             continue
         if policy == "refuse":
-            refused.append(f"{_flag(name)} (the run has {saved[name]!r}, now {now!r})")
+            refused.append(f"{_flag(name)} (the run has {old!r}, now {now!r})")
             continue
-        changed[name] = (saved[name], now)
+        changed[name] = (old, now)
         merged[name] = now
     if refused:
         one = len(refused) == 1
