@@ -517,7 +517,7 @@ def test_damaged_state_file_falls_back_to_the_checkpoints_on_disk(tmp_path, how)
     layer = _dense(seed=-1)
     with pytest.warns(CheckpointWarning):
         manager = CheckpointManager(tmp_path, layer=layer)  # the chief: TF's manager reads it
-        position, step = manager.restore()
+        _position, step = manager.restore()
     assert step == 30 and manager.restored == str(tmp_path / "ckpt-30")
     np.testing.assert_array_equal(layer.kernel.numpy(), np.full((3, 2), 30, "float32"))
     # The damaged state file is kept (set aside or still there), never silently lost.

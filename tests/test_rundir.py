@@ -93,7 +93,7 @@ def test_run_config_errors_name_the_file(tmp_path):
     with pytest.raises(ValueError, match=rf"run config {p} is not valid JSON .*line 1"):
         read_json_object(p, "run config")
     p.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="must hold a JSON object.*got a list"):
+    with pytest.raises(ValueError, match=r"must hold a JSON object.*got a list"):
         read_json_object(p, "run config")
     write_json_atomic(p, {"epochs": 3})
     assert read_json_object(p) == {"epochs": 3}
@@ -106,8 +106,18 @@ def test_run_config_errors_name_the_file(tmp_path):
 def _train(run: Path, *extra: str, cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.Popen(
-        [sys.executable, "-m", "tfdp.cli", "train", "--run-dir", str(run), "--no-progress",
-         "--checkpoint-every", "5", *extra],
+        [
+            sys.executable,
+            "-m",
+            "tfdp.cli",
+            "train",
+            "--run-dir",
+            str(run),
+            "--no-progress",
+            "--checkpoint-every",
+            "5",
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -133,12 +143,12 @@ def test_two_runs_on_one_directory(tmp_path):
         holder = json.loads((run / LOCK_NAME).read_text())
         assert holder["pid"] == first.pid
         second = _train(run, "--epochs", "200", "--resume", cwd=tmp_path)
-        out, err = second.communicate(timeout=300)
+        _, err = second.communicate(timeout=300)
         assert second.returncode == 2, err
         assert f"is in use by pid {first.pid} on host {socket.gethostname()!r}" in err
         assert "Traceback" not in err
         first.send_signal(signal.SIGTERM)  # a clean stop releases the lock
-        out, err = first.communicate(timeout=300)
+        _, err = first.communicate(timeout=300)
         assert first.returncode == 143, err
     finally:
         if first.poll() is None:
@@ -159,7 +169,7 @@ def test_two_runs_on_one_directory(tmp_path):
             third.kill()
     assert json.loads((run / LOCK_NAME).read_text())["pid"] == third.pid
     fourth = _train(run, "--epochs", "1", "--resume", cwd=tmp_path)
-    out, err = fourth.communicate(timeout=300)
+    _out, err = fourth.communicate(timeout=300)
     assert fourth.returncode == 0, err
     assert f"taking over the lock of {str(run)!r} left by pid {third.pid}" in err
     assert not (run / LOCK_NAME).exists()

@@ -45,6 +45,7 @@ import numpy as np
 __all__ = [
     "MANIFEST_SUFFIX",
     "OpenedData",
+    "check_class_names",
     "check_images",
     "check_labels",
     "in_memory",
@@ -69,6 +70,29 @@ def _show(values: Any, limit: int = _SHOWN) -> str:
 
 def _where(path: str, key: str | None) -> str:
     return f"{path} (key {key!r})" if key else path
+
+
+def check_class_names(where: str, have: Sequence[str] | None, want: Sequence[str] | None) -> None:
+    """Refuse class names that differ from the expected ones (held-out vs training data).
+
+    A label means the class of that position: other names, or the same in
+    another order, would give the labels other meanings.
+
+    Example:
+        >>> check_class_names("b/", ["cat", "eel"], ["cat", "dog", "eel"])
+        Traceback (most recent call last):
+        ...
+        ValueError: b/ names other classes than expected (missing: ['dog']; not expected: []): its labels would mean other classes
+    """  # noqa: E501
+    if have is None or want is None or list(have) == list(want):
+        return
+    missing = [c for c in want if c not in set(have)][:_SHOWN]
+    extra = [c for c in have if c not in set(want)][:_SHOWN]
+    order = "" if missing or extra else " (the same names, in another order)"
+    raise ValueError(
+        f"{where} names other classes than expected{order} (missing: {missing}; not expected: "
+        f"{extra}): its labels would mean other classes"
+    )
 
 
 def _ranges(ks: Sequence[int]) -> str:
@@ -174,10 +198,11 @@ def check_labels(
     if k is not None:
         over = np.flatnonzero(y >= k)
         if len(over):
-            named = "names" if classes is not None else "has"
+            source = "named" if classes is not None else "expected"
             raise ValueError(
-                f"{where}: {named} {k} classes (labels 0..{k - 1}), but labels "
-                f"{_show(np.unique(y[over]))} occur (at example(s) {_show(over)})"
+                f"{where}: labels must be in 0..{k - 1} ({k} classes {source}); "
+                f"{len(over)} are not, with values {_show(np.unique(y[over]))} "
+                f"(at example(s) {_show(over)})"
             )
     else:
         k = top + 1
@@ -411,7 +436,13 @@ def _arrays(
     return data
 
 
-def _open_npz(path: str, num_classes: int | None, option: str, require_all: bool) -> OpenedData:
+def _open_npz(
+    path: str,
+    num_classes: int | None,
+    option: str,
+    require_all: bool,
+    class_names: Sequence[str] | None,
+) -> OpenedData:
     try:
         with open(path, "rb") as fh:
             head = fh.read(4)
@@ -443,6 +474,7 @@ def _open_npz(path: str, num_classes: int | None, option: str, require_all: bool
     names = None
     if classes is not None:
         names = [str(c) for c in np.asarray(classes).reshape(-1).tolist()]
+        check_class_names(f"{path} (key 'classes')", names, class_names)
     x, scale, notes = check_images(images, path, xk)
     y, k, label_notes = check_labels(
         labels,
@@ -481,7 +513,11 @@ def _probe_folder(src: Any) -> tuple[int, list[tuple[int, int]]]:
 
 
 def _open_folder(
-    path: str, channels: int | None, on_bad_file: str, num_classes: int | None
+    path: str,
+    channels: int | None,
+    on_bad_file: str,
+    num_classes: int | None,
+    class_names: Sequence[str] | None,
 ) -> OpenedData:
     from tfdp.sources import ImageFolderSource
 
@@ -493,6 +529,7 @@ def _open_folder(
         src = ImageFolderSource(path, on_error=on_bad_file, channels=channels)
     labels = np.asarray(src.labels, np.int64)
     k = len(src.classes)
+    check_class_names(f"{src.root} (its class folders)", src.classes, class_names)
     if num_classes is not None and k != num_classes:
         raise ValueError(f"{src.root}: has {k} class folders, but {num_classes} are expected")
     same = len(set(sizes)) == 1
@@ -562,7 +599,12 @@ def _tfrecord_files(spec: str) -> tuple[str, list[str] | None]:
 
 
 def _open_tfrecord(
-    spec: str, num_classes: int | None, option: str, require_all: bool, read_all_labels: bool
+    spec: str,
+    num_classes: int | None,
+    option: str,
+    require_all: bool,
+    read_all_labels: bool,
+    class_names: Sequence[str] | None,
 ) -> OpenedData:
     from tfdp.sources import TFRecordSource
     from tfdp.sources.tfrecord import read_manifest
@@ -627,8 +669,10 @@ def _open_tfrecord(
     classes = manifest.get("classes")
     k = manifest.get("num_classes")
     label_counts = manifest.get("label_counts")
+    if classes:
+        data.classes = [str(c) for c in classes]
+        check_class_names(f"{manifest_path} (its 'classes')", data.classes, class_names)
     if isinstance(k, int) and isinstance(label_counts, list) and files is None:
-        data.classes = [str(c) for c in classes] if classes else None
         data.label_counts = np.asarray(label_counts, np.int64)
         if num_classes is not None and num_classes != k:
             if num_classes < k and data.label_counts[num_classes:].any():
@@ -728,6 +772,7 @@ def open_source(
     num_classes_option: str = "num_classes",
     require_all_classes: bool = True,
     read_all_labels: bool = False,
+    class_names: Sequence[str] | None = None,
     what: str = "SRC",
 ) -> OpenedData:
     """Open a data spec: ``"digits"``, a .npz file, an image folder, or TFRecord shards.
@@ -749,6 +794,8 @@ def open_source(
         read_all_labels: TFRecord data whose manifest has no class list: read
             the labels (:func:`read_labels`) to count and check the classes.
             Otherwise ``num_classes`` stays None.
+        class_names: The class names the data must have, when it names its
+            classes (held-out data: the training data's); see :func:`check_class_names`.
         what: How the caller's users name ``spec`` (``"SRC"``, ``"--data"``), for messages.
 
     Raises:
@@ -768,10 +815,11 @@ def open_source(
         raise ValueError(f"on_bad_file must be 'raise' or 'skip', got {on_bad_file!r}")
     if spec == "digits":
         data = _open_digits()
+        check_class_names("the digits", data.classes, class_names)
         if num_classes is not None and num_classes != 10:
             raise ValueError(f"the digits have 10 classes, but {num_classes} are expected")
         return data
-    tf_args = (num_classes, num_classes_option, require_all_classes, read_all_labels)
+    tf_args = (num_classes, num_classes_option, require_all_classes, read_all_labels, class_names)
     path = os.path.expanduser(spec)
     if any(c in spec for c in "*?[") and not os.path.exists(path):
         return _open_tfrecord(spec, *tf_args)
@@ -782,7 +830,9 @@ def open_source(
         )
     if os.path.isfile(path):
         if path.endswith(".npz"):
-            return _open_npz(path, num_classes, num_classes_option, require_all_classes)
+            return _open_npz(
+                path, num_classes, num_classes_option, require_all_classes, class_names
+            )
         if path.endswith(MANIFEST_SUFFIX):
             return _open_tfrecord(path, *tf_args)
         raise ValueError(
@@ -796,7 +846,7 @@ def open_source(
             f"{what} {spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp reads "
             "shards written by write_tfrecords (or tfdp data convert)"
         )
-    return _open_folder(path, channels, on_bad_file, num_classes)
+    return _open_folder(path, channels, on_bad_file, num_classes, class_names)
 
 
 def resize_uint8(image: Any, size: int | None) -> Any:

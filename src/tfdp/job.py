@@ -472,17 +472,10 @@ def build_data(cfg: TrainConfig) -> JobData:
             channels=train.channels if train.kind == "folder" else None,
             what="--eval-data",
             read_all_labels=True,
+            class_names=train.classes,
             **common,
         )
         notes += evals.notes
-        if train.classes and evals.classes and list(train.classes) != list(evals.classes):
-            only_train = sorted(set(train.classes) - set(evals.classes))[:5]
-            only_eval = sorted(set(evals.classes) - set(train.classes))[:5]
-            raise ValueError(
-                f"--eval-data {cfg.eval_data!r} names other classes than --data {cfg.data!r} "
-                f"(only in --data: {only_train}; only in --eval-data: {only_eval}; or another "
-                "order): its labels would mean other classes"
-            )
         if evals.channels != train.channels:
             raise ValueError(
                 f"--eval-data {cfg.eval_data!r} has {evals.channels}-channel images, --data "

@@ -112,6 +112,7 @@ class RunLock:
         self.path = os.path.join(self.run_dir, LOCK_NAME)
         self._notify = notify or (lambda text: print(text, file=sys.stderr, flush=True))
         self._fd: int | None = None
+        self._created = False  # the run directory was made by acquire(): removed if left empty
 
     @property
     def held(self) -> bool:
@@ -139,7 +140,9 @@ class RunLock:
             return self
         for _ in range(100):  # retried only when the file was replaced while we opened it
             try:
-                os.makedirs(self.run_dir, exist_ok=True)
+                if not os.path.isdir(self.run_dir):
+                    os.makedirs(self.run_dir)
+                    self._created = True
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as err:
                 raise PermissionError(
@@ -220,7 +223,11 @@ class RunLock:
         os.fsync(self._fd)
 
     def release(self) -> None:
-        """Remove the lock file and release the lock (harmless when not held)."""
+        """Remove the lock file and release the lock (harmless when not held).
+
+        A run directory that :meth:`acquire` created and nothing else was
+        written to is removed too: a run refused early leaves no trace.
+        """
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
@@ -228,6 +235,9 @@ class RunLock:
             if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                 os.unlink(self.path)  # while still locked: a waiting opener retries
         os.close(fd)
+        if self._created:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.run_dir)  # only if empty
 
     def __enter__(self) -> RunLock:
         return self.acquire()

@@ -1044,10 +1044,9 @@ class TFRecordSource:
             )
         group = rank // r
         files = self.group_files(rank=rank, num_replicas=w, num_repeats=r, seed=seed, epoch=epoch)
-        compression = self.compression or ""
         ds = tf.data.Dataset.from_tensor_slices(files)
         ds = ds.interleave(
-            lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+            self.file_records,  # counts checked against the manifest as records are read
             cycle_length=min(self.cycle_length, len(files)),
             block_length=1,
             num_parallel_calls=self.num_parallel_calls,
