@@ -52,6 +52,8 @@ _SUFFIXES = (
 
 def _clean(line: str) -> str:
     line = line.strip()
+    if "assertion failed:" in line:  # "Error in user-defined function ...: assertion failed: [...]"
+        line = line[line.index("assertion failed:") :]
     changed = True
     while changed:
         changed = False
@@ -69,12 +71,16 @@ def _boilerplate(line: str) -> bool:
     return not stripped or any(p.search(stripped) for p in _BOILERPLATE)
 
 
+_REMOTE = re.compile(r"remote target (/job:[\w-]+/replica:\d+/task:\d+)")
+
+
 def meaningful_line(text: str) -> str:
     r"""The first line of ``text`` that says what went wrong (boilerplate of TF errors skipped).
 
     A line ending in ``:`` is joined with the next one (``... unhealthy
-    (stopped sending heartbeats):`` + the task that died). Returns ``""``
-    when ``text`` holds nothing but boilerplate.
+    (stopped sending heartbeats):`` + the task that died); a peer named
+    only further down (gRPC's ``... from remote target /job:worker/...``) is
+    appended. Returns ``""`` when ``text`` holds nothing but boilerplate.
 
     Example:
         >>> meaningful_line("Graph execution error:\n\n  (0) INVALID_ARGUMENT:  Received a "
@@ -88,6 +94,10 @@ def meaningful_line(text: str) -> str:
             continue
         if line.endswith(":") and i + 1 < len(lines):
             line = f"{line} {_clean(lines[i + 1])}".strip()
+        if "/job:" not in line:
+            peers = list(dict.fromkeys(_REMOTE.findall(text)))
+            if peers:
+                line = f"{line} (from {', '.join(peers[:3])})"
         if len(line) > MAX_CHARS:
             line = line[: MAX_CHARS - 3].rstrip() + "..."
         return line

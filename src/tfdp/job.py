@@ -982,6 +982,10 @@ def _train(
     }
     if trainer.state.history:
         result.update({k: v for k, v in trainer.state.history[-1].items() if k.startswith("val_")})
+    from tfdp.sources import ImageFolderSource
+
+    if info.is_chief and isinstance(data.eval, ImageFolderSource) and data.eval.skipped_files():
+        print(f"tfdp train: held-out data: {data.eval.report()}", flush=True)  # --on-bad-file skip
     if info.num_workers > 1:  # every worker: the proof that all hold the same weights
         print(
             f"tfdp train: worker {info.worker_index} weights sha256 {result['weights_sha256']} "
