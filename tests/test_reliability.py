@@ -41,9 +41,9 @@ def _metrics(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
-    """One epoch with non-default options: batch 32, a constant learning rate, seed 3."""
+    """One epoch with non-default options: batch 128, a constant learning rate, seed 3."""
     run = tmp_path_factory.mktemp("base") / "run"
-    done = tfdp("train", *SHORT, "--batch-size", "32", "--schedule", "constant", "--lr", "0.002",
+    done = tfdp("train", *SHORT, "--batch-size", "128", "--schedule", "constant", "--lr", "0.002",
                 "--seed", "3", "--run-dir", run)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return run
@@ -61,13 +61,13 @@ def run(base, tmp_path) -> Path:
 
 def test_resume_alone_continues_the_run_and_records_changes(run):
     before = json.loads((run / "config.json").read_text())
-    assert before["batch_size"] == 32 and before["history"][0]["event"] == "start"
+    assert before["batch_size"] == 128 and before["history"][0]["event"] == "start"
     more = tfdp("train", "--resume", "--run-dir", run, "--epochs", "2", "--lr", "0.0005")
     assert more.returncode == 0, more.stderr[-3000:]
     assert "--epochs 2 (was 1), --lr 0.0005 (was 0.002)" in more.stdout
     config = json.loads((run / "config.json").read_text())
     assert (config["batch_size"], config["seed"], config["lr"], config["epochs"]) == (
-        32, 3, 0.0005, 2
+        128, 3, 0.0005, 2
     )  # fmt: skip
     entry = config["history"][-1]
     assert entry["event"] == "resume" and entry["global_step"] == _metrics(run)[0]["global_step"]
@@ -82,7 +82,7 @@ def test_resume_alone_continues_the_run_and_records_changes(run):
         (["--mixed-precision", "mixed_float16"], "--mixed-precision (the run has None, now"),
         (["--mixed-precision", "mixed_bfloat16"], "'mixed_bfloat16') cannot change on resume"),
         (["--schedule", "cosine"], "--schedule (the run has 'constant', now 'cosine')"),
-        (["--batch-size", "64", "--seed", "0"], "--batch-size (the run has 32, now 64); --seed"),
+        (["--batch-size", "64", "--seed", "0"], "--batch-size (the run has 128, now 64); --seed"),
     ],
 )
 def test_resume_refuses_what_the_run_depends_on_naming_it(run, flags, named, capsys):
@@ -115,13 +115,13 @@ def test_missing_config_json_has_a_way_forward(run, capsys):
     assert main(["evaluate", str(run)]) == 2
     assert "tfdp train --resume --run-dir" in capsys.readouterr().err
     more = tfdp("train", "--resume", "--run-dir", run, *SHORT, "--epochs", "2", "--batch-size",
-                "32", "--schedule", "constant", "--lr", "0.002", "--seed", "3")  # fmt: skip
+                "128", "--schedule", "constant", "--lr", "0.002", "--seed", "3")  # fmt: skip
     assert more.returncode == 0, more.stderr[-3000:]
     assert "config.json was missing: rebuilt from the options given" in more.stderr
-    assert json.loads((run / "config.json").read_text())["batch_size"] == 32
+    assert json.loads((run / "config.json").read_text())["batch_size"] == 128
     assert len(_metrics(run)) == 2
     wrong = tfdp("train", "--resume", "--run-dir", run, "--batch-size", "64")
-    assert wrong.returncode == 2 and "--batch-size (the run has 32, now 64)" in wrong.stderr
+    assert wrong.returncode == 2 and "--batch-size (the run has 128, now 64)" in wrong.stderr
 
 
 # -- one restore path with fallback: train and evaluate ----------------------------------------
@@ -347,3 +347,85 @@ def test_equal_size_folder_is_not_said_to_vary_and_big_batches_name_the_flag(tmp
         _check_one_step(cfg, build_data(cfg), 2)
     assert "--batch-size 512 is more than one epoch holds" in str(err.value)
     assert "at most 28" in str(err.value) and "drop_remainder" not in str(err.value)
+
+
+# -- data checks and TFRecord counts, as the CLI and the stream meet them -----------------------
+
+
+def _npz(path: Path, labels=None) -> str:
+    images = np.random.default_rng(0).integers(0, 256, (30, 6, 6, 1), dtype=np.uint8)
+    np.savez(path, images=images, labels=np.arange(30) % 3 if labels is None else labels)
+    return str(path)
+
+
+def _shards(tmp: Path, n: int) -> Path:
+    from tfdp.cli_tools import convert_data
+
+    convert_data(_npz(tmp / "src.npz"), tmp / "shards", shards=n, progress=False)
+    return tmp / "shards"
+
+
+def _rewrite(path: Path, keep: int) -> int:
+    """Rewrite a shard with its first ``keep`` records (valid records, fewer than listed)."""
+    import tensorflow as tf
+
+    records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for r in records[:keep]:
+            w.write(r)
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(path))) == keep
+    return len(records)
+
+
+def test_cli_refuses_float_labels_and_warns_about_one_class(tmp_path):
+    bad = tfdp(
+        "train",
+        "--data",
+        _npz(tmp_path / "f.npz", labels=np.arange(30) % 3 + 0.5),
+        "--epochs",
+        "1",
+        "--run-dir",
+        str(tmp_path / "r1"),
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "f.npz (key 'labels'): labels must be integer class ids; 30 are not" in bad.stderr
+    assert not (tmp_path / "r1").exists()  # refused before anything was written
+    one = tfdp(
+        "train",
+        "--data",
+        _npz(tmp_path / "o.npz", labels=np.zeros(30, int)),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path / "r2"),
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert "warning: " in one.stderr and "a single class" in one.stderr
+
+
+def test_stream_checks_counts_as_it_reads(tmp_path):
+    """An epoch of a short shard used to end early, silently, so epochs drifted."""
+    import tensorflow as tf
+
+    from tfdp.sources import TFRecordSource
+
+    shards = _shards(tmp_path, n=2)
+    src = TFRecordSource(str(shards / "data.manifest.json"), shuffle_buffer=0)
+    full = [int(y) for (_, y), _ in src.stream(rank=0, num_replicas=1, batch_size=5)]
+    assert len(full) == src.steps_per_epoch(1, 1, 5) * 5
+    short = sorted(shards.glob("*.tfrecord"))[0]
+    _rewrite(short, 4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"4 of the 15 records of {short}"):
+        list(src.stream(rank=0, num_replicas=1, batch_size=5))
+
+
+def test_data_convert_output_is_only_what_was_written(tmp_path):
+    """The old converter printed the manifest's total even when it wrote fewer examples."""
+    shards = _shards(tmp_path, n=4)
+    _rewrite(sorted(shards.glob("*.tfrecord"))[0], 2)
+    result = tfdp("data", "convert", str(shards), str(tmp_path / "x.npz"), "--no-progress")
+    assert result.returncode == 2 and "wrote" not in result.stdout
+    assert "data-00000-of-00004.tfrecord could be read" in result.stderr

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -98,80 +96,3 @@ def test_run_config_errors_name_the_file(tmp_path):
     write_json_atomic(p, {"epochs": 3})
     assert read_json_object(p) == {"epochs": 3}
     assert [q.name for q in tmp_path.iterdir()] == ["config.json"]  # no temp file left
-
-
-# -- tfdp train holds the lock ----------------------------------------------------------------
-
-
-def _train(run: Path, *extra: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tfdp.cli",
-            "train",
-            "--run-dir",
-            str(run),
-            "--no-progress",
-            "--checkpoint-every",
-            "5",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=cwd,
-    )
-
-
-def _wait_for_checkpoint(run: Path, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 300
-    while not list((run / "checkpoints").glob("ckpt-*.index")):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no checkpoint written"
-        time.sleep(0.2)
-
-
-@pytest.mark.slow
-def test_two_runs_on_one_directory(tmp_path):
-    run = tmp_path / "run"
-    first = _train(run, "--epochs", "200", cwd=tmp_path)
-    try:
-        _wait_for_checkpoint(run, first)
-        holder = json.loads((run / LOCK_NAME).read_text())
-        assert holder["pid"] == first.pid
-        second = _train(run, "--epochs", "200", "--resume", cwd=tmp_path)
-        _, err = second.communicate(timeout=300)
-        assert second.returncode == 2, err
-        assert f"is in use by pid {first.pid} on host {socket.gethostname()!r}" in err
-        assert "Traceback" not in err
-        first.send_signal(signal.SIGTERM)  # a clean stop releases the lock
-        _, err = first.communicate(timeout=300)
-        assert first.returncode == 143, err
-    finally:
-        if first.poll() is None:
-            first.kill()
-    assert not (run / LOCK_NAME).exists()
-    third = _train(run, "--epochs", "200", "--resume", cwd=tmp_path)
-    try:
-        time.sleep(0.5)
-        _wait_for_checkpoint(run, third)
-        deadline = time.monotonic() + 300
-        while json.loads((run / LOCK_NAME).read_text() or "{}").get("pid") != third.pid:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        third.kill()  # kill -9: the lock file stays behind, naming a dead process
-        third.wait()
-    finally:
-        if third.poll() is None:
-            third.kill()
-    assert json.loads((run / LOCK_NAME).read_text())["pid"] == third.pid
-    fourth = _train(run, "--epochs", "1", "--resume", cwd=tmp_path)
-    _out, err = fourth.communicate(timeout=300)
-    assert fourth.returncode == 0, err
-    assert f"taking over the lock of {str(run)!r} left by pid {third.pid}" in err
-    assert not (run / LOCK_NAME).exists()
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    assert all(json.loads(line) for line in lines)  # one writer at a time: whole lines
