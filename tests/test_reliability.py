@@ -418,8 +418,12 @@ def test_stream_checks_counts_as_it_reads(tmp_path):
     assert len(full) == src.steps_per_epoch(1, 1, 5) * 5
     short = sorted(shards.glob("*.tfrecord"))[0]
     _rewrite(short, 4)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=f"4 of the 15 records of {short}"):
+    with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain 15 elements"):
         list(src.stream(rank=0, num_replicas=1, batch_size=5))
+    assert src.count_problems() == [
+        f"{short} holds 4 readable records, not the 15 listed for it (the file is truncated or "
+        "corrupt after record 4, or was rewritten after its manifest)"
+    ]
 
 
 def test_data_convert_output_is_only_what_was_written(tmp_path):
@@ -428,4 +432,4 @@ def test_data_convert_output_is_only_what_was_written(tmp_path):
     _rewrite(sorted(shards.glob("*.tfrecord"))[0], 2)
     result = tfdp("data", "convert", str(shards), str(tmp_path / "x.npz"), "--no-progress")
     assert result.returncode == 2 and "wrote" not in result.stdout
-    assert "data-00000-of-00004.tfrecord could be read" in result.stderr
+    assert "data-00000-of-00004.tfrecord holds 2 readable records, not the 8" in result.stderr

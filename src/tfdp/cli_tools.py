@@ -60,10 +60,10 @@ from tfdp.dataspec import (
     MANIFEST_SUFFIX,
     OpenedData,
     open_source,
+    read_error,
     read_labels,
     resize_uint8,
 )
-from tfdp.errors import meaningful_line
 
 __all__ = [
     "PLOT_DPI",
@@ -424,7 +424,7 @@ def _sample_examples(data: OpenedData, k: int) -> list[tuple[int, np.ndarray, in
             for i, (image, label) in enumerate(data.dataset().take(k).as_numpy_iterator())
         ]
     except tf.errors.OpError as err:
-        raise ValueError(f"{data.where}: {meaningful_line(err.message)}") from None
+        raise read_error(data, err) from None
 
 
 # ----------------------------------------------------------------------------------------
@@ -794,7 +794,7 @@ def convert_data(
         else:
             written, notes = _write_tfrecord(data, dst, image_size, shards, bar)
     except tf.errors.OpError as err:
-        raise ValueError(f"{data.where}: {meaningful_line(err.message)}") from None
+        raise read_error(data, err) from None
     finally:
         bar.close()
     summary = f"wrote {written} examples ({fmt}) to {dst}"

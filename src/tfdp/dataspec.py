@@ -50,6 +50,7 @@ __all__ = [
     "check_labels",
     "in_memory",
     "open_source",
+    "read_error",
     "read_labels",
     "resize_uint8",
 ]
@@ -706,6 +707,23 @@ def _open_tfrecord(
     return data
 
 
+def read_error(data: OpenedData, err: Exception) -> ValueError:
+    """The error to raise for a TensorFlow error met while reading ``data``, naming the file.
+
+    A TFRecord shard whose record count differs from its manifest's makes
+    TensorFlow say only "expected to contain N elements"; the shards at
+    fault are found and named (:meth:`tfdp.TFRecordSource.count_problems`).
+    """
+    from tfdp.errors import meaningful_line
+
+    text = getattr(err, "message", None) or str(err)
+    if data.stream is not None and "expected to contain" in text:
+        problems = data.stream.count_problems()
+        if problems:
+            return ValueError("; ".join(problems))
+    return ValueError(f"{data.where}: {meaningful_line(text)}")
+
+
 def read_labels(
     data: OpenedData,
     *,
@@ -744,9 +762,7 @@ def read_labels(
     try:
         parts = list(ds.as_numpy_iterator())
     except tf.errors.OpError as err:
-        from tfdp.errors import meaningful_line
-
-        raise ValueError(f"{data.where}: {meaningful_line(err.message)}") from None
+        raise read_error(data, err) from None
     labels = np.concatenate(parts) if parts else np.zeros([0], np.int64)
     y, k, notes = check_labels(
         labels,
@@ -903,9 +919,7 @@ def in_memory(
             images.append(image)
             labels.append(int(label))
     except tf.errors.OpError as err:
-        from tfdp.errors import meaningful_line
-
-        raise ValueError(f"{data.where}: {meaningful_line(err.message)}") from None
+        raise read_error(data, err) from None
     if not images:
         raise ValueError(f"{data.where}: the files hold no record")
     return np.stack(images), np.asarray(labels, np.int64)

@@ -969,6 +969,14 @@ def _train(
     t0 = time.perf_counter()
     try:
         trainer.fit(train_in, cfg.epochs, eval_input=eval_in, resume=False, on_step=on_step)
+    except tf.errors.FailedPreconditionError as err:
+        from tfdp.sources import TFRecordSource
+
+        if isinstance(data.train, TFRecordSource) and "expected to contain" in err.message:
+            problems = data.train.count_problems()  # name the shard whose count is wrong
+            if problems:
+                raise ValueError("--data: " + "; ".join(problems)) from None
+        raise
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

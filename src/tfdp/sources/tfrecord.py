@@ -1088,13 +1088,16 @@ class TFRecordSource:
     def file_records(self, path: Any) -> tf.data.Dataset:
         """The serialized records of ``path`` (one of ``files``), checked against ``counts``.
 
-        Graph-compatible (``path`` may be a string tensor, as in ``interleave``).
-        When the file ends, the number of records read must equal its count (from
-        the manifest, ``counts=`` or the count at construction); a record past
-        that count, a file that ends early, and a truncated or corrupt record
-        (which ends what can be read of the file) raise ``InvalidArgumentError``
-        whose message names the file and both numbers -- instead of an epoch
-        that silently yields fewer batches than ``steps_per_epoch`` promised.
+        Graph-compatible (``path`` may be a string tensor, as in ``interleave``)
+        and free (TensorFlow's ``assert_cardinality``, no per-record Python
+        function): a file holding more or fewer records than its count (from
+        the manifest, ``counts=`` or the count at construction) -- or a
+        truncated or corrupt record, which ends what can be read of the file --
+        raises ``FailedPreconditionError`` ("Input dataset was expected to
+        contain N elements but contained only M elements") when the file is
+        read to its end, instead of an epoch that silently yields fewer
+        batches than ``steps_per_epoch`` promised. TensorFlow's message cannot
+        name the file: :meth:`count_problems` does.
 
         Example:
             >>> import tempfile, numpy as np
@@ -1108,59 +1111,49 @@ class TFRecordSource:
             >>> sum(1 for _ in src.file_records(files[0]))
             Traceback (most recent call last):
             ...
-            tensorflow.python.framework.errors_impl.InvalidArgumentError: ...
+            tensorflow.python.framework.errors_impl.FailedPreconditionError: ...
+            >>> src.count_problems()  # doctest: +ELLIPSIS
+            ['.../data-00000-of-00002.tfrecord holds 6 readable records, not the 3 listed...']
         """
         path = tf.convert_to_tensor(path, tf.string)
-        known = tf.constant(self.files)
         expected = tf.reduce_sum(
             tf.where(
-                tf.equal(known, path), tf.constant(self.counts, tf.int64), tf.constant(0, tf.int64)
+                tf.equal(tf.constant(self.files), path),
+                tf.constant(self.counts, tf.int64),
+                tf.constant(0, tf.int64),
             )
         )
         records = tf.data.TFRecordDataset(path, compression_type=self.compression or "")
-        records = records.ignore_errors(log_warning=False)  # a torn record ends the file: counted
-        flagged = records.map(lambda r: (tf.constant(True), r))
-        end = tf.data.Dataset.from_tensors((tf.constant(False), tf.constant(b"")))
+        records = records.ignore_errors(log_warning=False)  # a torn record ends the file
+        return records.apply(tf.data.experimental.assert_cardinality(expected))
 
-        def count(n: tf.Tensor, item: Any) -> tuple[tf.Tensor, Any]:
-            is_record, record = item
-            n = n + tf.cast(is_record, tf.int64)
-            return n, (n, is_record, record)
+    def count_problems(self) -> list[str]:
+        """Files whose readable records differ from their counts, one line each (a full read).
 
-        def check(n: tf.Tensor, is_record: tf.Tensor, record: tf.Tensor) -> Any:
-            ok = tf.where(is_record, n <= expected, tf.equal(n, expected))
-            got = tf.strings.as_string(n)
-            want = tf.strings.as_string(expected)
-            message = tf.where(
-                is_record,
-                tf.strings.join(
-                    [
-                        "TFRecordSource: ",
-                        path,
-                        " holds more than the ",
-                        want,
-                        " records its count says (rewritten after its manifest was written?)",
-                    ]
-                ),
-                tf.strings.join(
-                    [
-                        "TFRecordSource: only ",
-                        got,
-                        " of the ",
-                        want,
-                        " records of ",
-                        path,
-                        " could be read (the file is truncated or corrupt after record ",
-                        got,
-                        ", or was rewritten after its manifest)",
-                    ]
-                ),
-            )
-            with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
-                return is_record, tf.identity(record)
+        The diagnosis behind a ``FailedPreconditionError`` of :meth:`file_records`.
 
-        checked = flagged.concatenate(end).scan(tf.constant(0, tf.int64), count).map(check)
-        return checked.filter(lambda is_record, record: is_record).map(lambda is_record, r: r)
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords(np.zeros((4, 2), "float32"), tempfile.mkdtemp(),
+            ...                         num_shards=2)
+            >>> TFRecordSource(files).count_problems()
+            []
+        """
+
+        def readable(path: str) -> int:
+            ds = tf.data.TFRecordDataset(path, compression_type=self.compression or "")
+            return int(ds.ignore_errors(log_warning=False).reduce(np.int64(0), lambda n, _: n + 1))
+
+        found = _map_threads(readable, self.files)
+        return [
+            f"{path} holds {got} readable records, not the {int(want)} listed for it (the file "
+            f"is truncated or corrupt after record {got}, or was rewritten after its manifest)"
+            if got < want
+            else f"{path} holds {got} readable records, not the {int(want)} listed for it (it "
+            "was rewritten after its manifest)"
+            for path, got, want in zip(self.files, found, self.counts, strict=True)
+            if got != want
+        ]
 
 
 def _manifest_decoder(feats: list[_Feature], structure: str) -> Callable[[dict[str, Any]], Any]:
