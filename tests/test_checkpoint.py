@@ -18,6 +18,7 @@ from tfdp.checkpoint import (
     CheckpointWarning,
     DataPosition,
     input_config,
+    remove_interrupted_saves,
 )
 from tfdp.distribute import resolver_role as _role  # the chief rule checkpoints rely on
 from tfdp.input import DistributedInput
@@ -552,14 +553,22 @@ def test_complete_checkpoint_missing_from_the_state_file_is_used(tmp_path):
     np.testing.assert_array_equal(layer.kernel.numpy(), np.full((3, 2), 40, "float32"))
 
 
-def test_leftover_temp_folders_are_removed_on_restore(tmp_path):
+def test_leftover_temp_folders_are_removed_by_the_writer_only(tmp_path):
     _save_three(tmp_path)
     (tmp_path / "ckpt-40_temp").mkdir()  # empty: killed after the merge
     (tmp_path / "ckpt-50_temp").mkdir()  # with a partial shard: killed before the merge
     (tmp_path / "ckpt-50_temp" / "part-00000-of-00001.index").write_bytes(b"\0" * 9)
     (tmp_path / "notes_temp").mkdir()  # not ours: kept
-    manager = CheckpointManager(tmp_path, layer=_dense(seed=-1))
-    assert manager.restore()[1] == 30
+    (tmp_path / "checkpoint").write_bytes(b"")  # and an unreadable state file
+    before = sorted(p.name for p in tmp_path.iterdir())
+    reader = CheckpointManager(tmp_path, layer=_dense(seed=-1), read_only=True)
+    with pytest.warns(CheckpointWarning, match="state file"):
+        assert reader.restore()[1] == 30  # a reader (tfdp evaluate) writes nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    with pytest.raises(CheckpointError, match="read_only"):
+        reader.save(DataPosition(0, 40), 40)
+    removed = remove_interrupted_saves(str(tmp_path))
+    assert sorted(Path(p).name for p in removed) == ["ckpt-40_temp", "ckpt-50_temp"]
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "ckpt-40_temp" not in names and "ckpt-50_temp" not in names and "notes_temp" in names
 

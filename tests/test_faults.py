@@ -224,7 +224,8 @@ def test_two_workers_with_one_task_index_are_told_why(tmp_path):
     assert "same TF_CONFIG task (worker 0)" in both
 
 
-def test_a_dead_peer_is_named_in_the_error_line(tmp_path):
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_dead_or_frozen_peer_is_named_in_the_error_line(tmp_path, fault):
     ports = free_ports(2)
     cmd = [sys.executable, "-m", "tfdp.cli", "train", "--epochs", "200", "--no-progress",
            "--run-dir", str(tmp_path / "r")]  # fmt: skip
@@ -238,13 +239,14 @@ def test_a_dead_peer_is_named_in_the_error_line(tmp_path):
         while not list((tmp_path / "r" / "checkpoints").glob("ckpt-*.index")):
             assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
             time.sleep(0.2)
-        procs[1].kill()  # the fault: worker 1 dies mid-run
-        _, err = procs[0].communicate(timeout=300)
+        # The fault: worker 1 dies mid-run (SIGKILL), or freezes (SIGSTOP: no more heartbeats).
+        procs[1].send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        _, err = procs[0].communicate(timeout=600)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert procs[0].returncode == 1
+    assert procs[0].returncode == 1, err[-3000:]
     line = [ln for ln in err.splitlines() if ln.startswith("tfdp: error:")][-1]
     assert "Graph execution error" not in line
     assert "task:1" in line or "task 1" in line, line

@@ -65,6 +65,7 @@ __all__ = [
     "DataPosition",
     "input_config",
     "keras_trackables",
+    "remove_interrupted_saves",
 ]
 
 logger = logging.getLogger(__name__)
@@ -335,6 +336,44 @@ def _gfile_call(fn: Any, *args: Any) -> Any:
         raise OSError(f"{type(e).__name__}: {e.message}") from e
 
 
+def remove_interrupted_saves(directory: str) -> list[str]:
+    """Delete the ``ckpt-N_temp`` folders that interrupted saves left in ``directory``.
+
+    TensorFlow writes a checkpoint's shards into ``<prefix>_temp/`` and
+    merges them into ``<prefix>.index`` / ``.data-*``; a process killed in
+    between leaves the folder (empty, or with partial shards no checkpoint
+    refers to). Call it only as the one writer of ``directory`` (``tfdp
+    train`` does, holding the run directory's lock): a save in progress
+    writes into such a folder.
+
+    Returns:
+        The folders removed.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp(); os.makedirs(os.path.join(d, "ckpt-7_temp"))
+        >>> [os.path.basename(p) for p in remove_interrupted_saves(d)], os.listdir(d)
+        (['ckpt-7_temp'], [])
+    """
+    try:
+        names = tf.io.gfile.listdir(directory)
+    except tf.errors.OpError:
+        return []
+    removed = []
+    for name in names:
+        name = name.rstrip("/")
+        if re.fullmatch(rf"{_CHECKPOINT_NAME}-\d+_temp", name):
+            path = os.path.join(directory, name)
+            try:
+                tf.io.gfile.rmtree(path)
+                removed.append(path)
+            except tf.errors.OpError as e:  # pragma: no cover - depends on the filesystem
+                logger.warning("could not remove %s, left by an interrupted save: %s", path, e)
+    if removed:
+        logger.info("removed %d leftover(s) of interrupted saves: %s", len(removed), removed)
+    return removed
+
+
 class CheckpointManager:
     """Saves and restores the caller's trackables together with the global step and data position.
 
@@ -356,6 +395,8 @@ class CheckpointManager:
             which worker is the chief. ``None`` means the current strategy (or,
             outside any scope, the ``TF_CONFIG`` environment variable).
         max_to_keep: Checkpoints kept (oldest deleted first); ``None`` keeps all.
+        read_only: Only restore (e.g. to evaluate while training runs): the
+            manager writes nothing to ``directory``, and :meth:`save` is refused.
         **trackables: What to save, e.g. ``model=model, optimizer=optimizer``
             (any ``tf.train.Checkpoint`` argument except ``step``,
             ``data_position`` and ``save_counter``, which are reserved).
@@ -383,6 +424,7 @@ class CheckpointManager:
         *,
         strategy: tf.distribute.Strategy | None = None,
         max_to_keep: int | None = 3,
+        read_only: bool = False,
         **trackables: Any,
     ) -> None:
         if not tf.executing_eagerly():
@@ -421,7 +463,8 @@ class CheckpointManager:
 
         self._step, self._data, self.checkpoint = _without_strategy(make)
         self._manager: tf.train.CheckpointManager | None = None
-        if self.is_chief:
+        self.read_only = bool(read_only)
+        if self.is_chief and not self.read_only:
             self._manager = self._tf_manager()
         self._last_saved_step: int | None = None
         #: The checkpoint the last :meth:`restore` restored (after any fallback), or None.
@@ -597,6 +640,8 @@ class CheckpointManager:
             >>> os.path.basename(m.save(DataPosition(0, 10), global_step=10))
             'ckpt-10'
         """
+        if self.read_only:
+            raise CheckpointError(f"{self!r} was created read_only=True: it does not save")
         if not isinstance(position, DataPosition):
             raise ValueError(f"position must be a DataPosition, got {type(position).__name__}")
         global_step = _check_count("global_step", global_step)
@@ -674,44 +719,6 @@ class CheckpointManager:
             )
         return others[::-1] + [numbered[n] for n in sorted(numbered, reverse=True)]
 
-    def remove_leftovers(self) -> list[str]:
-        """Delete what interrupted saves left in ``directory``: ``ckpt-N_temp`` folders.
-
-        TensorFlow writes a checkpoint's shards into ``<prefix>_temp/`` and
-        merges them into ``<prefix>.index`` / ``.data-*``; a process killed
-        in between leaves the folder (empty, or with partial shards that no
-        checkpoint refers to). Only the chief removes them, and only those of
-        its own checkpoint prefix. Call it when no save is in progress (one
-        writer per directory: ``tfdp train`` holds a lock).
-
-        Returns:
-            The folders removed.
-
-        Example:
-            >>> import tempfile
-            >>> d = tempfile.mkdtemp(); os.makedirs(os.path.join(d, "ckpt-7_temp"))
-            >>> m = CheckpointManager(d, model=keras.layers.Dense(1))
-            >>> [os.path.basename(p) for p in m.remove_leftovers()], os.listdir(d)
-            (['ckpt-7_temp'], [])
-        """
-        if not self.is_chief:
-            return []
-        try:
-            names = tf.io.gfile.listdir(self.directory)
-        except tf.errors.OpError:
-            return []
-        removed = []
-        for name in names:
-            name = name.rstrip("/")
-            if re.fullmatch(rf"{_CHECKPOINT_NAME}-\d+_temp", name):
-                path = os.path.join(self.directory, name)
-                self._remove_tree(path)
-                if not tf.io.gfile.exists(path):
-                    removed.append(path)
-        if removed:
-            logger.info("removed %d leftover(s) of interrupted saves: %s", len(removed), removed)
-        return removed
-
     @staticmethod
     def _warn(message: str) -> None:
         logger.warning(message)
@@ -747,8 +754,9 @@ class CheckpointManager:
         are the checkpoints the state file lists and those on disk, highest
         number first (see :meth:`_candidates`): an empty, garbled or stale
         state file does not hide them. :attr:`restored` names the checkpoint
-        restored. On the chief, leftovers of interrupted saves are removed
-        first (:meth:`remove_leftovers`).
+        restored. Restoring writes nothing (leftovers of interrupted saves are
+        removed by :func:`remove_interrupted_saves`, called by the directory's
+        one writer).
 
         Args:
             expected_config: The data configuration of this run (e.g.
@@ -778,7 +786,6 @@ class CheckpointManager:
             ...
         """
         self.restored = None
-        self.remove_leftovers()
         candidates = self._candidates()
         if not candidates:
             return None

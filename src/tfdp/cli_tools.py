@@ -9,7 +9,8 @@ This module owns three command-line tools and the library functions behind them:
   bundled ``digits``, ``.npz`` files, image folders (``root/<class>/<image>``)
   and TFRecord shards with a manifest (:func:`tfdp.sources.write_tfrecords`).
 * :func:`inspect_data` (``tfdp data inspect SRC``): what a data set holds:
-  kind, size, classes, image shapes and a few examples.
+  kind, size, classes, image shapes, how its pixels are read, notes
+  (conversions, warnings) and a few examples.
 
 :func:`register` adds the subcommands to the ``tfdp`` parser; :func:`main`
 runs them on their own (``python -m tfdp.cli_tools``). Importing this module
@@ -32,7 +33,15 @@ The data formats:
 * TFRecord: a directory (or a ``*.manifest.json`` path) written by
   :func:`tfdp.sources.write_tfrecords`, features ``image`` (PNG) and
   ``label`` (int64). Records are written in ``write_tfrecords``'s seeded
-  shuffled order (so that class-sorted sources give mixed shards).
+  shuffled order (so that class-sorted sources give mixed shards). ``tfdp
+  data convert`` adds ``classes`` (names or null), ``num_classes`` and
+  ``label_counts`` to the manifest, so that ``tfdp train`` knows the classes
+  without reading every label. Reading checks every shard's record count
+  against the manifest; a difference is an error naming the shard.
+
+Data is opened and checked by :func:`tfdp.dataspec.open_source`, the same
+as ``tfdp train`` does: what training refuses (non-integral or stray labels,
+non-finite pixels, floats outside [0, 1]) is refused here too.
 
 Example:
     $ tfdp plot runs/digits

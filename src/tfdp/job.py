@@ -838,6 +838,10 @@ def run_train(
     try:
         if lock is not None and not resume:
             _refuse_existing_run(run_dir)  # again, now that no other run can write here
+        if lock is not None:
+            from tfdp.checkpoint import remove_interrupted_saves
+
+            remove_interrupted_saves(os.path.join(run_dir, "checkpoints"))
         return _train(cfg, run_dir, strategy, info, resumed, on_step)
     finally:
         if lock is not None:
@@ -1101,7 +1105,7 @@ def run_evaluate(run_dir: str, replicas: int | None = None) -> dict[str, Any]:
     with strategy.scope():
         model = build_model(cfg.model, data.shape, data.num_classes)
     ckpt_dir = os.path.join(run_dir, "checkpoints")
-    manager = CheckpointManager(ckpt_dir, strategy=strategy, model=model)
+    manager = CheckpointManager(ckpt_dir, strategy=strategy, read_only=True, model=model)
     if manager.restore(partial=True) is None:
         raise ValueError(f"{run_dir!r} has no checkpoint under {ckpt_dir!r}")
     out = evaluate(
