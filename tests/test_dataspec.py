@@ -259,3 +259,5 @@ def test_open_source_kinds(tmp_path):
         assert data.counts().tolist() == [10, 10, 10]
     part = open_source(str(shards / "data-0000[01]*"), read_all_labels=True)
     assert part.num_examples == len(part.labels) == 16
+    one = open_source(str(shards / "data-00003-of-00004.tfrecord"), read_all_labels=True)
+    assert one.num_examples == len(one.labels) == 7

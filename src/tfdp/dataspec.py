@@ -582,7 +582,7 @@ def _tfrecord_files(spec: str) -> tuple[str, list[str] | None]:
     """The manifest to use, and the files of a glob (None: all of the manifest's)."""
     import glob
 
-    if any(c in spec for c in "*?["):
+    if any(c in spec for c in "*?[") or spec.endswith((".tfrecord", ".tfrec")):
         files = sorted(glob.glob(os.path.expanduser(spec)))
         if not files:
             raise FileNotFoundError(f"{spec!r} matches no file")
@@ -673,34 +673,40 @@ def _open_tfrecord(
     if classes:
         data.classes = [str(c) for c in classes]
         check_class_names(f"{manifest_path} (its 'classes')", data.classes, class_names)
-    if isinstance(k, int) and isinstance(label_counts, list) and files is None:
-        data.label_counts = np.asarray(label_counts, np.int64)
+    if isinstance(k, int):  # written by tfdp data convert: the classes of all the shards
         if num_classes is not None and num_classes != k:
-            if num_classes < k and data.label_counts[num_classes:].any():
-                raise ValueError(
-                    f"{manifest_path}: labels up to {int(np.flatnonzero(data.label_counts)[-1])} "
-                    f"occur, but {num_classes} classes are expected"
-                )
             if data.classes is not None:
                 raise ValueError(
                     f"{manifest_path}: names {k} classes, but {num_classes} are expected"
                 )
+            if (
+                num_classes < k
+                and isinstance(label_counts, list)
+                and any(label_counts[num_classes:])
+            ):
+                top = int(np.flatnonzero(label_counts)[-1])
+                raise ValueError(
+                    f"{manifest_path}: labels up to {top} occur, but {num_classes} classes "
+                    "are expected"
+                )
             k = num_classes
         data.num_classes = int(k)
+    if isinstance(k, int) and isinstance(label_counts, list) and files is None:
+        data.label_counts = np.asarray(label_counts, np.int64)
         if np.count_nonzero(data.label_counts) == 1:
             data.notes.append(
                 f"warning: {manifest_path}: every record has label "
                 f"{int(np.flatnonzero(data.label_counts)[0])}: a single class (accuracy is "
                 "trivially 1.0)"
             )
-    elif read_all_labels:
+    elif read_all_labels:  # some of the shards, or shards without a class list
         read_labels(
             data,
-            num_classes=num_classes,
+            num_classes=data.num_classes if data.num_classes is not None else num_classes,
             num_classes_option=option,
             require_all_classes=require_all,
         )
-    else:
+    elif data.num_classes is None:
         data.details.append(
             "classes: unknown without reading every record (the manifest has no class list)"
         )
@@ -794,8 +800,9 @@ def open_source(
     """Open a data spec: ``"digits"``, a .npz file, an image folder, or TFRecord shards.
 
     TFRecord shards are given as their directory, their manifest
-    (``*.manifest.json``) or a glob of some of their files (then the classes
-    are not taken from the manifest's counts, which cover all files).
+    (``*.manifest.json``), one of their files or a glob of some of them
+    (then the classes are not taken from the manifest's counts, which cover
+    all files).
 
     Args:
         spec: What to open.
@@ -849,10 +856,11 @@ def open_source(
             return _open_npz(
                 path, num_classes, num_classes_option, require_all_classes, class_names
             )
-        if path.endswith(MANIFEST_SUFFIX):
+        if path.endswith((MANIFEST_SUFFIX, ".tfrecord", ".tfrec")):
             return _open_tfrecord(path, *tf_args)
         raise ValueError(
-            f"{what} {spec!r}: not a .npz file or a TFRecord manifest (*{MANIFEST_SUFFIX})"
+            f"{what} {spec!r}: not a .npz file, a TFRecord file or a TFRecord manifest "
+            f"(*{MANIFEST_SUFFIX})"
         )
     entries = os.listdir(path)
     if any(n.endswith(MANIFEST_SUFFIX) for n in entries):
