@@ -261,3 +261,21 @@ def test_open_source_kinds(tmp_path):
     assert part.num_examples == len(part.labels) == 16
     one = open_source(str(shards / "data-00003-of-00004.tfrecord"), read_all_labels=True)
     assert one.num_examples == len(one.labels) == 7
+
+
+def test_shards_without_a_class_list_have_their_labels_read_and_checked(tmp_path):
+    """Shards written by write_tfrecords alone (or an older tfdp) name no classes."""
+    from tfdp.sources import write_tfrecords
+
+    stray = LABELS.copy()
+    stray[11] = 40
+    for name, labels in (("plain", LABELS), ("stray", stray)):
+        write_tfrecords((IMAGES, labels), tmp_path / name, num_shards=3)
+    plain = str(tmp_path / "plain")
+    assert open_source(plain).num_classes is None  # unknown until the labels are read
+    assert "classes: unknown" in inspect_data(plain, examples=0)
+    data = open_source(plain, read_all_labels=True)
+    assert data.num_classes == 3 and data.counts().tolist() == [10, 10, 10]
+    with pytest.raises(ValueError, match=r"classes 3..39 have no example, but label\(s\) 40"):
+        build_data(TrainConfig(data=str(tmp_path / "stray")))
+    assert build_data(TrainConfig(data=str(tmp_path / "stray"), num_classes=41)).num_classes == 41
