@@ -87,7 +87,7 @@ def test_labels_shape_and_type_errors():
         check_labels(np.zeros((3, 2)), "d", "y")
     with pytest.raises(ValueError, match="strings"):
         check_labels(np.array(["cat", "dog"]), "d", "y")
-    with pytest.raises(ValueError, match=r"labels must be in 0..1 \(2 classes names\); 1 are not"):
+    with pytest.raises(ValueError, match=r"labels must be in 0..1 \(2 classes named\); 1 are not"):
         check_labels(np.array([0, 1, 2]), "d", "y", classes=["a", "b"])
 
 

@@ -27,11 +27,11 @@ from conftest import free_ports
 
 WORKERS = Path(__file__).parent / "workers"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-# One short epoch of the digits: 11 steps, a checkpoint every 2 (ckpt-2, 4, 6, 8: the save of
-# ckpt-8 is the first to delete an old one, ckpt-2, with the trainer's max_to_keep of 3).
+# One short epoch of the digits: 5 steps, a checkpoint after each (the save of ckpt-4 is the
+# first to delete an old one, ckpt-1, with the trainer's max_to_keep of 3).
 TRAIN = [
-    "--epochs", "1", "--batch-size", "128", "--deterministic", "--no-progress",
-    "--checkpoint-every", "2", "--steps-per-call", "1",
+    "--epochs", "1", "--batch-size", "256", "--deterministic", "--no-progress",
+    "--checkpoint-every", "1", "--steps-per-call", "1",
 ]  # fmt: skip
 
 pytestmark = pytest.mark.slow
@@ -64,21 +64,21 @@ def uninterrupted(tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.mark.parametrize(
     ("point", "resumed_from"),
-    [("shards", "ckpt-6"), ("merged", "ckpt-8"), ("state", "ckpt-8"), ("sweep", "ckpt-8")],
+    [("shards", "ckpt-3"), ("merged", "ckpt-4"), ("state", "ckpt-4"), ("sweep", "ckpt-4")],
 )
 def test_kill9_inside_a_checkpoint_save_resumes_bit_identical(
     tmp_path, uninterrupted, point, resumed_from
 ):
     run = tmp_path / "run"
-    killed = _save_fault(point, 8, *TRAIN, "--run-dir", str(run))
+    killed = _save_fault(point, 4, *TRAIN, "--run-dir", str(run))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert f"FAULT {point}" in killed.stdout  # killed where the test said
     ckpts = run / "checkpoints"
     names = {p.name for p in ckpts.iterdir()}
     if point == "shards":
-        assert "ckpt-8_temp" in names and "ckpt-8.index" not in names
+        assert "ckpt-4_temp" in names and "ckpt-4.index" not in names
     if point == "sweep":
-        assert "ckpt-2.index" not in names and "ckpt-2.data-00000-of-00001" in names
+        assert "ckpt-1.index" not in names and "ckpt-1.data-00000-of-00001" in names
     resumed = _save_fault("none", 0, *TRAIN, "--run-dir", str(run), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {ckpts / resumed_from}: " in resumed.stdout
@@ -148,7 +148,7 @@ def test_full_disk_keeps_the_state_file_and_the_last_checkpoint(tmp_path, finish
     assert (run / "checkpoints" / "checkpoint").read_bytes() == state
     again = _run([*cmd, "--epochs", "2"])
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"resumed from {run / 'checkpoints' / 'ckpt-11'}" in again.stdout
+    assert f"resumed from {run / 'checkpoints' / 'ckpt-5'}" in again.stdout
     assert not list((run / "checkpoints").glob("*_temp"))
 
 
@@ -203,7 +203,7 @@ def test_second_ctrl_c_exits_at_once_without_saving(tmp_path):
 def _worker_env(ports: list[int], index: int) -> dict[str, str]:
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-    return {**ENV, "TF_CONFIG": json.dumps(tf_config), "TFDP_STARTUP_TIMEOUT": "40"}
+    return {**ENV, "TF_CONFIG": json.dumps(tf_config), "TFDP_STARTUP_TIMEOUT": "20"}
 
 
 def test_two_workers_with_one_task_index_are_told_why(tmp_path):
@@ -304,24 +304,4 @@ def test_two_runs_on_one_directory(tmp_path):
     finally:
         if first.poll() is None:
             first.kill()
-    assert not (run / ".tfdp.lock").exists()
-    third = _train(run, "--epochs", "200", "--resume", cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 300
-        lock = run / ".tfdp.lock"
-        while not (lock.exists() and f'"pid": {third.pid},' in lock.read_text()):
-            assert third.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        third.kill()  # kill -9: the lock file stays behind, naming a dead process
-        third.wait()
-    finally:
-        if third.poll() is None:
-            third.kill()
-    assert json.loads((run / ".tfdp.lock").read_text())["pid"] == third.pid
-    fourth = _train(run, "--epochs", "1", "--resume", cwd=tmp_path)
-    _out, err = fourth.communicate(timeout=300)
-    assert fourth.returncode == 0, err
-    assert f"taking over the lock of {str(run)!r} left by pid {third.pid}" in err
-    assert not (run / ".tfdp.lock").exists()
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    assert all(json.loads(line) for line in lines)  # one writer at a time: whole lines
+    assert not (run / ".tfdp.lock").exists()  # released on the way out
