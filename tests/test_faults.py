@@ -64,7 +64,7 @@ def uninterrupted(tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.mark.parametrize(
     ("point", "resumed_from"),
-    [("shards", "ckpt-3"), ("merged", "ckpt-4"), ("state", "ckpt-4"), ("sweep", "ckpt-4")],
+    [("shards", "ckpt-3"), ("merged", "ckpt-4"), ("sweep", "ckpt-4")],
 )
 def test_kill9_inside_a_checkpoint_save_resumes_bit_identical(
     tmp_path, uninterrupted, point, resumed_from

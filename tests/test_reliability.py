@@ -1,8 +1,9 @@
 """`tfdp train` / `evaluate` as a user meets them: resume from config.json, damaged runs,
 errors that keep the name, TFRecord shards from `tfdp data convert`, held-out splits.
 
-Real processes on the bundled digits (one short epoch each); a run is trained once per module
-and copied for each damage.
+The bundled digits, one short epoch; a run is trained once per module and copied for each
+damage. Most runs are `tfdp.cli.main` in this process, on its 4 logical CPUs (`--replicas
+4`); a fresh process where the command line itself matters.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tfdp.cli import main
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 SHORT = ["--epochs", "1", "--no-progress", "--checkpoint-every", "5", "--steps-per-call", "5"]
+HERE = ["--replicas", "4"]  # the logical CPUs of this process (tests/conftest.py)
 
 
 def tfdp(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -43,9 +45,9 @@ def _metrics(run: Path) -> list[dict]:
 def base(tmp_path_factory) -> Path:
     """One epoch with non-default options: batch 128, a constant learning rate, seed 3."""
     run = tmp_path_factory.mktemp("base") / "run"
-    done = tfdp("train", *SHORT, "--batch-size", "128", "--schedule", "constant", "--lr", "0.002",
-                "--seed", "3", "--run-dir", run)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    argv = ["train", *SHORT, *HERE, "--batch-size", "128", "--schedule", "constant", "--lr",
+            "0.002", "--seed", "3", "--run-dir", str(run)]  # fmt: skip
+    assert main(argv) == 0
     return run
 
 
@@ -59,12 +61,13 @@ def run(base, tmp_path) -> Path:
 # -- resume: config.json supplies the options, changes are recorded or refused -----------------
 
 
-def test_resume_alone_continues_the_run_and_records_changes(run):
+def test_resume_alone_continues_the_run_and_records_changes(run, capsys):
     before = json.loads((run / "config.json").read_text())
     assert before["batch_size"] == 128 and before["history"][0]["event"] == "start"
-    more = tfdp("train", "--resume", "--run-dir", run, "--epochs", "2", "--lr", "0.0005")
-    assert more.returncode == 0, more.stderr[-3000:]
-    assert "--epochs 2 (was 1), --lr 0.0005 (was 0.002)" in more.stdout
+    assert (
+        main(["train", "--resume", "--run-dir", str(run), "--epochs", "2", "--lr", "0.0005"]) == 0
+    )
+    assert "--epochs 2 (was 1), --lr 0.0005 (was 0.002)" in capsys.readouterr().out
     config = json.loads((run / "config.json").read_text())
     assert (config["batch_size"], config["seed"], config["lr"], config["epochs"]) == (
         128, 3, 0.0005, 2
@@ -114,20 +117,21 @@ def test_missing_config_json_has_a_way_forward(run, capsys):
     assert "pass --resume to continue it" in capsys.readouterr().err
     assert main(["evaluate", str(run)]) == 2
     assert "tfdp train --resume --run-dir" in capsys.readouterr().err
-    more = tfdp("train", "--resume", "--run-dir", run, *SHORT, "--epochs", "2", "--batch-size",
-                "128", "--schedule", "constant", "--lr", "0.002", "--seed", "3")  # fmt: skip
-    assert more.returncode == 0, more.stderr[-3000:]
-    assert "config.json was missing: rebuilt from the options given" in more.stderr
+    argv = ["train", "--resume", "--run-dir", str(run), *SHORT, *HERE, "--epochs", "2",
+            "--batch-size", "128", "--schedule", "constant", "--lr", "0.002",
+            "--seed", "3"]  # fmt: skip
+    assert main(argv) == 0
+    assert "config.json was missing: rebuilt from the options given" in capsys.readouterr().err
     assert json.loads((run / "config.json").read_text())["batch_size"] == 128
     assert len(_metrics(run)) == 2
-    wrong = tfdp("train", "--resume", "--run-dir", run, "--batch-size", "64")
-    assert wrong.returncode == 2 and "--batch-size (the run has 128, now 64)" in wrong.stderr
+    assert main(["train", "--resume", "--run-dir", str(run), "--batch-size", "64"]) == 2
+    assert "--batch-size (the run has 128, now 64)" in capsys.readouterr().err
 
 
 # -- one restore path with fallback: train and evaluate ----------------------------------------
 
 
-def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run):
+def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run, capsys):
     ckpts = run / "checkpoints"
     latest = max(ckpts.glob("ckpt-*.index"), key=lambda p: int(p.stem.split("-")[1]))
     previous = sorted(ckpts.glob("ckpt-*.index"), key=lambda p: int(p.stem.split("-")[1]))[-2]
@@ -138,9 +142,9 @@ def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run):
 
     with pytest.warns(CheckpointWarning, match=f"{ckpts / latest.stem} is unreadable"):
         assert run_evaluate(str(run), replicas=4)["checkpoint"] == str(ckpts / previous.stem)
-    more = tfdp("train", "--resume", "--run-dir", run, "--epochs", "2")
-    assert more.returncode == 0, more.stderr[-3000:]
-    assert f"resumed from {ckpts / previous.stem}: " in more.stdout
+    with pytest.warns(CheckpointWarning):
+        assert main(["train", "--resume", "--run-dir", str(run), "--epochs", "2"]) == 0
+    assert f"resumed from {ckpts / previous.stem}: " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("state", [b"", bytes(range(256)), b'model_checkpoint_path: "ckpt-999"\n'])
@@ -205,18 +209,17 @@ def folder_with_a_bad_file(tmp_path) -> tuple[Path, Path]:
     return root, bad
 
 
-def test_a_corrupt_image_is_named_or_skipped(tmp_path, folder_with_a_bad_file):
-    root, bad = folder_with_a_bad_file
-    common = ["--data", root, "--image-size", "8", "--batch-size", "4", *SHORT]  # fmt: skip
-
-    failed = tfdp("train", *common, "--run-dir", tmp_path / "r1")
-    assert failed.returncode == 1
-    line = [ln for ln in failed.stderr.splitlines() if ln.startswith("tfdp: error:")][-1]
+def test_a_corrupt_image_is_named_or_skipped(tmp_path, folder_with_a_bad_file, capsys):
+    root, bad = folder_with_a_bad_file  # held out too: evaluation reads every file
+    common = ["train", "--data", str(root), "--eval-data", str(root), "--image-size", "8",
+              "--batch-size", "4", *SHORT, *HERE]  # fmt: skip
+    assert main([*common, "--run-dir", str(tmp_path / "r1")]) == 1
+    line = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("tfdp: error:")][-1]
     assert str(bad) in line and "truncated or corrupt PNG" in line
     assert "Graph execution error" not in line
-    skipped = tfdp("train", *common, "--on-bad-file", "skip", "--run-dir", tmp_path / "r2")
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    reports = [ln for ln in skipped.stdout.splitlines() if "1 of 12 files skipped" in ln]
+    assert main([*common, "--on-bad-file", "skip", "--run-dir", str(tmp_path / "r2")]) == 0
+    out = capsys.readouterr().out
+    reports = [ln for ln in out.splitlines() if "ImageFolderSource: 1 of 12 files skipped" in ln]
     assert reports and all(str(bad) in ln for ln in reports)  # training's or held-out's
     assert json.loads((tmp_path / "r2" / "config.json").read_text())["on_bad_file"] == "skip"
 

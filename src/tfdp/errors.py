@@ -77,7 +77,9 @@ _REMOTE = re.compile(r"remote target (/job:[\w-]+/replica:\d+/task:\d+)")
 def meaningful_line(text: str) -> str:
     r"""The first line of ``text`` that says what went wrong (boilerplate of TF errors skipped).
 
-    A line ending in ``:`` is joined with the next one (``... unhealthy
+    A failed ``tf.debugging.Assert`` (``assertion failed: [...]``: tfdp's
+    checks name the file) comes first, before the other root errors of the
+    step. A line ending in ``:`` is joined with the next one (``... unhealthy
     (stopped sending heartbeats):`` + the task that died); a peer named
     only further down (gRPC's ``... from remote target /job:worker/...``) is
     appended. Returns ``""`` when ``text`` holds nothing but boilerplate.
@@ -88,7 +90,12 @@ def meaningful_line(text: str) -> str:
         'Received a label value of -1 which is outside the valid range of [0, 3).'
     """
     lines = [ln for ln in text.splitlines() if not _boilerplate(ln)]
-    for i, raw in enumerate(lines):
+    # A failed check of tfdp's own (tf.debugging.Assert: it names the file) is the cause; other
+    # root errors of the same step (a collective aborted on the other replicas) follow from it.
+    asserted = [i for i, ln in enumerate(lines) if "assertion failed:" in ln]
+    order = asserted + [i for i in range(len(lines)) if i not in asserted]
+    for i in order:
+        raw = lines[i]
         line = _clean(raw)
         if not line:
             continue
