@@ -391,16 +391,17 @@ def test_stream_checks_counts_as_it_reads(tmp_path):
     """An epoch of a short shard used to end early, silently, so epochs drifted."""
     import tensorflow as tf
 
+    from tfdp.input import DistributedInput
     from tfdp.sources import TFRecordSource
 
     shards = _shards(tmp_path, n=2)
     src = TFRecordSource(str(shards / "data.manifest.json"), shuffle_buffer=0)
-    full = [int(y) for (_, y), _ in src.stream(rank=0, num_replicas=1, batch_size=5)]
-    assert len(full) == src.steps_per_epoch(1, 1, 5) * 5
+    inp = DistributedInput(None, src, sampler="distributed", batch_size=5, drop_remainder=False)
+    assert sum(1 for _ in inp.epoch(0)) == inp.steps_per_epoch == 6
     short = sorted(shards.glob("*.tfrecord"))[0]
     _rewrite(short, 4)
     with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain 15 elements"):
-        list(src.stream(rank=0, num_replicas=1, batch_size=5))
+        sum(1 for _ in inp.epoch(0))
     assert src.count_problems() == [
         f"{short} holds 4 readable records, not the 15 listed for it (the file is truncated or "
         "corrupt after record 4, or was rewritten after its manifest)"
