@@ -914,7 +914,9 @@ def _train(
     if resumed is not None:
         trainer.restore(train_in)  # before config.json records the resume: it may be refused
         if cfg.schedule == "constant":  # a constant rate is an optimizer variable: restored too
-            optimizer = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
+            optimizer = trainer.optimizer
+            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                optimizer = optimizer.inner_optimizer
             optimizer.learning_rate = cfg.lr
         if info.is_chief:
             entry: dict[str, Any] = {
