@@ -18,6 +18,7 @@ from tfdp.checkpoint import (
     CheckpointWarning,
     DataPosition,
     input_config,
+    remove_interrupted_saves,
 )
 from tfdp.distribute import resolver_role as _role  # the chief rule checkpoints rely on
 from tfdp.input import DistributedInput
@@ -495,3 +496,89 @@ def test_multiworker_only_chief_writes_and_fresh_processes_restore(tmp_path):
         )
         assert rec["weights"] == saves[0]["weights"]
     assert saves[0]["weights"] != [[[0.1] * 2] * 3, [0.0, 0.0]]  # training changed them
+
+
+# -- the state file, leftovers and what was restored (issue 10) --------------------------------
+
+
+def _state_bytes(how: str, directory: Path) -> bytes:
+    if how == "empty":
+        return b""
+    if how == "binary":
+        return bytes(range(256)) * 4
+    # "stale": names checkpoints that are gone (a state file from an older copy of the run)
+    return b'model_checkpoint_path: "ckpt-90"\nall_model_checkpoint_paths: "ckpt-90"\n'
+
+
+@pytest.mark.parametrize("how", ["empty", "binary", "stale"])
+def test_damaged_state_file_falls_back_to_the_checkpoints_on_disk(tmp_path, how):
+    _save_three(tmp_path)
+    state = tmp_path / "checkpoint"
+    state.write_bytes(_state_bytes(how, tmp_path))
+    layer = _dense(seed=-1)
+    with pytest.warns(CheckpointWarning):
+        manager = CheckpointManager(tmp_path, layer=layer)  # the chief: TF's manager reads it
+        _position, step = manager.restore()
+    assert step == 30 and manager.restored == str(tmp_path / "ckpt-30")
+    np.testing.assert_array_equal(layer.kernel.numpy(), np.full((3, 2), 30, "float32"))
+    # The damaged state file is kept (set aside or still there), never silently lost.
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint")]
+    assert any(p.read_bytes() == _state_bytes(how, tmp_path) for p in kept)
+    manager.save(DataPosition(0, 40, config={"batch_size": 4}), global_step=40)
+    assert Path(CheckpointManager(tmp_path, layer=_dense()).latest).name == "ckpt-40"
+
+
+def test_restored_names_the_checkpoint_actually_restored(tmp_path):
+    manager = _save_three(tmp_path)
+    _corrupt(manager.latest, "truncate_data")
+    fresh = CheckpointManager(tmp_path, layer=_dense(seed=-1))
+    with pytest.warns(CheckpointWarning):
+        fresh.restore()
+    assert fresh.restored == str(tmp_path / "ckpt-20") != fresh.latest
+
+
+def test_complete_checkpoint_missing_from_the_state_file_is_used(tmp_path):
+    """A save killed after writing ckpt-40 but before updating the state file loses nothing."""
+    manager = _save_three(tmp_path)
+    state = (tmp_path / "checkpoint").read_bytes()
+    manager.checkpoint.layer.kernel.assign(np.full((3, 2), 40, "float32"))
+    manager.save(DataPosition(0, 40, config={"batch_size": 4}), global_step=40)
+    (tmp_path / "checkpoint").write_bytes(state)  # as if the update never happened
+    layer = _dense(seed=-1)
+    fresh = CheckpointManager(tmp_path, layer=layer)
+    assert Path(fresh.latest).name == "ckpt-30"
+    with pytest.warns(CheckpointWarning, match="ckpt-40.*newer than what its state file lists"):
+        _, step = fresh.restore()
+    assert step == 40 and Path(fresh.restored).name == "ckpt-40"
+    np.testing.assert_array_equal(layer.kernel.numpy(), np.full((3, 2), 40, "float32"))
+
+
+def test_leftover_temp_folders_are_removed_by_the_writer_only(tmp_path):
+    _save_three(tmp_path)
+    (tmp_path / "ckpt-40_temp").mkdir()  # empty: killed after the merge
+    (tmp_path / "ckpt-50_temp").mkdir()  # with a partial shard: killed before the merge
+    (tmp_path / "ckpt-50_temp" / "part-00000-of-00001.index").write_bytes(b"\0" * 9)
+    (tmp_path / "notes_temp").mkdir()  # not ours: kept
+    (tmp_path / "checkpoint").write_bytes(b"")  # and an unreadable state file
+    before = sorted(p.name for p in tmp_path.iterdir())
+    reader = CheckpointManager(tmp_path, layer=_dense(seed=-1), read_only=True)
+    with pytest.warns(CheckpointWarning, match="state file"):
+        assert reader.restore()[1] == 30  # a reader (tfdp evaluate) writes nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    with pytest.raises(CheckpointError, match="read_only"):
+        reader.save(DataPosition(0, 40), 40)
+    removed = remove_interrupted_saves(str(tmp_path))
+    assert sorted(Path(p).name for p in removed) == ["ckpt-40_temp", "ckpt-50_temp"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "ckpt-40_temp" not in names and "ckpt-50_temp" not in names and "notes_temp" in names
+
+
+def test_partial_restore_of_a_checkpoint_holding_more(tmp_path, recwarn):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.Adam()
+    opt.build(model.trainable_variables)
+    CheckpointManager(tmp_path, model=model, optimizer=opt).save(DataPosition(0, 1), 1)
+    other = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    manager = CheckpointManager(tmp_path, model=other)
+    assert manager.restore(partial=True)[1] == 1
+    np.testing.assert_array_equal(other.get_weights()[0], model.get_weights()[0])

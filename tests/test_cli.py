@@ -142,8 +142,8 @@ def test_train_resume_evaluate_and_refusals(tmp_path):
         "32",
         cwd=tmp_path,
     )
-    assert other.returncode == 2 and "another configuration" in other.stderr
-    assert "batch_size" in other.stderr
+    assert other.returncode == 2 and "cannot change on resume" in other.stderr
+    assert "--batch-size (the run has 64, now 32)" in other.stderr
     more = tfdp(
         "train", "--epochs", "2", "--run-dir", str(run), "--resume", "--no-progress", cwd=tmp_path
     )

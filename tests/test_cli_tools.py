@@ -263,7 +263,7 @@ def test_convert_argument_errors(tmp_path, capsys):
     )
     assert code == 2 and "--shards" in err
     np.savez(tmp_path / "odd.npz", pixels=np.zeros((2, 3, 3)))
-    with pytest.raises(ValueError, match=r"odd\.npz.*'images' and 'labels'"):
+    with pytest.raises(ValueError, match=r"odd\.npz.*'images' \(or 'x'\) and 'labels'"):
         convert_data(str(tmp_path / "odd.npz"), tmp_path / "y.npz", progress=False)
     (tmp_path / "junk.npz").write_bytes(b"not a zip file")
     with pytest.raises(ValueError, match=r"junk\.npz"):
@@ -319,7 +319,7 @@ def test_inspect_npz_folder_and_tfrecord(tmp_path):
 def test_manifest_suffix_matches_the_writer():
     from tfdp.sources.tfrecord import MANIFEST_SUFFIX
 
-    assert cli_tools._MANIFEST_SUFFIX == MANIFEST_SUFFIX
+    assert cli_tools.MANIFEST_SUFFIX == MANIFEST_SUFFIX
 
 
 def test_register_adds_plot_and_data():

@@ -15,10 +15,13 @@ def test_every_public_name_and_submodule_resolves():
         "augment",
         "checkpoint",
         "datasets",
+        "dataspec",
         "distribute",
+        "errors",
         "input",
         "launch",
         "models",
+        "rundir",
         "sources",
         "train",
     ):
@@ -31,6 +34,7 @@ def test_every_public_name_and_submodule_resolves():
 def test_import_tfdp_does_not_load_tensorflow():
     code = (
         "import sys, tfdp; tfdp.RepeatAugSampler(10, 2, 0, selected_round=0); "
+        "import tfdp.dataspec, tfdp.errors, tfdp.rundir, tfdp.cli_tools; "
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run(

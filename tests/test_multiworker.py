@@ -78,6 +78,10 @@ def test_two_workers_train_to_identical_weights(uninterrupted):
     _, out = uninterrupted
     assert len(set(fingerprints(out).values())) == 1  # both workers: the same weights
     assert "2 replica(s)" in out and "FAULT" not in out
+    # The chief holds the run directory's lock; the other worker sees the chief's pid there.
+    assert "[worker 0] LOCK holder" in out and "[worker 0] LOCK holder None" not in out
+    assert re.search(r"\[worker 0\] LOCK holder \d+ is me True", out)
+    assert re.search(r"\[worker 1\] LOCK holder \d+ is me False", out)
 
 
 def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, uninterrupted):

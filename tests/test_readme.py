@@ -56,7 +56,7 @@ def test_main_job_reaches_95_percent(tmp_path):
     assert last["val_sparse_categorical_accuracy"] >= 0.95, last
 
 
-@pytest.mark.parametrize("index", [2, 3])  # the quickstart block, then the multi-worker one
+@pytest.mark.parametrize("index", [2, 3, 4])  # quickstart, multi-worker, TFRecord shards
 def test_readme_block_runs(tmp_path, index):
     block = bash_blocks()[index]
     for cmd in block:
@@ -67,8 +67,17 @@ def test_readme_block_runs(tmp_path, index):
     if index == 2:
         assert (tmp_path / "runs/quickstart/curves.png").is_file()
         assert (tmp_path / "layout.png").is_file()
-    else:
+    elif index == 3:
         assert (tmp_path / "runs/two-workers/metrics.jsonl").is_file()
+    else:  # trained from the converted shards; evaluated exactly on the held-out last shard
+        last = json.loads(
+            (tmp_path / "runs/from-shards/metrics.jsonl").read_text().splitlines()[-1]
+        )
+        evaluated = json.loads(proc.stdout)
+        assert evaluated["replicas"] == 3 and evaluated["loss"] == pytest.approx(
+            last["val_loss"], abs=1e-5
+        )
+        assert last["val_sparse_categorical_accuracy"] > 0.2  # it learned the digits
 
 
 def test_install_block_is_skipped_for_a_stated_reason():

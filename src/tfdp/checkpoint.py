@@ -66,6 +66,7 @@ __all__ = [
     "NonFiniteCheckpointError",
     "input_config",
     "keras_trackables",
+    "remove_interrupted_saves",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,12 @@ _DATA_KEY = f"{_DATA_NAME}/.ATTRIBUTES/VARIABLE_VALUE"
 _CHECKPOINT_NAME = "ckpt"
 _TMP_PREFIX = ".tfdp_tmp_"
 _NUMBERED = re.compile(rf"{_CHECKPOINT_NAME}-(\d+)\.index$")
+
+
+def _number(path: str) -> int | None:
+    """N of a checkpoint path ``.../ckpt-N``, else None."""
+    m = re.fullmatch(rf"{_CHECKPOINT_NAME}-(\d+)", os.path.basename(path))
+    return int(m.group(1)) if m else None
 
 
 class CheckpointError(RuntimeError):
@@ -359,6 +366,44 @@ def _gfile_call(fn: Any, *args: Any) -> Any:
         raise OSError(f"{type(e).__name__}: {e.message}") from e
 
 
+def remove_interrupted_saves(directory: str) -> list[str]:
+    """Delete the ``ckpt-N_temp`` folders that interrupted saves left in ``directory``.
+
+    TensorFlow writes a checkpoint's shards into ``<prefix>_temp/`` and
+    merges them into ``<prefix>.index`` / ``.data-*``; a process killed in
+    between leaves the folder (empty, or with partial shards no checkpoint
+    refers to). Call it only as the one writer of ``directory`` (``tfdp
+    train`` does, holding the run directory's lock): a save in progress
+    writes into such a folder.
+
+    Returns:
+        The folders removed.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp(); os.makedirs(os.path.join(d, "ckpt-7_temp"))
+        >>> [os.path.basename(p) for p in remove_interrupted_saves(d)], os.listdir(d)
+        (['ckpt-7_temp'], [])
+    """
+    try:
+        names = tf.io.gfile.listdir(directory)
+    except tf.errors.OpError:
+        return []
+    removed = []
+    for name in names:
+        name = name.rstrip("/")
+        if re.fullmatch(rf"{_CHECKPOINT_NAME}-\d+_temp", name):
+            path = os.path.join(directory, name)
+            try:
+                tf.io.gfile.rmtree(path)
+                removed.append(path)
+            except tf.errors.OpError as e:  # pragma: no cover - depends on the filesystem
+                logger.warning("could not remove %s, left by an interrupted save: %s", path, e)
+    if removed:
+        logger.info("removed %d leftover(s) of interrupted saves: %s", len(removed), removed)
+    return removed
+
+
 class CheckpointManager:
     """Saves and restores the caller's trackables together with the global step and data position.
 
@@ -380,6 +425,8 @@ class CheckpointManager:
             which worker is the chief. ``None`` means the current strategy (or,
             outside any scope, the ``TF_CONFIG`` environment variable).
         max_to_keep: Checkpoints kept (oldest deleted first); ``None`` keeps all.
+        read_only: Only restore (e.g. to evaluate while training runs): the
+            manager writes nothing to ``directory``, and :meth:`save` is refused.
         **trackables: What to save, e.g. ``model=model, optimizer=optimizer``
             (any ``tf.train.Checkpoint`` argument except ``step``,
             ``data_position`` and ``save_counter``, which are reserved).
@@ -407,6 +454,7 @@ class CheckpointManager:
         *,
         strategy: tf.distribute.Strategy | None = None,
         max_to_keep: int | None = 3,
+        read_only: bool = False,
         **trackables: Any,
     ) -> None:
         if not tf.executing_eagerly():
@@ -445,12 +493,13 @@ class CheckpointManager:
 
         self._step, self._data, self.checkpoint = _without_strategy(make)
         self._manager: tf.train.CheckpointManager | None = None
-        if self.is_chief:
-            self._manager = tf.train.CheckpointManager(
-                self.checkpoint, self.directory, max_to_keep, checkpoint_name=_CHECKPOINT_NAME
-            )
+        self.read_only = bool(read_only)
+        if self.is_chief and not self.read_only:
+            self._manager = self._tf_manager()
         self._last_saved_step: int | None = None
         self._trackables = dict(trackables)
+        #: The checkpoint the last :meth:`restore` restored (after any fallback), or None.
+        self.restored: str | None = None
 
     # -- where ------------------------------------------------------------------
     @property
@@ -472,27 +521,77 @@ class CheckpointManager:
     def checkpoints(self) -> list[str]:
         """The managed checkpoint paths in ``directory``, oldest first (read from disk).
 
+        What the ``checkpoint`` state file lists; empty when it is missing or
+        unreadable (:meth:`restore` then looks at the files themselves).
+
         Example:
             >>> import tempfile
             >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).checkpoints
             []
         """
-        state = tf.train.get_checkpoint_state(self.directory)
+        state = self._state()
         if state is None:
             return []
         return list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
 
     @property
     def latest(self) -> str | None:
-        """The newest checkpoint path in ``directory``, or None.
+        """The newest checkpoint path the state file names, or None.
 
         Example:
             >>> import tempfile
             >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).latest is None
             True
         """
-        state = tf.train.get_checkpoint_state(self.directory)
+        state = self._state()
         return None if state is None else state.model_checkpoint_path
+
+    @property
+    def state_file(self) -> str:
+        """The ``checkpoint`` state file that names the checkpoints (written by TensorFlow)."""
+        return os.path.join(self.directory, "checkpoint")
+
+    def _state(self) -> Any:
+        """The parsed state file, or None when it is missing, empty or unreadable."""
+        try:
+            state = tf.train.get_checkpoint_state(self.directory)
+        except (ValueError, UnicodeDecodeError, tf.errors.OpError):  # empty / binary garbage
+            return None
+        if state is None or not state.model_checkpoint_path:
+            return None
+        return state
+
+    def _tf_manager(self) -> tf.train.CheckpointManager:
+        """TensorFlow's manager (the chief's writer); an unreadable state file is set aside.
+
+        TensorFlow's manager reads the state file when it is created and
+        fails on an empty or binary one. Such a file is renamed to
+        ``checkpoint.unreadable-<id>`` (kept, not deleted) with a warning;
+        the next save writes a new state file, and :meth:`restore` finds the
+        checkpoints on disk meanwhile.
+        """
+        try:
+            return tf.train.CheckpointManager(
+                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=_CHECKPOINT_NAME
+            )
+        except (ValueError, UnicodeDecodeError, tf.errors.OpError) as e:
+            aside = f"{self.state_file}.unreadable-{uuid.uuid4().hex[:8]}"
+            try:
+                _gfile_call(tf.io.gfile.rename, self.state_file, aside)
+            except OSError:
+                raise CheckpointError(
+                    f"checkpoint state file {self.state_file} is unreadable ({e}) and could not "
+                    "be moved aside; move or delete it (the checkpoints themselves are found "
+                    "without it)"
+                ) from e
+            self._warn(
+                f"checkpoint state file {self.state_file} is unreadable "
+                f"({type(e).__name__}: {' '.join(str(e).split())[:120]}); kept as {aside}, the "
+                "checkpoints in the directory are used instead"
+            )
+            return tf.train.CheckpointManager(
+                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=_CHECKPOINT_NAME
+            )
 
     # -- writing ----------------------------------------------------------------
     def check_writable(self) -> None:
@@ -579,6 +678,8 @@ class CheckpointManager:
             >>> os.path.basename(m.save(DataPosition(0, 10), global_step=10))
             'ckpt-10'
         """
+        if self.read_only:
+            raise CheckpointError(f"{self!r} was created read_only=True: it does not save")
         if not isinstance(position, DataPosition):
             raise ValueError(f"position must be a DataPosition, got {type(position).__name__}")
         global_step = _check_count("global_step", global_step)
@@ -622,26 +723,52 @@ class CheckpointManager:
             logger.warning("could not remove temporary checkpoint directory %s: %s", path, e)
 
     # -- reading ----------------------------------------------------------------
-    def _candidates(self) -> list[str]:
-        """Checkpoints to try, newest first: those of the state file, else those on disk."""
-        listed = self.checkpoints
-        if listed:
-            return listed[::-1]
+    def _on_disk(self) -> dict[int, str]:
+        """``{number: path}`` of the numbered checkpoints whose index file is in ``directory``."""
         try:
             names = tf.io.gfile.listdir(self.directory)
         except tf.errors.OpError:
-            return []
-        found = sorted(
-            (int(m.group(1)), os.path.join(self.directory, m.group(0)[: -len(".index")]))
+            return {}
+        return {
+            int(m.group(1)): os.path.join(self.directory, m.group(0)[: -len(".index")])
             for m in map(_NUMBERED.match, names)
             if m
-        )
-        if found:
+        }
+
+    def _candidates(self) -> list[str]:
+        """Checkpoints to try, newest first: those the state file lists and those on disk.
+
+        Newest is the highest checkpoint number (= global step). A state file
+        that is missing, empty, unreadable or names checkpoints that are gone
+        does not hide the checkpoints that are there; a checkpoint on disk
+        that the state file does not list yet (a save interrupted between
+        writing it and updating the state file) is tried too -- every
+        candidate is read and checked in full before it is used.
+        """
+        listed = self.checkpoints
+        on_disk = self._on_disk()
+        numbered: dict[int, str] = dict(on_disk)
+        others: list[str] = []  # listed paths not named ckpt-<N> (not written by tfdp)
+        for path in listed:
+            number = _number(path)
+            if number is None:
+                others.append(path)
+            else:
+                numbered.setdefault(number, path)
+        listed_numbers = {n for n in map(_number, listed) if n is not None}
+        if on_disk and not listed:
             self._warn(
                 f"checkpoint state file in {self.directory!r} is missing or unreadable; "
-                f"trying the {len(found)} checkpoint(s) found on disk, highest number first"
+                f"trying the {len(on_disk)} checkpoint(s) found on disk, highest number first"
             )
-        return [path for _, path in reversed(found)]
+        elif max(on_disk, default=-1) > max(listed_numbers, default=-1):
+            newer = sorted(n for n in on_disk if n > max(listed_numbers, default=-1))
+            self._warn(
+                f"checkpoint(s) {[os.path.basename(on_disk[n]) for n in newer]} in "
+                f"{self.directory!r} are newer than what its state file lists (a save "
+                "interrupted before it updated the state file?); they are tried first"
+            )
+        return others[::-1] + [numbered[n] for n in sorted(numbered, reverse=True)]
 
     @staticmethod
     def _warn(message: str) -> None:
@@ -666,7 +793,7 @@ class CheckpointManager:
         return position, int(reader.get_tensor(_STEP_KEY))
 
     def restore(
-        self, expected_config: Mapping[str, Any] | None = None
+        self, expected_config: Mapping[str, Any] | None = None, *, partial: bool = False
     ) -> tuple[DataPosition, int] | None:
         """Restore the newest readable checkpoint into the trackables.
 
@@ -674,11 +801,19 @@ class CheckpointManager:
         truncated checkpoint is skipped with a :class:`CheckpointWarning` (and
         a log record) naming it, and the previous one is used: at most one
         save interval is lost. Nothing is assigned before a checkpoint has
-        been found readable and its configuration matching.
+        been found readable and its configuration matching. The candidates
+        are the checkpoints the state file lists and those on disk, highest
+        number first (see :meth:`_candidates`): an empty, garbled or stale
+        state file does not hide them. :attr:`restored` names the checkpoint
+        restored. Restoring writes nothing (leftovers of interrupted saves are
+        removed by :func:`remove_interrupted_saves`, called by the directory's
+        one writer).
 
         Args:
             expected_config: The data configuration of this run (e.g.
                 :func:`input_config`); must equal the saved one.
+            partial: Restore only the trackables given (e.g. the model for
+                evaluation) from a checkpoint that holds more (e.g. an optimizer).
 
         Returns:
             ``(position, global_step)`` of the restored checkpoint, or None
@@ -701,6 +836,7 @@ class CheckpointManager:
               batch_size: saved 8, now 16
             ...
         """
+        self.restored = None
         candidates = self._candidates()
         if not candidates:
             return None
@@ -723,6 +859,8 @@ class CheckpointManager:
             if expected_config is not None:
                 self._check_config(path, position.config, expected_config)
             status = self.checkpoint.restore(path)
+            if partial:
+                status.expect_partial()
             try:
                 status.assert_existing_objects_matched()
             except AssertionError as e:
@@ -731,6 +869,9 @@ class CheckpointManager:
                     f"model or optimizer?): {e}"
                 ) from e
             self._last_saved_step = global_step
+            self.restored = path
+            if i:
+                logger.warning("restored %s (the newer %d could not be read)", path, i)
             return position, global_step
         raise CheckpointError(
             f"none of the {len(candidates)} checkpoint(s) in {self.directory!r} is readable:\n"

@@ -219,7 +219,8 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
         )
 
 
-def _train_config(args: argparse.Namespace) -> Any:
+def _train_request(args: argparse.Namespace) -> tuple[Any, frozenset[str]]:
+    """The job's options from ``--config`` and the flags (flags win), and which were given."""
     from tfdp.job import TrainConfig, coerce, load_config_file
 
     values: dict[str, Any] = {}
@@ -229,7 +230,12 @@ def _train_config(args: argparse.Namespace) -> Any:
         given = getattr(args, name, None)
         if given is not None:
             values[name] = coerce(name, given, f"--{name.replace('_', '-')}")
-    return TrainConfig(**values)
+    return TrainConfig(**values), frozenset(values)
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    """The job's options from ``--config`` and the flags (flags win)."""
+    return _train_request(args)[0]
 
 
 def _quiet_tf() -> None:
@@ -237,14 +243,14 @@ def _quiet_tf() -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    cfg = _train_config(args)
+    cfg, given = _train_request(args)
     _quiet_tf()
     from tfdp.checkpoint import NonFiniteCheckpointError
     from tfdp.job import run_train
     from tfdp.train import NonFiniteError
 
     try:
-        result = run_train(cfg)
+        result = run_train(cfg, given=given)
     except (NonFiniteError, NonFiniteCheckpointError) as exc:  # diverged: its own status
         print(f"tfdp train: error: {exc}", file=sys.stderr)
         return 3
@@ -273,8 +279,11 @@ def _parser() -> argparse.ArgumentParser:
         "train",
         help="train a model (default: a small CNN on the bundled digits)",
         description="Train with Repeated Augmentation on MirroredStrategy (logical CPU replicas "
-        "without a GPU), evaluating exactly on a held-out split after every epoch. Every option "
-        "can also come from --config FILE (YAML or TOML); flags win.",
+        "without a GPU), evaluating exactly on a held-out split after every epoch: --eval-data, "
+        "else a deterministic part of --data (see --eval-fraction). Every option can also come "
+        "from --config FILE (YAML or TOML); flags win. One run writes a run directory at a time "
+        "(a lock file holds its pid and host). Ctrl-C saves a checkpoint and stops; a second "
+        "Ctrl-C exits at once without saving.",
     )
     _add_train_options(tp)
     tp.set_defaults(func=_cmd_train)
@@ -363,9 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
+    from tfdp.errors import user_message
+    from tfdp.rundir import RunLockedError
+
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as exc:
+    except (ValueError, FileNotFoundError, PermissionError, RunLockedError) as exc:
         print(f"tfdp: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -374,9 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # no bare tracebacks: one line, the full trace on request
         if os.environ.get("TFDP_DEBUG"):
             raise
-        first_line = (str(exc).strip().splitlines() or [""])[0]
         print(
-            f"tfdp: error: {type(exc).__name__}: {first_line} (set TFDP_DEBUG=1 for the traceback)",
+            f"tfdp: error: {user_message(exc)} (set TFDP_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 1

@@ -9,7 +9,8 @@ This module owns three command-line tools and the library functions behind them:
   bundled ``digits``, ``.npz`` files, image folders (``root/<class>/<image>``)
   and TFRecord shards with a manifest (:func:`tfdp.sources.write_tfrecords`).
 * :func:`inspect_data` (``tfdp data inspect SRC``): what a data set holds:
-  kind, size, classes, image shapes and a few examples.
+  kind, size, classes, image shapes, how its pixels are read, notes
+  (conversions, warnings) and a few examples.
 
 :func:`register` adds the subcommands to the ``tfdp`` parser; :func:`main`
 runs them on their own (``python -m tfdp.cli_tools``). Importing this module
@@ -32,7 +33,15 @@ The data formats:
 * TFRecord: a directory (or a ``*.manifest.json`` path) written by
   :func:`tfdp.sources.write_tfrecords`, features ``image`` (PNG) and
   ``label`` (int64). Records are written in ``write_tfrecords``'s seeded
-  shuffled order (so that class-sorted sources give mixed shards).
+  shuffled order (so that class-sorted sources give mixed shards). ``tfdp
+  data convert`` adds ``classes`` (names or null), ``num_classes`` and
+  ``label_counts`` to the manifest, so that ``tfdp train`` knows the classes
+  without reading every label. Reading checks every shard's record count
+  against the manifest; a difference is an error naming the shard.
+
+Data is opened and checked by :func:`tfdp.dataspec.open_source`, the same
+as ``tfdp train`` does: what training refuses (non-integral or stray labels,
+non-finite pixels, floats outside [0, 1]) is refused here too.
 
 Example:
     $ tfdp plot runs/digits
@@ -52,10 +61,18 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from tfdp.dataspec import (
+    MANIFEST_SUFFIX,
+    OpenedData,
+    open_source,
+    read_error,
+    read_labels,
+    resize_uint8,
+)
 
 __all__ = [
     "PLOT_DPI",
@@ -75,8 +92,6 @@ PLOT_DPI = 100
 _FORMATS = ("tfrecord", "npz", "folder")
 _EXAMPLES_PER_SHARD = 10_000
 _MIN_SHARDS = 8
-_MANIFEST_SUFFIX = ".manifest.json"  # tfdp.sources.tfrecord.MANIFEST_SUFFIX, without importing TF
-_CHANNEL_PROBES = 32  # image files decoded to guess a folder's channel count
 _MAX_CLASSES_SHOWN = 30
 
 
@@ -308,279 +323,6 @@ class _Progress:
 
 
 # ----------------------------------------------------------------------------------------
-# Reading data sets
-# ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Data:
-    """One opened data set, whatever its format."""
-
-    kind: str  # "digits", "npz", "folder" or "tfrecord"
-    where: str
-    num_examples: int
-    image_shape: tuple[int | None, ...]  # of one image; None where sizes vary
-    dtype: str
-    channels: int
-    classes: list[str] | None  # classes[k] names label k
-    labels: np.ndarray | None  # when known without reading the images
-    source: Any = None  # random access: load(index) -> (image, label)
-    records: Callable[[], Any] | None = None  # streaming: a tf.data.Dataset of (image, label)
-    details: list[str] = field(default_factory=list)
-
-    def dataset(self) -> Any:
-        """All examples, in order: a dataset of ``(image uint8 [H, W, C], label int64)``."""
-        import tensorflow as tf
-
-        if self.records is not None:
-            return self.records()
-        src = self.source
-        return tf.data.Dataset.range(self.num_examples).map(
-            lambda i: _as_pair(src.load(i)),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-
-
-def _as_pair(example: Any) -> tuple[Any, Any]:
-    import tensorflow as tf
-
-    image, label = example
-    return image, tf.cast(label, tf.int64)
-
-
-def _quiet_tf() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def _check_images(images: np.ndarray, labels: np.ndarray, where: str) -> tuple[Any, Any]:
-    if images.ndim == 3:
-        images = images[..., None]
-    if images.ndim != 4:
-        raise ValueError(f"{where}: images must be [N, H, W, C], got shape {list(images.shape)}")
-    if labels.ndim != 1 or len(labels) != len(images):
-        raise ValueError(
-            f"{where}: labels must be [N] with one label per image; got {list(labels.shape)} "
-            f"for {len(images)} images"
-        )
-    if labels.dtype.kind not in "iu":
-        raise ValueError(f"{where}: labels must be integers, got {labels.dtype}")
-    if len(labels) and labels.min() < 0:
-        raise ValueError(f"{where}: labels must be >= 0, got {int(labels.min())}")
-    if len(images) == 0:
-        raise ValueError(f"{where}: holds no example")
-    return images, labels.astype(np.int64)
-
-
-def _array_data(
-    kind: str, where: str, images: np.ndarray, labels: np.ndarray, classes: Any
-) -> _Data:
-    from tfdp.sources import ArraySource
-
-    return _Data(
-        kind=kind,
-        where=where,
-        num_examples=len(images),
-        image_shape=tuple(int(d) for d in images.shape[1:]),
-        dtype=images.dtype.name,
-        channels=int(images.shape[-1]),
-        classes=classes,
-        labels=labels,
-        source=ArraySource((images, labels)),
-    )
-
-
-def _open_digits() -> _Data:
-    from tfdp.datasets import load_digits
-
-    images, labels = load_digits("all")
-    data = _array_data("digits", "bundled UCI digits", images, labels, None)
-    data.classes = [str(k) for k in range(10)]
-    data.details.append("pixel levels: 0..16 (not 0..255)")
-    return data
-
-
-def _open_npz(path: str) -> _Data:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            keys = set(npz.files)
-            xk = next((k for k in ("images", "x", "image") if k in keys), None)
-            yk = next((k for k in ("labels", "y", "label") if k in keys), None)
-            found = xk is not None and yk is not None
-            if found:
-                images, labels = npz[xk], npz[yk]
-                classes = npz["classes"] if "classes" in keys else None
-    except Exception as err:  # zipfile.BadZipFile, pickled objects, OSError, ...
-        raise ValueError(
-            f"{path}: not a readable .npz file ({type(err).__name__}: {err})"
-        ) from None
-    if not found:
-        raise ValueError(
-            f"{path}: a .npz data set holds arrays 'images' and 'labels'; it has {sorted(keys)}"
-        )
-    images, labels = _check_images(images, labels, path)
-    names = None
-    if classes is not None:
-        names = [str(c) for c in np.asarray(classes).reshape(-1).tolist()]
-        if len(names) <= int(labels.max()):
-            raise ValueError(
-                f"{path}: 'classes' names {len(names)} classes but a label is {int(labels.max())}"
-            )
-    return _array_data("npz", path, images, labels, names)
-
-
-def _folder_channels(src: Any) -> int:
-    """The channel count to decode a folder with: the most any of a spread of files has."""
-    import tensorflow as tf
-
-    n = src.num_examples
-    picks = sorted({int(i) for i in np.linspace(0, n - 1, min(n, _CHANNEL_PROBES))})
-    found = 0
-    for i in picks:
-        try:
-            data = tf.io.read_file(src.path(i))
-            image = tf.io.decode_image(data, channels=0, expand_animations=False)
-        except (tf.errors.OpError, ValueError):
-            continue  # a bad file: reported by name when it is read
-        found = max(found, int(image.shape[-1]))
-    return {0: 3, 1: 1, 2: 4, 3: 3}.get(found, 4)
-
-
-def _open_folder(path: str) -> _Data:
-    from tfdp.sources import ImageFolderSource
-
-    probe = ImageFolderSource(path)
-    channels = _folder_channels(probe)
-    src = ImageFolderSource(path, channels=channels) if channels != probe.channels else probe
-    data = _Data(
-        kind="folder",
-        where=src.root,
-        num_examples=src.num_examples,
-        image_shape=(None, None, channels),
-        dtype="uint8",
-        channels=channels,
-        classes=list(src.classes),
-        labels=np.asarray(src.labels),
-        source=src,
-    )
-    data.details.append(
-        f"channels: {channels} (the most among {min(src.num_examples, _CHANNEL_PROBES)} "
-        "files sampled; others are converted)"
-    )
-    return data
-
-
-def _find_manifest(path: str) -> str:
-    if os.path.isfile(path):
-        return path
-    found = sorted(n for n in os.listdir(path) if n.endswith(_MANIFEST_SUFFIX))
-    if len(found) > 1:
-        raise ValueError(
-            f"{path} holds {len(found)} manifests ({', '.join(found)}): give SRC as the one to use"
-        )
-    return os.path.join(path, found[0])
-
-
-def _open_tfrecord(path: str) -> _Data:
-    import tensorflow as tf
-
-    from tfdp.sources import TFRecordSource
-    from tfdp.sources.tfrecord import read_manifest
-
-    manifest_path = _find_manifest(path)
-    manifest = read_manifest(manifest_path)
-    feats = manifest["features"]
-    names = [f["name"] for f in feats]
-    structure = manifest["structure"]
-    if structure == "single" or len(feats) < 2:
-        raise ValueError(f"{manifest_path}: the records hold no label (features {names})")
-    image_at = names.index("image") if "image" in names else 0
-    label_at = names.index("label") if "label" in names else 1
-    if len(feats) != 2 and not {"image", "label"} <= set(names):
-        raise ValueError(f"{manifest_path}: expected features 'image' and 'label', got {names}")
-    image_f, label_f = feats[image_at], feats[label_at]
-    if image_f["dtype"] != "uint8" or len(image_f["shape"]) not in (2, 3):
-        raise ValueError(
-            f"{manifest_path}: feature {image_f['name']!r} is {image_f['dtype']} of shape "
-            f"{image_f['shape']}; expected uint8 images [H, W, C]"
-        )
-    if label_f["shape"] != [] or not (
-        label_f["dtype"].startswith(("int", "uint")) or label_f["dtype"] == "bool"
-    ):
-        raise ValueError(
-            f"{manifest_path}: feature {label_f['name']!r} is {label_f['dtype']} of shape "
-            f"{label_f['shape']}; expected one integer label per record"
-        )
-    src = TFRecordSource(manifest_path)
-    shape = tuple(image_f["shape"])
-    if len(shape) == 2:
-        shape = (*shape, 1)
-    key_image = image_f["name"] if structure == "dict" else image_at
-    key_label = label_f["name"] if structure == "dict" else label_at
-
-    def records() -> Any:
-        def pick(example: Any) -> tuple[Any, Any]:
-            image = example[key_image]
-            if len(image_f["shape"]) == 2:
-                image = image[..., tf.newaxis]
-            return image, tf.cast(example[key_label], tf.int64)
-
-        ds = tf.data.TFRecordDataset(src.files, compression_type=src.compression or "")
-        return ds.map(
-            lambda r: pick(src.parse(r)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
-
-    counts = [int(c) for c in manifest["counts"]]
-    data = _Data(
-        kind="tfrecord",
-        where=manifest_path,
-        num_examples=int(sum(counts)),
-        image_shape=shape,
-        dtype="uint8",
-        channels=int(shape[-1]) if shape[-1] is not None else 3,
-        classes=None,
-        labels=None,
-        records=records,
-    )
-    data.details += [
-        f"files: {len(counts)} shard(s), {min(counts)}..{max(counts)} records each, "
-        f"compression: {manifest.get('compression') or 'none'}",
-        "features: "
-        + ", ".join(f"{f['name']} ({f['encoding']}, {f['dtype']}, {f['shape']})" for f in feats),
-    ]
-    return data
-
-
-def _open(spec: str) -> _Data:
-    """Open ``SRC``: ``digits``, a .npz file, an image folder, or TFRecord data with a manifest."""
-    if spec == "digits":
-        return _open_digits()
-    path = os.path.expanduser(spec)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"SRC {spec!r} does not exist (give 'digits', a .npz file, an image folder, or a "
-            "TFRecord directory / manifest written by write_tfrecords)"
-        )
-    if os.path.isfile(path):
-        if path.endswith(".npz"):
-            return _open_npz(path)
-        if path.endswith(_MANIFEST_SUFFIX):
-            return _open_tfrecord(path)
-        raise ValueError(
-            f"SRC {spec!r}: not a .npz file or a TFRecord manifest (*{_MANIFEST_SUFFIX})"
-        )
-    entries = os.listdir(path)
-    if any(n.endswith(_MANIFEST_SUFFIX) for n in entries):
-        return _open_tfrecord(path)
-    if any(n.endswith((".tfrecord", ".tfrec")) for n in entries):
-        raise ValueError(
-            f"SRC {spec!r} holds TFRecord files but no *{_MANIFEST_SUFFIX}: tfdp data reads "
-            "shards written by write_tfrecords (or tfdp data convert)"
-        )
-    return _open_folder(path)
-
-
-# ----------------------------------------------------------------------------------------
 # tfdp data inspect
 # ----------------------------------------------------------------------------------------
 
@@ -593,25 +335,30 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     ]
 
 
-def inspect_data(src: str, examples: int = 5) -> str:
+def inspect_data(src: str, examples: int = 5, num_classes: int | None = None) -> str:
     """Describe a data set: kind, size, classes, image shape/dtype and a few examples.
 
-    Class counts are shown when the labels are known without reading every
-    image (digits, .npz, image folders); TFRecord data is described from its
-    manifest. Examples are spread evenly over a random-access source; for
-    TFRecord data they are the first records in file order.
+    The data is opened and checked as ``tfdp train`` opens it
+    (:func:`tfdp.dataspec.open_source`): what training would refuse is
+    refused here too, naming the file, the key and the values, and what it
+    would convert or warn about is listed under ``notes``. Class counts are
+    shown when the labels are known without reading every image (digits,
+    .npz, image folders, TFRecord shards written by ``tfdp data convert``).
+    Examples are spread evenly over a random-access source; for TFRecord
+    data they are the first records in file order.
 
     Args:
         src: ``"digits"``, a .npz file, an image folder, or a TFRecord
-            directory or manifest written by ``write_tfrecords``.
+            directory, manifest or glob written by ``write_tfrecords``.
         examples: How many examples to show (0: none).
+        num_classes: The number of classes, when the labels do not use them all.
 
     Returns:
         The description, several lines.
 
     Raises:
         FileNotFoundError: ``src`` does not exist.
-        ValueError: ``src`` is not a data set tfdp reads, or ``examples < 0``.
+        ValueError: ``src`` is not a data set tfdp reads or fails a check, or ``examples < 0``.
 
     Example:
         >>> print(inspect_data("digits", examples=0).splitlines()[1])
@@ -619,7 +366,7 @@ def inspect_data(src: str, examples: int = 5) -> str:
     """
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise ValueError(f"--examples must be an integer >= 0, got {examples!r}")
-    data = _open(src)
+    data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
     n = data.num_examples
     shape = "[" + ", ".join("?" if d is None else str(d) for d in data.image_shape) + "]"
     if None in data.image_shape:
@@ -628,11 +375,12 @@ def inspect_data(src: str, examples: int = 5) -> str:
         f"source: {data.where} ({data.kind})",
         f"examples: {n}",
         f"image: {shape} {data.dtype}",
+        f"pixels: scaled by {data.scale:.6g} to [0, 1] for training",
         *data.details,
     ]
-    if data.labels is not None:
-        counts = np.bincount(data.labels)
-        k = len(data.classes) if data.classes else len(counts)
+    counts = data.counts()
+    if counts is not None:
+        k = int(data.num_classes or len(counts))
         lines.append(f"classes: {k}")
         rows = [["label", "name", "count"]]
         for label in range(min(k, _MAX_CLASSES_SHOWN)):
@@ -642,8 +390,11 @@ def inspect_data(src: str, examples: int = 5) -> str:
         lines += _table(rows)
         if k > _MAX_CLASSES_SHOWN:
             lines.append(f"  ... and {k - _MAX_CLASSES_SHOWN} more classes")
-    else:
+    elif not any(line.startswith("classes:") for line in data.details):
         lines.append("classes: unknown without reading every record (labels are in the records)")
+    if data.notes:
+        lines.append("notes:")
+        lines += [f"  {note}" for note in data.notes]
     if examples:
         shown = _sample_examples(data, examples)
         lines.append(f"examples ({len(shown)} of {n}):")
@@ -657,15 +408,15 @@ def inspect_data(src: str, examples: int = 5) -> str:
                     str(index),
                     f"{label}{name}",
                     str(list(image.shape)),
-                    str(image.min()),
-                    str(image.max()),
+                    f"{image.min():g}",
+                    f"{image.max():g}",
                 ]
             )
         lines += _table(rows)
     return "\n".join(lines)
 
 
-def _sample_examples(data: _Data, k: int) -> list[tuple[int, np.ndarray, int]]:
+def _sample_examples(data: OpenedData, k: int) -> list[tuple[int, np.ndarray, int]]:
     import tensorflow as tf
 
     k = min(k, data.num_examples)
@@ -682,38 +433,12 @@ def _sample_examples(data: _Data, k: int) -> list[tuple[int, np.ndarray, int]]:
             for i, (image, label) in enumerate(data.dataset().take(k).as_numpy_iterator())
         ]
     except tf.errors.OpError as err:
-        raise ValueError(f"{data.where}: {_op_message(err)}") from None
-
-
-def _op_message(err: Any) -> str:
-    text = getattr(err, "message", str(err))
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in lines:  # ImageFolderSource's own message names the file
-        if "ImageFolderSource:" in ln:
-            return ln[ln.index("ImageFolderSource:") :].rstrip("]")
-    return lines[0] if lines else type(err).__name__
+        raise read_error(data, err) from None
 
 
 # ----------------------------------------------------------------------------------------
 # tfdp data convert
 # ----------------------------------------------------------------------------------------
-
-
-def _resize(image: Any, size: int | None) -> Any:
-    """``image`` (uint8 [H, W, C]) stretched to ``size`` x ``size`` (untouched if it is)."""
-    import tensorflow as tf
-
-    if size is None:
-        return image
-
-    def stretch() -> Any:
-        x = tf.image.resize(image, [size, size], method="bilinear", antialias=True)
-        return tf.cast(tf.clip_by_value(tf.round(x), 0, 255), tf.uint8)
-
-    hw = tf.shape(image)[:2]
-    out = tf.cond(tf.reduce_all(hw == size), lambda: tf.identity(image), stretch)
-    out.set_shape([size, size, image.shape[-1]])
-    return out
 
 
 class _Feed:
@@ -746,8 +471,9 @@ class _Feed:
     def load(self, index: Any) -> tuple[Any, Any]:
         import tensorflow as tf
 
-        image, label = _as_pair(self._load(index))
-        image = _resize(image, self._size)
+        image, label = self._load(index)
+        label = tf.cast(label, tf.int64)
+        image = resize_uint8(image, self._size)
         token = tf.numpy_function(self._tick, [index], tf.int64, stateful=True)
         with tf.control_dependencies([token]):
             image = tf.identity(image)
@@ -780,7 +506,7 @@ def _dst_format(dst: str, to: str | None) -> str:
     return "npz" if dst.endswith(".npz") else "tfrecord"
 
 
-def _check_dst(dst: str, fmt: str, data: _Data) -> None:
+def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
     if os.path.isdir(dst):
         if fmt == "npz":
             raise ValueError(f"DST {dst!r} is a directory; a .npz output needs a file name")
@@ -820,7 +546,7 @@ def _publish_dir(tmp: str, dst: str) -> None:
     os.rename(tmp, dst)
 
 
-def _class_dirs(data: _Data, labels_seen: np.ndarray) -> dict[int, str]:
+def _class_dirs(data: OpenedData, labels_seen: np.ndarray) -> dict[int, str]:
     """Folder name of every label present."""
     present = sorted(int(v) for v in np.unique(labels_seen))
     if data.classes:
@@ -847,13 +573,15 @@ def _class_dirs(data: _Data, labels_seen: np.ndarray) -> dict[int, str]:
     return names
 
 
-def _write_folder(data: _Data, dst: str, image_size: int | None, progress: _Progress) -> list[str]:
+def _write_folder(
+    data: OpenedData, dst: str, image_size: int | None, progress: _Progress
+) -> tuple[int, list[str]]:
     import tensorflow as tf
 
     if data.labels is not None:
         _class_dirs(data, data.labels)  # bad class names fail before any work
     ds = data.dataset().map(
-        lambda image, label: (tf.io.encode_png(_resize(image, image_size)), label),
+        lambda image, label: (tf.io.encode_png(resize_uint8(image, image_size)), label),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -864,6 +592,7 @@ def _write_folder(data: _Data, dst: str, image_size: int | None, progress: _Prog
         # Files go to one staging folder per label, renamed to the class names at the
         # end: a stream's labels (hence the zero-padding of label names) are known then.
         made: set[int] = set()
+        written = 0
         for index, (png, label) in enumerate(ds.as_numpy_iterator()):
             label = int(label)
             folder = os.path.join(tmp, f".tfdp-label-{label}")
@@ -872,6 +601,7 @@ def _write_folder(data: _Data, dst: str, image_size: int | None, progress: _Prog
                 made.add(label)
             with open(os.path.join(folder, f"{index:0{width}d}.png"), "wb") as fh:
                 fh.write(png)
+            written += 1
             progress.update(1)
         progress.close()
         names = _class_dirs(data, np.asarray(sorted(made)))
@@ -883,20 +613,22 @@ def _write_folder(data: _Data, dst: str, image_size: int | None, progress: _Prog
         raise
     present = sorted(made)
     if present != list(range(len(present))) or (data.classes and len(present) != len(data.classes)):
-        return [
+        return written, [
             "note: labels with no example get no folder, so reading DST back as an image "
             "folder numbers its classes 0..K-1 afresh"
         ]
-    return []
+    return written, []
 
 
-def _write_npz(data: _Data, dst: str, image_size: int | None, progress: _Progress) -> list[str]:
+def _write_npz(
+    data: OpenedData, dst: str, image_size: int | None, progress: _Progress
+) -> tuple[int, list[str]]:
     import tensorflow as tf
 
     ds = data.dataset()
     if image_size is not None:
         ds = ds.map(
-            lambda image, label: (_resize(image, image_size), label),
+            lambda image, label: (resize_uint8(image, image_size), label),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -925,12 +657,12 @@ def _write_npz(data: _Data, dst: str, image_size: int | None, progress: _Progres
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return []
+    return len(labels), []
 
 
 def _write_tfrecord(
-    data: _Data, dst: str, image_size: int | None, shards: int | None, progress: _Progress
-) -> list[str]:
+    data: OpenedData, dst: str, image_size: int | None, shards: int | None, progress: _Progress
+) -> tuple[int, list[str]]:
     from tfdp.sources import write_tfrecords
 
     n = data.num_examples
@@ -940,27 +672,53 @@ def _write_tfrecord(
         raise ValueError(f"--shards {shards} is more than the {n} examples of SRC")
     if data.source is not None:
         load, shape = data.source.load, data.image_shape
-    else:  # a stream (TFRecord): read it all, then write from memory
-        images, labels = [], []
+        labels = data.labels
+    else:  # a stream (TFRecord): read it all (counts checked per shard), then write from memory
+        images, label_list = [], []
         reading = _Progress(n, f"reading {data.kind}", progress.enabled)
         for image, label in data.dataset().as_numpy_iterator():
             images.append(image)
-            labels.append(int(label))
+            label_list.append(int(label))
             reading.update(1)
         reading.close()
+        labels = data.labels
         same = all(im.shape == images[0].shape for im in images)
         shape = images[0].shape if same else (None, None, images[0].shape[-1])
-        load = _list_loader(images, labels)
+        load = _list_loader(images, label_list)
+        n = len(images)
     feed = _Feed(load, n, tuple(shape), image_size, progress)
     tmp = _temp_sibling(dst)
     try:
         write_tfrecords(feed, tmp, num_shards=shards)
         progress.close()
+        _add_classes_to_manifest(os.path.join(tmp, "data" + MANIFEST_SUFFIX), data, labels)
         _publish_dir(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return [f"{shards} shard(s) with a manifest (data.manifest.json), records in shuffled order"]
+    with open(os.path.join(dst, "data" + MANIFEST_SUFFIX), encoding="utf-8") as fh:
+        written = int(sum(json.load(fh)["counts"]))
+    return written, [
+        f"{shards} shard(s) with a manifest (data.manifest.json: files, record counts, classes), "
+        "records in shuffled order"
+    ]
+
+
+def _add_classes_to_manifest(path: str, data: OpenedData, labels: Any) -> None:
+    """Record the classes (names, number, examples per class) in a just-written manifest.
+
+    ``tfdp train`` takes the number of classes from here instead of reading every label.
+    """
+    with open(path, encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    k = int(data.num_classes or (int(np.max(labels)) + 1))
+    manifest["classes"] = list(data.classes) if data.classes else None
+    manifest["num_classes"] = k
+    manifest["label_counts"] = np.bincount(np.asarray(labels), minlength=k).tolist()
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def convert_data(
@@ -970,6 +728,7 @@ def convert_data(
     to: str | None = None,
     shards: int | None = None,
     image_size: int | None = None,
+    num_classes: int | None = None,
     progress: bool = True,
 ) -> str:
     """Convert a data set between digits, .npz, image folders and TFRecord shards.
@@ -991,6 +750,8 @@ def convert_data(
         image_size: Stretch every image to ``image_size`` x ``image_size``
             (bilinear, antialiased; images of that size are untouched).
             Needed for .npz output when the images differ in size.
+        num_classes: The number of classes, when the labels do not use them
+            all (see :func:`tfdp.dataspec.check_labels`).
         progress: Show a progress bar on stderr.
 
     Returns:
@@ -1019,28 +780,34 @@ def convert_data(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    data = _open(src)
+    data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
     _check_dst(dst, fmt, data)
     if data.dtype != "uint8":
-        raise ValueError(f"{data.where}: images must be uint8, got {data.dtype}")
+        raise ValueError(
+            f"{data.where}: holds {data.dtype} images; tfdp data convert writes 8-bit images: "
+            "store them as uint8 levels 0..255"
+        )
     if data.channels not in (1, 3, 4):
         raise ValueError(f"{data.where}: images must have 1, 3 or 4 channels, got {data.channels}")
     import tensorflow as tf
 
+    if data.labels is None:  # TFRecord without a class list: read and check the labels first
+        read_labels(data, num_classes=num_classes, num_classes_option="--num-classes")
+
     bar = _Progress(data.num_examples, f"{fmt} <- {data.kind}", progress)
     try:
         if fmt == "npz":
-            notes = _write_npz(data, dst, image_size, bar)
+            written, notes = _write_npz(data, dst, image_size, bar)
         elif fmt == "folder":
-            notes = _write_folder(data, dst, image_size, bar)
+            written, notes = _write_folder(data, dst, image_size, bar)
         else:
-            notes = _write_tfrecord(data, dst, image_size, shards, bar)
+            written, notes = _write_tfrecord(data, dst, image_size, shards, bar)
     except tf.errors.OpError as err:
-        raise ValueError(f"{data.where}: {_op_message(err)}") from None
+        raise read_error(data, err) from None
     finally:
         bar.close()
-    summary = f"wrote {data.num_examples} examples ({fmt}) to {dst}"
-    return "\n".join([summary, *notes])
+    summary = f"wrote {written} examples ({fmt}) to {dst}"
+    return "\n".join([summary, *notes, *data.notes])
 
 
 # ----------------------------------------------------------------------------------------
@@ -1070,7 +837,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    _quiet_tf()
     print(
         convert_data(
             args.src,
@@ -1078,6 +844,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             to=args.to,
             shards=args.shards,
             image_size=args.image_size,
+            num_classes=args.num_classes,
             progress=not args.no_progress,
         )
     )
@@ -1085,8 +852,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    _quiet_tf()
-    print(inspect_data(args.src, args.examples))
+    print(inspect_data(args.src, args.examples, args.num_classes))
     return 0
 
 
@@ -1156,6 +922,15 @@ def register(subparsers: Any) -> None:
         help="stretch every image to S x S (needed for .npz when sizes differ)",
     )
     cp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cp.add_argument(
+        "--num-classes",
+        type=_int_at_least(1),
+        default=None,
+        metavar="K",
+        help="number of classes, when some have no example (default: the class names, else "
+        "the largest label + 1, and then every label below it must occur)",
+    )
+
     cp.set_defaults(func=_cmd_convert)
 
     ip = actions.add_parser(
@@ -1174,6 +949,14 @@ def register(subparsers: Any) -> None:
         default=5,
         metavar="K",
         help="examples to show (default 5)",
+    )
+    ip.add_argument(
+        "--num-classes",
+        type=_int_at_least(1),
+        default=None,
+        metavar="K",
+        help="number of classes, when some have no example (default: the class names, else "
+        "the largest label + 1, and then every label below it must occur)",
     )
     ip.set_defaults(func=_cmd_inspect)
 

@@ -215,8 +215,8 @@ detail = ("unreachable peer(s): " + ", ".join(bad)) if bad else (
     "every peer address accepts connections, but not all workers joined")
 sys.stderr.write(
     f"tfdp: error: the workers did not all connect within {timeout:g}s ({detail}). Check "
-    "TF_CONFIG's addresses and ports, that every worker was started, and the firewall; "
-    "raise TFDP_STARTUP_TIMEOUT for slow starts.\n")
+    "TF_CONFIG's addresses and ports, that every worker was started (each with its own task "
+    "index), and the firewall; raise TFDP_STARTUP_TIMEOUT for slow starts.\n")
 sys.stderr.flush()
 os.kill(pid, signal.SIGKILL)
 """
@@ -255,6 +255,38 @@ def _startup_watchdog(timeout: float | None) -> Any:
             proc.wait()
 
     return _Done()
+
+
+def _server_failure() -> str:
+    """Why this worker's gRPC server could not start, naming its TF_CONFIG address."""
+    import errno
+    import socket
+
+    cfg = parse_tf_config()
+    if cfg is None:
+        return "could not start this worker's gRPC server (the cluster came from Slurm)"
+    task = cfg["task"]
+    address = cfg["cluster"][task["type"]][task["index"]]
+    host, _, port = address.rpartition(":")
+    cause = "the address cannot be bound here"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as s:
+            s.bind((host.strip("[]"), int(port)))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            cause = (
+                f"port {port} is already in use: another process holds it -- another worker "
+                f"started with the same TF_CONFIG task ({task['type']} {task['index']})?"
+            )
+        else:
+            cause = f"{address} cannot be bound on this machine ({err.strerror})"
+    else:
+        cause = "the address could be bound a moment later (a port race?)"
+    return (
+        f"could not start the gRPC server of TF_CONFIG task {task['type']} {task['index']} at "
+        f"{address}: {cause}. Every worker needs its own task index and a free port on its own "
+        "host"
+    )
 
 
 def _configure_logical_cpus(n: int) -> list[str]:
@@ -360,9 +392,15 @@ def make_strategy(
                 )
             resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
         done = _startup_watchdog(startup_timeout)
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=resolver, communication_options=options
-        )
+        try:
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver, communication_options=options
+            )
+        except tf.errors.UnknownError as exc:
+            done.set()
+            if "Could not start gRPC server" not in str(exc):
+                raise
+            raise ValueError(_server_failure()) from None
         # A first collective: returns only once every worker is up and connected.
         strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
         done.set()

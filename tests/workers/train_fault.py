@@ -5,6 +5,7 @@ itself) or "term" (SIGTERM itself); the fault hits worker 1 at global step STEP,
 first run of the group (TFDP_RESTART=0), and is announced on stdout first.
 """
 
+import json
 import os
 import signal
 import sys
@@ -19,12 +20,23 @@ def main() -> int:
     first_run = os.environ.get("TFDP_RESTART", "0") == "0"
     me = int(os.environ.get("TFDP_WORKER_INDEX", "0"))
 
+    cfg = _train_config(args)
+    lock = os.path.join(cfg.run_dir or "", ".tfdp.lock")
+    shown = []
+
     def on_step(state):
+        if not shown:  # which process holds the run directory's lock: the chief's
+            shown.append(True)
+            holder = None
+            if os.path.exists(lock):
+                with open(lock) as fh:
+                    holder = json.load(fh)["pid"]
+            print(f"LOCK holder {holder} is me {holder == os.getpid()}", flush=True)
         if fault != "none" and first_run and me == 1 and state.global_step == step:
             print(f"FAULT {fault} worker {me} at step {state.global_step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGTERM)
 
-    result = run_train(_train_config(args), on_step=on_step)
+    result = run_train(cfg, on_step=on_step)
     print(
         f"RESULT stopped_early={result['stopped_early']} reason={result['stop_reason']} "
         f"step={result['global_step']}",

@@ -605,3 +605,51 @@ class ImageFolderSource:
         for index in ds.as_numpy_iterator():
             seen[index] = True
         return sorted(self.path(i) for i in np.flatnonzero(~seen))
+
+    # -- subsets (added for held-out splits; keep at the end of the class) ----------------
+    def subset(self, indices: Any) -> ImageFolderSource:
+        """A source over the files at ``indices`` (in that order), sharing root and classes.
+
+        Labels keep the class ids of the whole folder (``classes`` is
+        unchanged), so a held-out split of a folder evaluates with the labels
+        the model was trained on. The subset keeps ``on_error``, ``channels``
+        and ``extensions``; its skipped-file record starts empty.
+
+        Raises:
+            ValueError: for indices that are not integers in ``[0, num_examples)``,
+                repeated, or none at all.
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp()
+            >>> for cls in ("a", "b"):
+            ...     os.makedirs(os.path.join(root, cls))
+            ...     for i in range(2):
+            ...         tf.io.write_file(os.path.join(root, cls, f"{i}.png"),
+            ...                          tf.io.encode_png(tf.zeros([1, 1, 3], tf.uint8)))
+            >>> part = ImageFolderSource(root).subset([3, 0])
+            >>> part.num_examples, part.labels.tolist(), os.path.basename(part.path(0))
+            (2, [1, 0], '1.png')
+        """
+        import copy
+
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
+            raise ValueError(f"indices must be a non-empty 1-D list of integers, got {indices!r}")
+        if idx.min() < 0 or idx.max() >= self.num_examples:
+            raise ValueError(
+                f"indices must be in [0, {self.num_examples}), "
+                f"got {int(idx.min())}..{int(idx.max())}"
+            )
+        if len(np.unique(idx)) != len(idx):
+            raise ValueError("indices must not repeat a file")
+        part = copy.copy(self)
+        part.__dict__.pop("paths", None)  # the cached_property of the whole folder
+        part._rel = self._rel[idx]
+        part.labels = self.labels[idx]
+        part.num_examples = len(idx)
+        part._tensors = None
+        part._lock = threading.Lock()
+        part._skipped = {}
+        part._skip_events = 0
+        return part

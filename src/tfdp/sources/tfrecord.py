@@ -1012,10 +1012,9 @@ class TFRecordSource:
 
         files = tf.numpy_function(files_of, [epoch], tf.string, stateful=False)
         files.set_shape([None])
-        compression = self.compression or ""
         most = -(-len(self.files) // lanes)  # files in the largest lane
         ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-            lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+            self.file_records,  # counts checked against the manifest as records are read
             cycle_length=min(self.cycle_length, most),
             block_length=1,
             num_parallel_calls=self.num_parallel_calls,
@@ -1153,6 +1152,77 @@ class TFRecordSource:
             f"TFRecordSource(files={len(self.files)}, num_examples={self.num_examples}, "
             f"features={sorted(self.features)}, manifest={self.manifest is not None})"
         )
+
+    # -- checked reading (added for issue 10; keep at the end of the class) ---------------
+    def file_records(self, path: Any) -> tf.data.Dataset:
+        """The serialized records of ``path`` (one of ``files``), checked against ``counts``.
+
+        Graph-compatible (``path`` may be a string tensor, as in ``interleave``)
+        and free (TensorFlow's ``assert_cardinality``, no per-record Python
+        function): a file holding more or fewer records than its count (from
+        the manifest, ``counts=`` or the count at construction) -- or a
+        truncated or corrupt record, which ends what can be read of the file --
+        raises ``FailedPreconditionError`` ("Input dataset was expected to
+        contain N elements but contained only M elements") when the file is
+        read to its end, instead of an epoch that silently yields fewer
+        batches than ``steps_per_epoch`` promised. TensorFlow's message cannot
+        name the file: :meth:`count_problems` does.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords(np.zeros((6, 2), "float32"), tempfile.mkdtemp(),
+            ...                         num_shards=2)
+            >>> src = TFRecordSource(files)
+            >>> sum(1 for _ in src.file_records(files[0]))
+            3
+            >>> with open(files[0], "ab") as fh:  # records appended after the manifest
+            ...     _ = fh.write(open(files[1], "rb").read())
+            >>> sum(1 for _ in src.file_records(files[0]))
+            Traceback (most recent call last):
+            ...
+            tensorflow.python.framework.errors_impl.FailedPreconditionError: ...
+            >>> src.count_problems()  # doctest: +ELLIPSIS
+            ['.../data-00000-of-00002.tfrecord holds 6 readable records, not the 3 listed...']
+        """
+        path = tf.convert_to_tensor(path, tf.string)
+        expected = tf.reduce_sum(
+            tf.where(
+                tf.equal(tf.constant(self.files), path),
+                tf.constant(self.counts, tf.int64),
+                tf.constant(0, tf.int64),
+            )
+        )
+        records = tf.data.TFRecordDataset(path, compression_type=self.compression or "")
+        records = records.ignore_errors(log_warning=False)  # a torn record ends the file
+        return records.apply(tf.data.experimental.assert_cardinality(expected))
+
+    def count_problems(self) -> list[str]:
+        """Files whose readable records differ from their counts, one line each (a full read).
+
+        The diagnosis behind a ``FailedPreconditionError`` of :meth:`file_records`.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> files = write_tfrecords(np.zeros((4, 2), "float32"), tempfile.mkdtemp(),
+            ...                         num_shards=2)
+            >>> TFRecordSource(files).count_problems()
+            []
+        """
+
+        def readable(path: str) -> int:
+            ds = tf.data.TFRecordDataset(path, compression_type=self.compression or "")
+            return int(ds.ignore_errors(log_warning=False).reduce(np.int64(0), lambda n, _: n + 1))
+
+        found = _map_threads(readable, self.files)
+        return [
+            f"{path} holds {got} readable records, not the {int(want)} listed for it (the file "
+            f"is truncated or corrupt after record {got}, or was rewritten after its manifest)"
+            if got < want
+            else f"{path} holds {got} readable records, not the {int(want)} listed for it (it "
+            "was rewritten after its manifest)"
+            for path, got, want in zip(self.files, found, self.counts, strict=True)
+            if got != want
+        ]
 
 
 def _manifest_decoder(feats: list[_Feature], structure: str) -> Callable[[dict[str, Any]], Any]:

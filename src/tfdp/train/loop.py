@@ -626,7 +626,7 @@ class Trainer:
         self.state.global_step = int(global_step)
         self._truncate_log(self.state.global_step)
         if self.verbose:
-            print(f"resumed from {mgr.latest}: epoch {position.epoch}, step {position.step}")
+            print(f"resumed from {mgr.restored}: epoch {position.epoch}, step {position.step}")
         return True
 
     def _agreed_stop(self) -> bool:

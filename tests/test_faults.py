@@ -1,0 +1,307 @@
+"""Faults injected into real `tfdp train` processes: nothing written is lost or corrupted.
+
+Every test asserts that its fault really happened (the process was killed where the test
+said, the write was refused, the signal arrived) before it checks the outcome: kill -9 at
+four points inside a checkpoint save resumes to bit-identical weights; a read-only run
+directory and a full disk give clear errors and leave the state file as it was; a second
+Ctrl-C ends the process at once; two workers with one task index, a dead peer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import free_ports
+
+WORKERS = Path(__file__).parent / "workers"
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+# One short epoch of the digits: 5 steps, a checkpoint after each (the save of ckpt-4 is the
+# first to delete an old one, ckpt-1, with the trainer's max_to_keep of 3).
+TRAIN = [
+    "--epochs", "1", "--batch-size", "256", "--deterministic", "--no-progress",
+    "--checkpoint-every", "1", "--steps-per-call", "1",
+]  # fmt: skip
+
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], timeout: float = 600, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, env=ENV, check=False, **kwargs
+    )
+
+
+def _save_fault(point: str, number: int, *flags: str) -> subprocess.CompletedProcess[str]:
+    return _run([sys.executable, str(WORKERS / "save_fault.py"), point, str(number), "--", *flags])
+
+
+def _result(out: str) -> str:
+    found = re.findall(r"^RESULT (\w+) step (\d+)$", out, re.M)
+    assert found, out[-3000:]
+    return found[-1][0]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[Path, str]:
+    """The run directory and the final weights of the uninterrupted run."""
+    run = tmp_path_factory.mktemp("reference") / "run"
+    done = _save_fault("none", 0, *TRAIN, "--run-dir", str(run))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run, _result(done.stdout)
+
+
+@pytest.mark.parametrize(
+    ("point", "resumed_from"),
+    [("shards", "ckpt-3"), ("merged", "ckpt-4"), ("sweep", "ckpt-4")],
+)
+def test_kill9_inside_a_checkpoint_save_resumes_bit_identical(
+    tmp_path, uninterrupted, point, resumed_from
+):
+    run = tmp_path / "run"
+    killed = _save_fault(point, 4, *TRAIN, "--run-dir", str(run))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert f"FAULT {point}" in killed.stdout  # killed where the test said
+    ckpts = run / "checkpoints"
+    names = {p.name for p in ckpts.iterdir()}
+    if point == "shards":
+        assert "ckpt-4_temp" in names and "ckpt-4.index" not in names
+    if point == "sweep":
+        assert "ckpt-1.index" not in names and "ckpt-1.data-00000-of-00001" in names
+    resumed = _save_fault("none", 0, *TRAIN, "--run-dir", str(run), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {ckpts / resumed_from}: " in resumed.stdout
+    assert _result(resumed.stdout) == uninterrupted[1]
+    assert not [p for p in ckpts.iterdir() if p.name.endswith("_temp")]  # leftovers removed
+
+
+# -- unwritable run directories ---------------------------------------------------------------
+
+
+def _unprivileged(cmd: list[str]) -> list[str]:
+    """``cmd`` without the power to write into read-only directories (root drops it)."""
+    if os.geteuid() != 0:
+        return cmd
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: read-only directories are writable")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *cmd]
+
+
+@pytest.fixture(scope="module")
+def finished_run(uninterrupted) -> Path:
+    return uninterrupted[0]
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+
+def test_read_only_run_directory_is_a_clear_error(tmp_path, finished_run):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = _snapshot(run)
+    modes = {p: p.stat().st_mode for p in [run, *run.rglob("*")]}
+    for p in modes:
+        p.chmod(p.stat().st_mode & ~0o222)
+    try:
+        probe = _run(_unprivileged(["touch", str(run / "probe")]))
+        assert probe.returncode != 0  # the fault: this process really cannot write here
+        cmd = [sys.executable, "-m", "tfdp.cli", "train", *TRAIN, "--run-dir", str(run)]
+        resumed = _run(_unprivileged([*cmd, "--resume", "--epochs", "2"]))
+        fresh = _run(_unprivileged([*cmd, "--run-dir", str(run / "new")]))
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+    for result in (resumed, fresh):
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert "Permission denied" in result.stderr and "Traceback" not in result.stderr
+    assert f"cannot create the lock file {str(run / '.tfdp.lock')!r}" in resumed.stderr
+    assert str(run / "new") in fresh.stderr
+    assert _snapshot(run) == before  # nothing written, nothing lost
+
+
+def test_full_disk_keeps_the_state_file_and_the_last_checkpoint(tmp_path, finished_run):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    state = (run / "checkpoints" / "checkpoint").read_bytes()
+    limit = 200_000  # bytes per file: the checkpoint data (about 1 MB) cannot be written
+
+    def small_disk() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    cmd = [sys.executable, "-m", "tfdp.cli", "train", *TRAIN, "--run-dir", str(run), "--resume"]
+    full = _run([*cmd, "--epochs", "2"], preexec_fn=small_disk)
+    assert full.returncode == 1 and "File too large" in full.stderr  # the fault happened
+    assert "ckpt-" in full.stderr and "Traceback" not in full.stderr  # names the file
+    assert (run / "checkpoints" / "checkpoint").read_bytes() == state
+    again = _run([*cmd, "--epochs", "2"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {run / 'checkpoints' / 'ckpt-5'}" in again.stdout
+    assert not list((run / "checkpoints").glob("*_temp"))
+
+
+# -- signals -----------------------------------------------------------------------------------
+
+
+def test_second_ctrl_c_exits_at_once_without_saving(tmp_path):
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "tfdp.cli", "train", "--epochs", "50", "--replicas", "4",
+        "--steps-per-call", "22", "--batch-size", "64", "--no-progress", "--run-dir", str(run),
+    ]  # fmt: skip
+    proc = subprocess.Popen(  # on one core: 4 replicas are "far more than the cores"
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:  # the replica warning comes first
+            lines.append(line)
+            if "replicas on" in line:
+                break
+        assert "warning: 4 logical CPU replicas on 1 CPU core(s)" in lines[-1]
+        deadline = time.monotonic() + 300
+        while not list((run / "checkpoints").glob("ckpt-*.index")):  # training is under way
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        line = ""
+        while "SIGINT:" not in line:  # the first signal arrived and was understood
+            line = proc.stderr.readline()
+            assert line, "the process ended without acknowledging SIGINT"
+        assert "SIGINT: saving a checkpoint and stopping (Ctrl-C again to exit now" in line
+        saved = sorted(p.name for p in (run / "checkpoints").iterdir())
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGINT  # ended by the signal itself, at once
+    assert "stopped at epoch" not in out
+    now = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert [n for n in now if not n.endswith("_temp")] == [
+        n for n in saved if not n.endswith("_temp")
+    ]  # nothing more saved
+
+
+# -- multi-worker start-up and a dead peer -----------------------------------------------------
+
+
+def _worker_env(ports: list[int], index: int) -> dict[str, str]:
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+    return {**ENV, "TF_CONFIG": json.dumps(tf_config), "TFDP_STARTUP_TIMEOUT": "20"}
+
+
+def test_two_workers_with_one_task_index_are_told_why(tmp_path):
+    ports = free_ports(2)
+    cmd = [sys.executable, "-m", "tfdp.cli", "train", *TRAIN, "--run-dir", str(tmp_path / "r")]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=_worker_env(ports, 0))
+        for _ in range(2)
+    ]  # fmt: skip
+    errs = []
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        errs.append(err)
+    assert all(p.returncode != 0 for p in procs)
+    both = "\n".join(errs)
+    assert f"port {ports[0]} is already in use" in both, both[-3000:]
+    assert "same TF_CONFIG task (worker 0)" in both
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_dead_or_frozen_peer_is_named_in_the_error_line(tmp_path, fault):
+    ports = free_ports(2)
+    cmd = [sys.executable, "-m", "tfdp.cli", "train", "--epochs", "200", "--no-progress",
+           "--run-dir", str(tmp_path / "r")]  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=_worker_env(ports, i))
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not list((tmp_path / "r" / "checkpoints").glob("ckpt-*.index")):
+            assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
+            time.sleep(0.2)
+        # The fault: worker 1 dies mid-run (SIGKILL), or freezes (SIGSTOP: no more heartbeats).
+        procs[1].send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        _, err = procs[0].communicate(timeout=600)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert procs[0].returncode == 1, err[-3000:]
+    line = [ln for ln in err.splitlines() if ln.startswith("tfdp: error:")][-1]
+    assert "Graph execution error" not in line
+    assert "task:1" in line or "task 1" in line, line
+
+
+# -- tfdp train holds the lock ----------------------------------------------------------------
+
+
+def _train(run: Path, *extra: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfdp.cli",
+            "train",
+            "--run-dir",
+            str(run),
+            "--no-progress",
+            "--checkpoint-every",
+            "5",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def _wait_for_checkpoint(run: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 300
+    while not list((run / "checkpoints").glob("ckpt-*.index")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.2)
+
+
+def test_two_runs_on_one_directory(tmp_path):
+    run = tmp_path / "run"
+    first = _train(run, "--epochs", "200", cwd=tmp_path)
+    try:
+        _wait_for_checkpoint(run, first)
+        holder = json.loads((run / ".tfdp.lock").read_text())
+        assert holder["pid"] == first.pid
+        second = _train(run, "--epochs", "200", "--resume", cwd=tmp_path)
+        _, err = second.communicate(timeout=300)
+        assert second.returncode == 2, err
+        assert f"is in use by pid {first.pid} on host {socket.gethostname()!r}" in err
+        assert "Traceback" not in err
+        first.send_signal(signal.SIGTERM)  # a clean stop releases the lock
+        _, err = first.communicate(timeout=300)
+        assert first.returncode == 143, err
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert not (run / ".tfdp.lock").exists()  # released on the way out
