@@ -750,10 +750,12 @@ class WindowAugmentation(Augmentation):
         shapes = tf.tile(shape[tf.newaxis, 1:3], tf.stack([batch, 1]))
         boxes = self.windows(shapes, params)
 
-        def one(b: tf.Tensor) -> tf.Tensor:
+        def one(b: tf.Tensor | int) -> tf.Tensor:
             top, left, height, width = tf.unstack(boxes[b])
             return self.resize(images[b, top : top + height, left : left + width])
 
+        if images.shape[0] == 1:  # a batch of one (per-example pipelines): no loop
+            return one(0)[tf.newaxis]
         spec = tf.TensorSpec([*self.size, images.shape[-1]], tf.float32)
         return tf.map_fn(one, tf.range(batch), fn_output_signature=spec)
 

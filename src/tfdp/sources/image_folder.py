@@ -1,8 +1,10 @@
 """Image folders in the ImageNet layout ``root/<class>/<image>``, read by index inside the graph.
 
 This module owns :class:`ImageFolderSource`: the file list (built once, with
-``os.scandir``), the class ids, and a graph-compatible ``load(index)`` that
-reads and decodes one file with TensorFlow ops -- no per-sample Python.
+``os.scandir``), the class ids, a graph-compatible ``load(index)`` that
+reads and decodes one file with TensorFlow ops -- no per-sample Python --
+and ``load_windows(indices, request)``, which decodes only the window each
+sample's augmentation keeps (see :mod:`tfdp.sources.windows`).
 
 Order and class ids match ``torchvision.datasets.ImageFolder``: classes are
 the sorted sub-folder names of ``root``; files are collected per class, the
@@ -55,6 +57,9 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from tfdp.augment import WindowRequest
+from tfdp.sources.windows import OpenedImage, decode_windows
 
 __all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
 
@@ -307,7 +312,11 @@ class ImageFolderSource:
     ``root`` is a class, hidden ones (``.ipynb_checkpoints``) included.
     ``load(i)`` reads and decodes file ``i`` inside the graph and returns
     ``(image, label)``: ``image`` uint8 ``[H, W, channels]`` (static rank 3;
-    sizes vary), ``label`` int64.
+    sizes vary), ``label`` int64. :meth:`load_windows` reads a batch of
+    files and decodes only the windows an augmentation keeps (a
+    :class:`tfdp.sources.windows.WindowSource`); :class:`tfdp.DistributedInput`
+    uses it whenever the augmentation starts with a window stage
+    (:class:`tfdp.augment.RandomResizedCrop`, :class:`tfdp.augment.CenterCrop`).
 
     Args:
         root: The folder holding one sub-folder per class.
@@ -494,6 +503,87 @@ class ImageFolderSource:
         image, weight = tf.cond(ok, lambda: (self._decode(data, fmt), tf.constant(1.0)), bad)
         image.set_shape([None, None, self.channels])
         return (image, label), weight
+
+    def _open_window_file(self, path: tf.Tensor, index: tf.Tensor) -> OpenedImage:
+        """Read and check one file, and measure it: a JPEG from its header, others decoded."""
+        data = tf.io.read_file(path)
+        fmt, problem = _sniff(data)
+        ok = tf.equal(problem, "")
+        empty = tf.zeros([0, 0, self.channels], tf.uint8)
+        if self.on_error == "raise":
+            message = tf.strings.join(
+                ["ImageFolderSource: cannot decode image ", path, ": ", problem]
+            )
+            with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
+                data = tf.identity(data)
+        jpeg = ok & tf.equal(fmt, _JPEG)
+
+        def measure_jpeg() -> tuple[tf.Tensor, tf.Tensor]:
+            return empty, tf.image.extract_jpeg_shape(data)[:2]
+
+        def decode() -> tuple[tf.Tensor, tf.Tensor]:
+            image = self._decode(data, fmt)
+            return image, tf.shape(image)[:2]
+
+        def placeholder() -> tuple[tf.Tensor, tf.Tensor]:
+            token = tf.numpy_function(
+                self._note_skip, [index, problem], tf.int64, stateful=True, name="note_skip"
+            )
+            with tf.control_dependencies([token]):
+                image = tf.zeros([PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, self.channels], tf.uint8)
+            return image, tf.constant([PLACEHOLDER_SIZE, PLACEHOLDER_SIZE])
+
+        if self.on_error == "raise":
+            image, shape = tf.cond(jpeg, measure_jpeg, decode)
+        else:
+            image, shape = tf.cond(jpeg, measure_jpeg, lambda: tf.cond(ok, decode, placeholder))
+        return OpenedImage(jpeg, data, image, shape, ok)
+
+    def load_windows(
+        self, indices: Any, request: WindowRequest
+    ) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+        """Read the files at ``indices`` and decode only the windows ``request`` plans.
+
+        Each distinct file is read and decoded once, however often it occurs
+        in ``indices`` (the copies of Repeated Augmentation); a JPEG is
+        decoded only over the union of its windows, other formats in full
+        (see :mod:`tfdp.sources.windows`). The result for every entry equals
+        ``request``'s augmentation of the fully decoded image, bit for bit.
+        Errors as in :meth:`load_with_weight` (``on_error``).
+
+        Args:
+            indices: int ``[N]``, ``N >= 1``: file indices, repeats allowed.
+            request: The augmentation's :class:`tfdp.augment.WindowRequest`
+                for these ``N`` samples.
+
+        Returns:
+            ``((images [N, ...], labels int64 [N]), weights float32 [N])``;
+            ``images`` are what ``request.finish`` makes of each window.
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> from tfdp.augment import CenterCrop, split_window
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.jpg"),
+            ...                  tf.io.encode_jpeg(tf.zeros([40, 60, 3], tf.uint8)))
+            >>> request = split_window(CenterCrop(16)).request(tf.zeros([1, 2], tf.int64))
+            >>> (images, labels), weights = ImageFolderSource(root).load_windows([0], request)
+            >>> images.shape, float(weights[0])
+            (TensorShape([1, 16, 16, 3]), 1.0)
+        """
+        rel, labels = self._table()
+        indices = tf.cast(tf.reshape(indices, [-1]), tf.int64)
+        files, entry_file = tf.unique(indices, out_idx=tf.int32)
+        paths = tf.strings.join([tf.constant(self._prefix), tf.gather(rel, files)])
+        images, ok = decode_windows(
+            tf.size(files),
+            lambda i: self._open_window_file(paths[i], files[i]),
+            entry_file,
+            request,
+            self.channels,
+        )
+        weights = tf.cast(tf.gather(ok, entry_file), tf.float32)
+        return (images, tf.gather(labels, indices)), weights
 
     def load(self, index: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Read and decode file ``index``: ``(image uint8 [H, W, C], label int64)``.
