@@ -73,14 +73,16 @@ def write_folder(
     quality: int = 90,
     seed: int = 0,
     extension: str = ".JPEG",
+    first_index: int = 0,
 ) -> Path:
     """Write ``count`` photo-like JPEGs as ``root/c<k>/img<i><extension>`` (ImageNet layout).
 
-    Image ``i`` is of class ``i % classes`` and size ``sizes[i % len(sizes)]``.
+    Image ``i`` (from ``first_index`` on) is of class ``i % classes`` and size
+    ``sizes[i % len(sizes)]``.
     """
     root = Path(root)
     rng = np.random.default_rng(seed)
-    for i in range(count):
+    for i in range(first_index, first_index + count):
         folder = root / f"c{i % classes:02d}"
         folder.mkdir(parents=True, exist_ok=True)
         height, width = sizes[i % len(sizes)]

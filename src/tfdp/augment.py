@@ -63,6 +63,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
@@ -335,6 +336,9 @@ def _no_params(seeds: tf.Tensor) -> tf.Tensor:
     return tf.zeros(tf.stack([tf.shape(seeds)[0], 0]), tf.float32)
 
 
+_WHOLE_IMAGE = 2**20  # up to this many values per image, _per_channel uses a whole-image constant
+
+
 def _per_channel(images: tf.Tensor, values: float | tuple[float, ...], op: Callable) -> tf.Tensor:
     """``op(images, values)`` with ``values`` per channel (last axis) or one scalar.
 
@@ -351,6 +355,10 @@ def _per_channel(images: tf.Tensor, values: float | tuple[float, ...], op: Calla
         raise ValueError(
             f"{channels} per-channel values for images with {images.shape[-1]} channels"
         )
+    if images.shape[1:].is_fully_defined() and images.shape[1:].num_elements() <= _WHOLE_IMAGE:
+        # The values of a whole image, built once: an elementwise op, no broadcast.
+        image = np.broadcast_to(np.float32(values), images.shape[1:])
+        return op(images, tf.constant(image[np.newaxis]))
     shape = tf.shape(images)
     wide = tf.reshape(images, tf.concat([shape[:-2], [-1]], 0))
     out = op(wide, tf.tile(tf.constant(values, tf.float32), shape[-2:-1]))
@@ -603,7 +611,14 @@ class RandomFlip(Augmentation):
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the batch with the drawn flips applied (same shape and dtype)."""
         for column, axis, enabled in ((0, 2, self.horizontal), (1, 1, self.vertical)):
-            if enabled:
+            if enabled and images.shape[0] == 1:
+                # One image (a loader's per-image stage): reverse only when drawn -- tf.reverse
+                # costs several times a resize, the cond much less.
+                flip = params[0, column] < self.p
+                images = tf.cond(
+                    flip, lambda x=images, a=axis: tf.reverse(x, [a]), lambda x=images: x
+                )
+            elif enabled:
                 # Select with a rank-1 condition picks whole samples; it is several times
                 # faster than tf.where broadcasting a [B, 1, 1, 1] mask (SelectV2).
                 images = tf.raw_ops.Select(
@@ -929,9 +944,9 @@ class CenterCrop(WindowAugmentation):
     Example:
         >>> import tensorflow as tf
         >>> crop = CenterCrop(224)
-        >>> crop.windows(tf.constant([[375, 500]]), crop.draw(tf.zeros([1, 2], tf.int64)))
-        ...     .numpy().tolist()
-        [[23, 86, 328, 328]]
+        >>> params = crop.draw(tf.zeros([1, 2], tf.int64))
+        >>> crop.windows(tf.constant([[375, 500]]), params).numpy().tolist()
+        [[24, 86, 328, 328]]
     """
 
     def __init__(

@@ -160,16 +160,25 @@ class WindowedBatches:
             parts = [self._epoch_arrays(r, int(epoch), int(first)) for r in ranks]
             return tuple(np.stack(column) for column in zip(*parts, strict=True))
 
-        def split(columns: tuple[Any, ...], chunks: int) -> tf.data.Dataset:
-            """A step's ``[chunks, L * slots, ...]`` entries -> its ``L`` replica batches."""
+        def load(*columns: tf.Tensor) -> tuple[Any, ...]:
+            """One chunk, split into its ``L`` replicas' pieces (``tf.split``: no copy)."""
+            loaded = self._load_chunk(*columns)
+            parts = [tf.split(t, replicas) for t in tf.nest.flatten(loaded)]
+            return tuple(
+                tf.nest.pack_sequence_as(loaded, [p[j] for p in parts]) for j in range(replicas)
+            )
 
-            def to_replicas(t: tf.Tensor) -> tf.Tensor:
-                rest = tf.shape(t)[2:]
-                t = tf.reshape(t, tf.concat([[chunks, replicas, -1], rest], 0))
-                t = tf.transpose(t, [1, 0, 2, *range(3, t.shape.rank)])
-                return tf.reshape(t, tf.concat([[replicas, -1], rest], 0))
+        def emit(pieces: tuple[Any, ...]) -> tf.data.Dataset:
+            """The replicas' batches of one step, replica after replica (no copy)."""
 
-            return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(to_replicas, columns))
+            def whole(t: tf.Tensor) -> tf.Tensor:  # [chunks, k, ...] -> [chunks * k, ...]
+                return tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
+
+            out = None
+            for piece in pieces:
+                one = tf.data.Dataset.from_tensors(tf.nest.map_structure(whole, piece))
+                out = one if out is None else out.concatenate(one)
+            return out
 
         def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
@@ -186,17 +195,16 @@ class WindowedBatches:
                 return tf.reshape(tf.transpose(c, [1, 2, 0, 3]), [-1, replicas * k])
 
             ds = tf.data.Dataset.from_tensor_slices(tuple(chunks(c) for c in columns))
-            ds = ds.map(self._load_chunk, self.num_parallel_calls, deterministic=True)
-            ds = ds.batch(per_step, drop_remainder=True)
-            ds = ds.flat_map(_plain(lambda *step: split(step, per_step)))
+            ds = ds.map(_plain(load), self.num_parallel_calls, deterministic=True)
+            # Batching the chunks concatenates each replica's pieces into its batch.
+            ds = ds.batch(per_step, drop_remainder=True).flat_map(_plain(lambda *p: emit(p)))
             if not self.drop_remainder:  # the last, partial batch of every replica: one chunk
-                tail = tf.data.Dataset.from_tensors(tuple(c[:, full:] for c in columns))
-                tail = tail.filter(_plain(lambda *c: tf.size(c[0]) > 0))
-                tail = tail.map(
-                    _plain(lambda *c: self._load_chunk(*(tf.reshape(x, [-1]) for x in c)))
+                tail = tf.data.Dataset.from_tensors(
+                    tuple(tf.reshape(c[:, full:], [-1]) for c in columns)
                 )
+                tail = tail.filter(_plain(lambda *c: tf.size(c[0]) > 0)).map(_plain(load))
                 tail = tail.flat_map(
-                    _plain(lambda *t: split(tf.nest.map_structure(lambda x: x[tf.newaxis], t), 1))
+                    _plain(lambda *p: emit(tf.nest.map_structure(lambda t: t[tf.newaxis], p)))
                 )
                 ds = ds.concatenate(tail)
             return ds

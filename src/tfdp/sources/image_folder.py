@@ -59,7 +59,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp.augment import WindowRequest
-from tfdp.sources.windows import OpenedImage, decode_windows
+from tfdp.sources.windows import Decoded, decode_windows, read_files
 
 __all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
 
@@ -504,40 +504,26 @@ class ImageFolderSource:
         image.set_shape([None, None, self.channels])
         return (image, label), weight
 
-    def _open_window_file(self, path: tf.Tensor, index: tf.Tensor) -> OpenedImage:
-        """Read and check one file, and measure it: a JPEG from its header, others decoded."""
-        data = tf.io.read_file(path)
+    def _decode_whole(self, data: tf.Tensor, path: tf.Tensor, index: tf.Tensor) -> Decoded:
+        """Check one file the window path cannot take fast, and decode it whole (or skip it)."""
         fmt, problem = _sniff(data)
         ok = tf.equal(problem, "")
-        empty = tf.zeros([0, 0, self.channels], tf.uint8)
         if self.on_error == "raise":
             message = tf.strings.join(
                 ["ImageFolderSource: cannot decode image ", path, ": ", problem]
             )
             with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
-                data = tf.identity(data)
-        jpeg = ok & tf.equal(fmt, _JPEG)
+                return Decoded(self._decode(tf.identity(data), fmt), ok)
 
-        def measure_jpeg() -> tuple[tf.Tensor, tf.Tensor]:
-            return empty, tf.image.extract_jpeg_shape(data)[:2]
-
-        def decode() -> tuple[tf.Tensor, tf.Tensor]:
-            image = self._decode(data, fmt)
-            return image, tf.shape(image)[:2]
-
-        def placeholder() -> tuple[tf.Tensor, tf.Tensor]:
+        def placeholder() -> tf.Tensor:
             token = tf.numpy_function(
                 self._note_skip, [index, problem], tf.int64, stateful=True, name="note_skip"
             )
             with tf.control_dependencies([token]):
-                image = tf.zeros([PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, self.channels], tf.uint8)
-            return image, tf.constant([PLACEHOLDER_SIZE, PLACEHOLDER_SIZE])
+                return tf.zeros([PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, self.channels], tf.uint8)
 
-        if self.on_error == "raise":
-            image, shape = tf.cond(jpeg, measure_jpeg, decode)
-        else:
-            image, shape = tf.cond(jpeg, measure_jpeg, lambda: tf.cond(ok, decode, placeholder))
-        return OpenedImage(jpeg, data, image, shape, ok)
+        image = tf.cond(ok, lambda: self._decode(data, fmt), placeholder)
+        return Decoded(image, ok)
 
     def load_windows(
         self, indices: Any, request: WindowRequest
@@ -575,9 +561,10 @@ class ImageFolderSource:
         indices = tf.cast(tf.reshape(indices, [-1]), tf.int64)
         files, entry_file = tf.unique(indices, out_idx=tf.int32)
         paths = tf.strings.join([tf.constant(self._prefix), tf.gather(rel, files)])
+        data = read_files(paths)
         images, ok = decode_windows(
-            tf.size(files),
-            lambda i: self._open_window_file(paths[i], files[i]),
+            data,
+            lambda f: self._decode_whole(data.read(f), paths[f], files[f]),
             entry_file,
             request,
             self.channels,

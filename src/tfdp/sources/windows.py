@@ -9,9 +9,11 @@ sample's output.
 
 How a batch of ``N`` entries (file indices, repeats allowed) is loaded:
 
-1. each distinct file is opened once: read, checked, and its shape taken
-   from the JPEG header (``tf.image.extract_jpeg_shape``; other formats are
-   decoded here and measured);
+1. each distinct file is read once; one vectorised check finds the complete
+   JPEGs (:func:`complete_jpegs`), whose shapes come from their headers
+   (``tf.image.extract_jpeg_shape``); the source checks every other file on
+   its own (naming it in an error, or replacing it by a placeholder) and
+   decodes it whole;
 2. every entry's window is planned at once (vectorised over the ``N``
    entries) by the request;
 3. each distinct file is decoded once: for a JPEG, only the union of its
@@ -50,7 +52,14 @@ import tensorflow as tf
 
 from tfdp.augment import WindowRequest
 
-__all__ = ["OpenedImage", "WindowSource", "decode_windows", "jpeg_window"]
+__all__ = [
+    "Decoded",
+    "WindowSource",
+    "complete_jpegs",
+    "decode_windows",
+    "jpeg_window",
+    "read_files",
+]
 
 
 @runtime_checkable
@@ -69,22 +78,40 @@ class WindowSource(Protocol):
         ...
 
 
-class OpenedImage(NamedTuple):
-    """One file opened for window decoding (what :func:`decode_windows` needs of it).
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_JPEG_EOI = b"\xff\xd9"
+
+
+def complete_jpegs(data: tf.Tensor) -> tf.Tensor:
+    """Which encoded images ``data`` (string ``[n]``) are JPEGs that end with their end marker.
+
+    A vectorised check (one set of ops for the whole batch): JPEG's magic
+    bytes at the start and the end-of-image marker as the last two bytes.
+    Such files take the fast path (shape from the header, window decode);
+    everything else is checked file by file.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> jpeg = tf.io.encode_jpeg(tf.zeros([2, 2, 3], tf.uint8))
+        >>> complete_jpegs(tf.stack([jpeg, jpeg[...] + b"junk"])).numpy().tolist()
+        [True, False]
+    """
+    size = tf.strings.length(data)
+    magic = tf.strings.substr(data, tf.zeros_like(size), tf.fill(tf.shape(size), 3))
+    tail = tf.strings.substr(data, tf.maximum(size - 2, 0), tf.fill(tf.shape(size), 2))
+    return tf.equal(magic, _JPEG_MAGIC) & tf.equal(tail, _JPEG_EOI) & (size >= 4)
+
+
+class Decoded(NamedTuple):
+    """A file the fast path does not take, decoded (or replaced) by the source.
 
     Attributes:
-        jpeg: Scalar bool: ``data`` is a JPEG whose windows libjpeg decodes.
-        data: Scalar string: the encoded bytes (used when ``jpeg``).
-        image: uint8 ``[H, W, C]``: the decoded image when not ``jpeg``
-            (a placeholder for an unreadable file); ``[0, 0, C]`` otherwise.
-        shape: int32 ``[2]``: the image's ``(height, width)``.
-        ok: Scalar bool: False for a file replaced by a placeholder.
+        image: uint8 ``[H, W, C]``: the decoded image (a placeholder for an
+            unreadable file the source skips).
+        ok: Scalar bool: False for a placeholder.
     """
 
-    jpeg: tf.Tensor
-    data: tf.Tensor
     image: tf.Tensor
-    shape: tf.Tensor
     ok: tf.Tensor
 
 
@@ -108,9 +135,42 @@ def jpeg_window(data: tf.Tensor, window: tf.Tensor, channels: int) -> tf.Tensor:
     return image
 
 
+def read_files(paths: tf.Tensor) -> tf.TensorArray:
+    """The bytes of the files ``paths`` (string ``[n]``), one ``tf.io.read_file`` each.
+
+    Returned as a ``tf.TensorArray`` (its reads share the bytes; slicing a
+    string tensor would copy them).
+
+    Example:
+        >>> import os, tempfile, tensorflow as tf
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
+        >>> tf.io.write_file(path, b"abc")
+        >>> read_files(tf.constant([path, path])).stack().numpy().tolist()
+        [b'abc', b'abc']
+    """
+
+    def body(i: tf.Tensor, data: Any) -> Any:
+        return data.write(i, tf.io.read_file(paths[i]))
+
+    count = tf.size(paths)
+    files = tf.TensorArray(tf.string, count, element_shape=[], clear_after_read=False)
+    return _loop(count, body, files)
+
+
+def _loop(count: tf.Tensor, body: Callable[[tf.Tensor, Any], Any], state: Any) -> Any:
+    """``state = body(i, state)`` for ``i`` in ``[0, count)``: a sequential ``tf.while_loop``."""
+    _, state = tf.while_loop(
+        lambda i, _: i < count,
+        lambda i, st: (i + 1, body(i, st)),
+        (tf.constant(0), state),
+        parallel_iterations=1,
+    )
+    return state
+
+
 def decode_windows(
-    count: tf.Tensor,
-    open_file: Callable[[tf.Tensor], OpenedImage],
+    data: tf.TensorArray,
+    decode_other: Callable[[tf.Tensor], Decoded],
     entry_file: tf.Tensor,
     request: WindowRequest,
     channels: int,
@@ -118,9 +178,12 @@ def decode_windows(
     """Decode each file once and finish every entry's window (see the module docstring).
 
     Args:
-        count: Number of distinct files (scalar int32).
-        open_file: ``i -> OpenedImage`` for file ``i`` in ``[0, count)``
-            (graph code: read, check, measure).
+        data: The encoded bytes of the ``n`` distinct files (a ``tf.TensorArray``
+            of scalar strings that can be read more than once, e.g. :func:`read_files`).
+        decode_other: ``i -> Decoded`` for a file ``i`` that is not a complete
+            JPEG (:func:`complete_jpegs`): the source checks it (raising an
+            error that names it, or replacing it by a placeholder) and decodes
+            it whole.
         entry_file: int32 ``[N]``: the file of each entry (``N >= 1``).
         request: The augmentation's :class:`tfdp.augment.WindowRequest` for
             the ``N`` entries.
@@ -128,36 +191,33 @@ def decode_windows(
 
     Returns:
         ``(outputs, ok)``: ``request.finish`` of every entry's window,
-        stacked ``[N, ...]`` in entry order, and each file's ``ok`` ``[count]``.
+        stacked ``[N, ...]`` in entry order, and each file's ``ok`` ``[n]``.
     """
-
-    def open_body(i: tf.Tensor, jpeg: Any, data: Any, images: Any, shapes: Any, ok: Any) -> Any:
-        f = open_file(i)
-        return (
-            i + 1,
-            jpeg.write(i, f.jpeg),
-            data.write(i, f.data),
-            images.write(i, tf.ensure_shape(f.image, [None, None, channels])),
-            shapes.write(i, f.shape),
-            ok.write(i, f.ok),
-        )
-
-    _, jpeg, data, images, shapes, ok = tf.while_loop(
-        lambda i, *_: i < count,
-        open_body,
-        (
-            tf.constant(0),
-            tf.TensorArray(tf.bool, count, element_shape=[]),
-            tf.TensorArray(tf.string, count, element_shape=[]),
-            tf.TensorArray(
-                tf.uint8, count, infer_shape=False, element_shape=[None, None, channels]
-            ),
-            tf.TensorArray(tf.int32, count, element_shape=[2]),
-            tf.TensorArray(tf.bool, count, element_shape=[]),
-        ),
-        parallel_iterations=1,
+    count = data.size()
+    fast = complete_jpegs(data.stack())
+    fast_files = tf.cast(tf.where(fast)[:, 0], tf.int32)
+    other_files = tf.cast(tf.where(~fast)[:, 0], tf.int32)
+    pixels = tf.TensorArray(
+        tf.uint8, count, infer_shape=False, element_shape=[None, None, channels]
     )
-    jpeg, shapes = jpeg.stack(), shapes.stack()
+
+    def measure(i: tf.Tensor, state: Any) -> Any:
+        shapes, images, ok = state
+        f = other_files[i]
+        decoded = decode_other(f)
+        image = tf.ensure_shape(decoded.image, [None, None, channels])
+        return shapes.write(f, tf.shape(image)[:2]), images.write(f, image), ok.write(f, decoded.ok)
+
+    def measure_jpeg(i: tf.Tensor, shapes: Any) -> Any:
+        f = fast_files[i]
+        return shapes.write(f, tf.image.extract_jpeg_shape(data.read(f))[:2])
+
+    shapes = tf.TensorArray(tf.int32, count, element_shape=[2])
+    ok = tf.TensorArray(tf.bool, count, element_shape=[])
+    shapes, pixels, ok = _loop(tf.size(other_files), measure, (shapes, pixels, ok))
+    shapes = _loop(tf.size(fast_files), measure_jpeg, shapes).stack()
+    ok = _merge_ok(ok, other_files, count)
+
     boxes = request.windows(tf.gather(shapes, entry_file))  # [N, 4], vectorised
     top, left, height, width = tf.unstack(boxes, num=4, axis=1)
     # The union of each file's windows; one more column on each side for libjpeg (see above).
@@ -165,55 +225,73 @@ def decode_windows(
     u_bottom = tf.math.unsorted_segment_max(top + height, entry_file, count)
     u_left = tf.math.unsorted_segment_min(left, entry_file, count)
     u_right = tf.math.unsorted_segment_max(left + width, entry_file, count)
-    margin = tf.cast(jpeg, tf.int32)
+    margin = tf.cast(fast, tf.int32)
     u_left = tf.maximum(u_left - margin, 0)
     u_right = tf.minimum(u_right + margin, shapes[:, 1])
+    unions = tf.stack([u_top, u_left, u_bottom - u_top, u_right - u_left], axis=1)
 
-    def region_body(i: tf.Tensor, regions: Any) -> Any:
-        def window() -> tf.Tensor:
-            crop = tf.stack([u_top[i], u_left[i], u_bottom[i] - u_top[i], u_right[i] - u_left[i]])
-            return jpeg_window(data.read(i), crop, channels)
+    def decode_jpeg(i: tf.Tensor, regions: Any) -> Any:
+        f = fast_files[i]
+        return regions.write(f, jpeg_window(data.read(f), unions[f], channels))
 
-        def cut() -> tf.Tensor:
-            return images.read(i)[u_top[i] : u_bottom[i], u_left[i] : u_right[i]]
+    def cut_decoded(i: tf.Tensor, regions: Any) -> Any:
+        f = other_files[i]
+        return regions.write(f, tf.slice(pixels.read(f), _yx0(unions[f]), _hw(unions[f])))
 
-        return i + 1, regions.write(i, tf.cond(jpeg[i], window, cut))
-
-    _, regions = tf.while_loop(
-        lambda i, _: i < count,
-        region_body,
-        (
-            tf.constant(0),
-            tf.TensorArray(
-                tf.uint8,
-                count,
-                infer_shape=False,
-                element_shape=[None, None, channels],
-                clear_after_read=False,  # read once per entry of the file
-            ),
-        ),
-        parallel_iterations=1,
+    regions = tf.TensorArray(
+        tf.uint8,
+        count,
+        infer_shape=False,
+        element_shape=[None, None, channels],
+        clear_after_read=False,  # read once per entry of the file
     )
+    regions = _loop(tf.size(fast_files), decode_jpeg, regions)
+    regions = _loop(tf.size(other_files), cut_decoded, regions)
+
+    # Each entry's window inside its file's region, as tf.slice arguments.
+    starts = tf.stack([top - tf.gather(u_top, entry_file), left - tf.gather(u_left, entry_file)], 1)
+    sizes = tf.stack([height, width], 1)
 
     def finish(j: tf.Tensor) -> tf.Tensor:
-        f = entry_file[j]
-        y, x = top[j] - u_top[f], left[j] - u_left[f]
-        return request.finish(regions.read(f)[y : y + height[j], x : x + width[j]], j)
+        window = tf.slice(regions.read(entry_file[j]), _pad0(starts[j]), _pad_all(sizes[j]))
+        return request.finish(window, j)
 
     first = finish(tf.constant(0))  # traced once outside the loop: the outputs' dtype and shape
     n = tf.size(entry_file)
     spec = tf.TensorSpec.from_tensor(first)
-
-    def finish_body(j: tf.Tensor, out: Any) -> Any:
-        return j + 1, out.write(j, finish(j))
-
+    out = tf.TensorArray(spec.dtype, n, element_shape=spec.shape).write(0, first)
     _, out = tf.while_loop(
         lambda j, _: j < n,
-        finish_body,
-        (
-            tf.constant(1),
-            tf.TensorArray(spec.dtype, n, element_shape=spec.shape).write(0, first),
-        ),
+        lambda j, out: (j + 1, out.write(j, finish(j))),
+        (tf.constant(1), out),
         parallel_iterations=1,
     )
-    return out.stack(), ok.stack()
+    return out.stack(), ok
+
+
+def _merge_ok(ok: Any, other_files: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """Per-file ``ok``: True for the fast-path JPEGs, the source's verdict for the others."""
+    verdicts = tf.cond(
+        tf.size(other_files) > 0,
+        lambda: ok.gather(other_files),
+        lambda: tf.zeros([0], tf.bool),
+    )
+    return tf.tensor_scatter_nd_update(
+        tf.ones([count], tf.bool), other_files[:, tf.newaxis], verdicts
+    )
+
+
+def _yx0(window: tf.Tensor) -> tf.Tensor:
+    return tf.concat([window[:2], [0]], 0)
+
+
+def _hw(window: tf.Tensor) -> tf.Tensor:
+    return tf.concat([window[2:], [-1]], 0)
+
+
+def _pad0(yx: tf.Tensor) -> tf.Tensor:
+    return tf.concat([yx, [0]], 0)
+
+
+def _pad_all(hw: tf.Tensor) -> tf.Tensor:
+    return tf.concat([hw, [-1]], 0)
