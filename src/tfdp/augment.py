@@ -105,43 +105,70 @@ def _u32(value: int) -> tf.Tensor:
     return tf.constant(value, tf.uint32)
 
 
-def _rotl(x: tf.Tensor, r: int) -> tf.Tensor:
-    return tf.bitwise.bitwise_or(
-        tf.bitwise.left_shift(x, _u32(r)), tf.bitwise.right_shift(x, _u32(32 - r))
-    )
+class _Murmur:
+    """MurmurHash3_x86_32's constants, made once per hash (a graph gets ~20 nodes, not ~100)."""
 
+    def __init__(self) -> None:
+        self.c1, self.c2 = _u32(_MURMUR_C1), _u32(_MURMUR_C2)
+        self.five, self.n = _u32(5), _u32(_MURMUR_N)
+        self.f1, self.f2 = _u32(_FMIX_1), _u32(_FMIX_2)
+        self.shift = {r: _u32(r) for r in (8, 13, 15, 16, 17, 19)}
 
-def _xorshift(x: tf.Tensor, r: int) -> tf.Tensor:
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(r)))
+    def rotl(self, x: tf.Tensor, r: int) -> tf.Tensor:
+        left = tf.bitwise.left_shift(x, self.shift[r])
+        return tf.bitwise.bitwise_or(left, tf.bitwise.right_shift(x, self.shift[32 - r]))
 
+    def xorshift(self, x: tf.Tensor, r: int) -> tf.Tensor:
+        return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, self.shift[r]))
 
-def _mix_word(h: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
-    k = _rotl(k * _u32(_MURMUR_C1), 15) * _u32(_MURMUR_C2)
-    h = _rotl(tf.bitwise.bitwise_xor(h, k), 13)
-    return h * _u32(5) + _u32(_MURMUR_N)
+    def mix(self, h: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
+        k = self.rotl(k * self.c1, 15) * self.c2
+        h = self.rotl(tf.bitwise.bitwise_xor(h, k), 13)
+        return h * self.five + self.n
 
-
-def _fmix32(h: tf.Tensor) -> tf.Tensor:
-    h = _xorshift(h, 16) * _u32(_FMIX_1)
-    h = _xorshift(h, 13) * _u32(_FMIX_2)
-    return _xorshift(h, 16)
+    def fmix(self, h: tf.Tensor) -> tf.Tensor:
+        h = self.xorshift(h, 16) * self.f1
+        h = self.xorshift(h, 13) * self.f2
+        return self.xorshift(h, 16)
 
 
 def _hash_u32(seeds: tf.Tensor, counters: tf.Tensor, salt: int) -> tf.Tensor:
-    """MurmurHash3 of ``(seeds[b, 0] lo, hi, seeds[b, 1] lo, hi, counter)``.
+    """MurmurHash3 of ``(seeds[..., 0] lo, hi, seeds[..., 1] lo, hi, counter)``.
 
-    ``seeds`` is int64 ``[B, 2]``; ``counters`` is uint32, broadcastable
-    against ``[B, 1]``. The seed words are mixed once per sample, then the
+    ``seeds`` is int64 ``[..., 2]``; ``counters`` is uint32, broadcastable
+    against ``[..., 1]``. The seed words are mixed once per seed, then the
     counters are mixed in with broadcasting.
     """
+    m = _Murmur()
     # int64 -> uint32 casts are modular, so these are the two's-complement words.
     lo = tf.cast(seeds, tf.uint32)
     hi = tf.cast(tf.bitwise.right_shift(seeds, tf.constant(32, tf.int64)), tf.uint32)
-    h = tf.fill(tf.shape(seeds[:, :1]), _u32(salt))
-    for word in (lo[:, :1], hi[:, :1], lo[:, 1:], hi[:, 1:]):
-        h = _mix_word(h, word)
-    h = _mix_word(h, counters)
-    return _fmix32(tf.bitwise.bitwise_xor(h, _u32(_HASH_BYTES)))
+    h = tf.fill(tf.shape(seeds[..., :1]), _u32(salt))
+    for word in (lo[..., :1], hi[..., :1], lo[..., 1:], hi[..., 1:]):
+        h = m.mix(h, word)
+    h = m.mix(h, counters)
+    return m.fmix(tf.bitwise.bitwise_xor(h, _u32(_HASH_BYTES)))
+
+
+def _uniforms(seeds: tf.Tensor, n: int) -> tf.Tensor:
+    """:func:`per_sample_uniform` for int64 seeds of any leading shape ``[..., 2]``."""
+    counters = tf.cast(tf.range(n), tf.uint32)  # Range has no uint32 kernel
+    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, _SALT_UNIFORM), _u32(8))
+    return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
+
+
+def _fold_many(seeds: tf.Tensor, datas: Sequence[int]) -> tf.Tensor:
+    """``fold_in(seeds, d)`` for every ``d`` of ``datas`` at once: int64 ``[B, len(datas), 2]``."""
+    counters = tf.constant([c for d in datas for c in (2 * d, 2 * d + 1)], tf.uint32)
+    words = tf.cast(_hash_u32(seeds, counters, _SALT_FOLD), tf.int64)  # [B, 2 * len], < 2**32
+    words = tf.reshape(words, [-1, len(datas), 2])
+    high = tf.bitwise.left_shift(
+        tf.bitwise.bitwise_and(words[..., 1], tf.constant(0x7FFFFFFF, tf.int64)),
+        tf.constant(32, tf.int64),
+    )
+    keys = tf.bitwise.bitwise_or(high, words[..., 0])
+    positions = tf.broadcast_to(seeds[:, 1:], tf.shape(keys))
+    return tf.stack([keys, positions], axis=-1)
 
 
 def _as_seeds(seeds: Any) -> tf.Tensor:
@@ -179,10 +206,7 @@ def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
-    seeds = _as_seeds(seeds)
-    counters = tf.cast(tf.range(n), tf.uint32)[tf.newaxis, :]  # Range has no uint32 kernel
-    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, _SALT_UNIFORM), _u32(8))
-    return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
+    return _uniforms(_as_seeds(seeds), n)
 
 
 def fold_in(seeds: Any, data: int) -> tf.Tensor:
@@ -209,14 +233,7 @@ def fold_in(seeds: Any, data: int) -> tf.Tensor:
     """
     if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= _MAX_FOLD_DATA:
         raise ValueError(f"data must be an int in [0, {_MAX_FOLD_DATA}], got {data!r}")
-    seeds = _as_seeds(seeds)
-    counters = tf.constant([[2 * data, 2 * data + 1]], tf.uint32)
-    words = tf.cast(_hash_u32(seeds, counters, _SALT_FOLD), tf.int64)  # [B, 2], in [0, 2**32)
-    high = tf.bitwise.left_shift(
-        tf.bitwise.bitwise_and(words[:, 1], tf.constant(0x7FFFFFFF, tf.int64)),
-        tf.constant(32, tf.int64),
-    )
-    return tf.stack([tf.bitwise.bitwise_or(high, words[:, 0]), seeds[:, 1]], axis=1)
+    return _fold_many(_as_seeds(seeds), [data])[:, 0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,6 +414,9 @@ class Augmentation:
     """
 
     batched: ClassVar[bool] = True
+    #: False for a deterministic stage (its draws ignore the seeds): Compose then does not
+    #: derive seeds for it.
+    random: ClassVar[bool] = True
 
     def __init__(self, *, image_key: str = "image") -> None:
         if not isinstance(image_key, str):
@@ -418,18 +438,37 @@ class Augmentation:
             raise NotImplementedError(f"{type(self).__name__} implements neither augment nor apply")
         return self.apply(images, self.draw(seeds))
 
+    def draw_count(self) -> int | None:
+        """How many :func:`per_sample_uniform` numbers :meth:`draw` takes per sample.
+
+        ``None`` (the default) for a stage whose draws are its own (then
+        :meth:`draw` returns the seeds themselves). A loader can make the
+        draws of several such stages in one pass.
+
+        Example:
+            >>> RandomFlip().draw_count(), RandomResizedCrop(8).draw_count(), ToFloat().draw_count()
+            (2, 40, 0)
+        """
+        return 0 if not self.random else None
+
     def draw(self, seeds: tf.Tensor) -> tf.Tensor:
         """The per-sample random parameters ``[B, ...]`` for int64 ``seeds`` ``[B, 2]``.
 
-        Vectorised over the batch. The default returns the seeds themselves
-        (a stage that draws inside :meth:`augment`).
+        Vectorised over the batch: ``per_sample_uniform(seeds, n)`` for a stage
+        with ``draw_count() == n`` (``[B, 0]`` for a deterministic stage), the
+        seeds themselves for a stage that draws inside :meth:`augment`.
 
         Example:
             >>> import tensorflow as tf
             >>> RandomFlip().draw(tf.constant([[0, 0], [0, 1]], tf.int64)).shape
             TensorShape([2, 2])
         """
-        return seeds
+        count = self.draw_count()
+        if count is None:
+            return seeds
+        if count == 0:
+            return _no_params(seeds)
+        return _uniforms(_as_seeds(seeds), count)
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Apply the drawn ``params`` (row ``b`` for sample ``b``) to the image batch.
@@ -497,9 +536,9 @@ class RandomCrop(Augmentation):
         self.pad_mode = pad_mode
         self.fill = fill
 
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
         """Two uniforms per sample: the row and column offsets' draws."""
-        return per_sample_uniform(seeds, 2)
+        return 2
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the ``[B, size_h, size_w, C]`` windows (same dtype as ``images``)."""
@@ -552,9 +591,9 @@ class RandomShift(Augmentation):
         self.max_shift = _pair(max_shift, "max_shift", 0)
         self.fill = fill
 
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
         """Two uniforms per sample: the draws of ``dy`` and ``dx``."""
-        return per_sample_uniform(seeds, 2)
+        return 2
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the shifted batch (same shape and dtype as ``images``)."""
@@ -604,9 +643,9 @@ class RandomFlip(Augmentation):
         self.vertical = bool(vertical)
         self.p = _probability(p, "p")
 
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
         """Two uniforms per sample: the horizontal and the vertical flip's draws."""
-        return per_sample_uniform(seeds, 2)
+        return 2
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the batch with the drawn flips applied (same shape and dtype)."""
@@ -672,9 +711,9 @@ class RandomBrightness(Augmentation):
         self.max_delta = float(max_delta)
         self.value_range = value_range
 
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
         """One uniform per sample: the offset's draw."""
-        return per_sample_uniform(seeds, 1)
+        return 1
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return ``float32(images) + delta[b]`` (clipped to ``value_range`` if set)."""
@@ -835,9 +874,9 @@ class RandomResizedCrop(WindowAugmentation):
         self.ratio = (ratio_lo, ratio_hi)
         self.attempts = attempts
 
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
-        """``4 * attempts`` uniforms per sample: area, log ratio, top, left of each attempt."""
-        return per_sample_uniform(seeds, 4 * self.attempts)
+    def draw_count(self) -> int:
+        """``4 * attempts`` uniforms: area, log ratio, top, left of each attempt."""
+        return 4 * self.attempts
 
     def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Boxes as torchvision draws them, for images of ``shapes`` ``[N, 2]``, from ``params``.
@@ -949,6 +988,8 @@ class CenterCrop(WindowAugmentation):
         [[24, 86, 328, 328]]
     """
 
+    random: ClassVar[bool] = False
+
     def __init__(
         self,
         size: int | tuple[int, int],
@@ -966,10 +1007,6 @@ class CenterCrop(WindowAugmentation):
         ):
             raise ValueError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
         self.crop_fraction = float(crop_fraction)
-
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
-        """No random parameters: ``[B, 0]``."""
-        return _no_params(seeds)
 
     def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """The centred windows ``[N, 4]`` for images of ``shapes`` ``[N, 2]``."""
@@ -1000,13 +1037,11 @@ class ToFloat(Augmentation):
         [1.0]
     """
 
+    random: ClassVar[bool] = False
+
     def __init__(self, scale: float = 1 / 255, *, image_key: str = "image") -> None:
         super().__init__(image_key=image_key)
         self.scale = float(scale)
-
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
-        """No random parameters: ``[B, 0]``."""
-        return _no_params(seeds)
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return ``float32(images) * scale``."""
@@ -1028,6 +1063,8 @@ class Normalize(Augmentation):
         [2.0, 2.0, 2.0]
     """
 
+    random: ClassVar[bool] = False
+
     def __init__(
         self,
         mean: float | Sequence[float],
@@ -1045,10 +1082,6 @@ class Normalize(Augmentation):
         if isinstance(self.mean, tuple) and isinstance(self.std, tuple) and len(means) != len(stds):
             raise ValueError(f"mean and std differ in length: {mean!r}, {std!r}")
 
-    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
-        """No random parameters: ``[B, 0]``."""
-        return _no_params(seeds)
-
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the standardised float32 batch."""
         centred = _per_channel(tf.cast(images, tf.float32), self.mean, tf.subtract)
@@ -1058,10 +1091,11 @@ class Normalize(Augmentation):
 class Compose:
     """Apply batched augmentations in order, each with its own derived seeds.
 
-    Stage ``i`` is called as ``stage(example, fold_in(seeds, i))``, so the
-    stages draw from independent streams (two ``RandomFlip`` stages do not
-    flip the same samples) while every draw still depends only on the
-    sample's own seed. Stages may be any callables with ``batched = True``
+    Stage ``i`` is called as ``stage(example, fold_in(seeds, i))`` (a
+    deterministic :class:`Augmentation`, ``random = False``, gets ``seeds``
+    unchanged: it ignores them), so the stages draw from independent streams
+    (two ``RandomFlip`` stages do not flip the same samples) while every draw
+    still depends only on the sample's own seed. Stages may be any callables with ``batched = True``
     (including other :class:`Compose` objects); each handles the example
     structure itself.
 
@@ -1096,7 +1130,7 @@ class Compose:
         """Apply every stage to the batched ``example`` with per-sample ``seeds`` ``[B, 2]``."""
         seeds = _as_seeds(seeds)
         for index, stage in enumerate(self.stages):
-            example = stage(example, fold_in(seeds, index))
+            example = stage(example, _stage_seeds(seeds, index, stage))
         return example
 
     def __len__(self) -> int:
@@ -1111,8 +1145,41 @@ class Compose:
 # --------------------------------------------------------------------------------------------
 
 
-def _fold(seeds: tf.Tensor, index: int | None) -> tf.Tensor:
-    return seeds if index is None else fold_in(seeds, index)
+def _draw_together(
+    seeds: tf.Tensor, stages: Sequence[tuple[int | None, Augmentation]]
+) -> list[tf.Tensor]:
+    """Every stage's ``draw`` of its :class:`Compose` seeds (index ``None``: the seeds as they are).
+
+    The stages that draw :func:`per_sample_uniform` numbers share two hash
+    passes (one folds all their seeds, one draws all their numbers) instead
+    of two each: the same values, a smaller graph.
+    """
+    shared = [
+        (i, index, stage.draw_count())
+        for i, (index, stage) in enumerate(stages)
+        if stage.random and stage.draw_count()
+    ]
+    params: list[tf.Tensor | None] = [None] * len(stages)
+    if shared:
+        folds = sorted({index for _, index, _ in shared if index is not None})
+        folded = _fold_many(seeds, folds) if folds else None
+        per_stage = [
+            seeds if index is None else folded[:, folds.index(index)] for _, index, _ in shared
+        ]
+        draws = _uniforms(tf.stack(per_stage, axis=1), max(n for _, _, n in shared))
+        for k, (i, _, n) in enumerate(shared):
+            params[i] = draws[:, k, :n]
+    for i, (index, stage) in enumerate(stages):
+        if params[i] is None:
+            params[i] = stage.draw(_stage_seeds(seeds, index, stage))
+    return params  # type: ignore[return-value]
+
+
+def _stage_seeds(seeds: tf.Tensor, index: int | None, stage: Any) -> tf.Tensor:
+    """The seeds :class:`Compose` gives stage ``index`` (``None``: a bare stage)."""
+    if index is None or (isinstance(stage, Augmentation) and not stage.random):
+        return seeds
+    return fold_in(seeds, index)
 
 
 class WindowRequest:
@@ -1136,8 +1203,9 @@ class WindowRequest:
     def __init__(self, pipeline: WindowPipeline, seeds: tf.Tensor) -> None:
         seeds = _as_seeds(seeds)
         self.pipeline = pipeline
-        self._window_params = pipeline.window.draw(_fold(seeds, pipeline.window_index))
-        self._stage_params = [stage.draw(fold_in(seeds, i)) for i, stage in pipeline.image_stages]
+        stages = [(pipeline.window_index, pipeline.window), *pipeline.image_stages]
+        params = _draw_together(seeds, stages)
+        self._window_params, self._stage_params = params[0], params[1:]
 
     def windows(self, shapes: tf.Tensor) -> tf.Tensor:
         """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
@@ -1149,10 +1217,31 @@ class WindowRequest:
         The window is resized, then the per-image stages apply their drawn
         parameters (row ``j``).
         """
+        params = [p[j : j + 1] for p in self._stage_params]
+        return self._finish(window, *params)
+
+    def _finish(self, window: tf.Tensor, *params: tf.Tensor) -> tf.Tensor:
         image = self.pipeline.window.resize(window)[tf.newaxis]
-        for (_, stage), params in zip(self.pipeline.image_stages, self._stage_params, strict=True):
-            image = stage.apply(image, params[j : j + 1])
+        for (_, stage), p in zip(self.pipeline.image_stages, params, strict=True):
+            image = stage.apply(image, p)
         return image[0]
+
+    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
+        """The spec of :meth:`finish`'s output for windows of spec ``window``.
+
+        Traced on its own (nothing is added to the caller's graph).
+
+        Example:
+            >>> import tensorflow as tf
+            >>> pipe = split_window(Compose([RandomResizedCrop(4), ToFloat()]))
+            >>> req = pipe.request(tf.constant([[0, 0]], tf.int64))
+            >>> req.output_spec(tf.TensorSpec([None, None, 3], tf.uint8))
+            TensorSpec(shape=(4, 4, 3), dtype=tf.float32, name=None)
+        """
+        params = [tf.TensorSpec([1, *p.shape[1:]], p.dtype) for p in self._stage_params]
+        traced = tf.function(self._finish, autograph=False).get_concrete_function(window, *params)
+        out = traced.structured_outputs
+        return tf.TensorSpec(out.shape, out.dtype)
 
 
 class WindowPipeline:

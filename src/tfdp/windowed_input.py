@@ -155,24 +155,59 @@ class WindowedBatches:
         k = chunk_slots(b, replicas)
         per_step = b // k
         start = int(start_step) * b
+        pad_tail = not self.drop_remainder
 
-        def arrays(epoch: np.int64, first: np.int64) -> tuple[np.ndarray, ...]:
-            parts = [self._epoch_arrays(r, int(epoch), int(first)) for r in ranks]
-            return tuple(np.stack(column) for column in zip(*parts, strict=True))
+        def rows(epoch: np.int64) -> tuple[np.ndarray, ...]:
+            """An epoch's chunks: ``[chunks, L * k]`` entries, plus each chunk's step size.
 
-        def load(*columns: tf.Tensor) -> tuple[Any, ...]:
+            A partial last step (``drop_remainder=False``) is padded to a whole
+            step with copies of its first entry (the same file: decoded once)
+            and cut back to its size when emitted.
+            """
+            first = start if epoch == first_epoch else 0
+            parts = [self._epoch_arrays(r, int(epoch), first) for r in ranks]
+            columns = [np.stack(column) for column in zip(*parts, strict=True)]  # [L, n]
+            n = columns[0].shape[1]
+            steps, rest = divmod(n, b)
+            sizes = [b] * steps
+            if rest and pad_tail:
+                pad = b - rest
+                columns = [
+                    np.concatenate([c, np.repeat(c[:, -rest:][:, :1], pad, 1)], 1) for c in columns
+                ]
+                steps, sizes = steps + 1, [*sizes, rest]
+            out = []
+            for c in columns:  # [L, steps * B] -> [steps * B/k chunks, L * k], chunk-major
+                c = c[:, : steps * b].reshape(replicas, steps, per_step, k)
+                out.append(np.ascontiguousarray(c.transpose(1, 2, 0, 3)).reshape(-1, replicas * k))
+            valid = np.repeat(np.asarray(sizes, np.int64), per_step)
+            return (*out, valid)
+
+        def epoch_rows(epoch: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            out = tf.numpy_function(
+                rows, [epoch], [tf.int64, tf.int64, tf.int64, tf.float32, tf.int64], stateful=False
+            )
+            for t in out[:4]:
+                t.set_shape([None, replicas * k])
+            out[4].set_shape([None])
+            return tuple(out)
+
+        def load(idx: Any, pos: Any, key: Any, weight: Any, valid: Any) -> Any:
             """One chunk, split into its ``L`` replicas' pieces (``tf.split``: no copy)."""
-            loaded = self._load_chunk(*columns)
+            loaded = self._load_chunk(idx, pos, key, weight)
             parts = [tf.split(t, replicas) for t in tf.nest.flatten(loaded)]
-            return tuple(
+            pieces = tuple(
                 tf.nest.pack_sequence_as(loaded, [p[j] for p in parts]) for j in range(replicas)
             )
+            return pieces, valid
 
-        def emit(pieces: tuple[Any, ...]) -> tf.data.Dataset:
+        def emit(pieces: tuple[Any, ...], valid: tf.Tensor) -> tf.data.Dataset:
             """The replicas' batches of one step, replica after replica (no copy)."""
+            size = valid[0]
 
-            def whole(t: tf.Tensor) -> tf.Tensor:  # [chunks, k, ...] -> [chunks * k, ...]
-                return tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
+            def whole(t: tf.Tensor) -> tf.Tensor:  # [chunks, k, ...] -> [size, ...]
+                t = tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
+                return t[:size] if pad_tail else t
 
             out = None
             for piece in pieces:
@@ -180,35 +215,11 @@ class WindowedBatches:
                 out = one if out is None else out.concatenate(one)
             return out
 
-        def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
-            first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
-            columns = tf.numpy_function(
-                arrays, [epoch, first], [tf.int64, tf.int64, tf.int64, tf.float32], stateful=False
-            )
-            for c in columns:
-                c.set_shape([replicas, None])
-            n = tf.shape(columns[0], out_type=tf.int64)[1]
-            full = n // b * b
-
-            def chunks(c: tf.Tensor) -> tf.Tensor:  # [L, steps * B] -> [steps * B/k, L * k]
-                c = tf.reshape(c[:, :full], [replicas, -1, per_step, k])
-                return tf.reshape(tf.transpose(c, [1, 2, 0, 3]), [-1, replicas * k])
-
-            ds = tf.data.Dataset.from_tensor_slices(tuple(chunks(c) for c in columns))
-            ds = ds.map(_plain(load), self.num_parallel_calls, deterministic=True)
-            # Batching the chunks concatenates each replica's pieces into its batch.
-            ds = ds.batch(per_step, drop_remainder=True).flat_map(_plain(lambda *p: emit(p)))
-            if not self.drop_remainder:  # the last, partial batch of every replica: one chunk
-                tail = tf.data.Dataset.from_tensors(
-                    tuple(tf.reshape(c[:, full:], [-1]) for c in columns)
-                )
-                tail = tail.filter(_plain(lambda *c: tf.size(c[0]) > 0)).map(_plain(load))
-                tail = tail.flat_map(
-                    _plain(lambda *p: emit(tf.nest.map_structure(lambda t: t[tf.newaxis], p)))
-                )
-                ds = ds.concatenate(tail)
-            return ds
-
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
-        ds = tf.data.Dataset.range(first_epoch, last).flat_map(_plain(per_epoch))
+        # One flat stream of chunks over all epochs (every epoch a whole number of steps), so
+        # the chunk map is one function instantiated once per iterator, not once per epoch.
+        ds = tf.data.Dataset.range(first_epoch, last).map(_plain(epoch_rows)).unbatch()
+        ds = ds.map(_plain(load), self.num_parallel_calls, deterministic=True)
+        # Batching a step's chunks concatenates each replica's pieces into its batch.
+        ds = ds.batch(per_step, drop_remainder=True).flat_map(_plain(emit))
         return ds.map(_plain(self._finish_batch), self.num_parallel_calls, deterministic=True)

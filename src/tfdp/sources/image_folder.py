@@ -562,9 +562,21 @@ class ImageFolderSource:
         files, entry_file = tf.unique(indices, out_idx=tf.int32)
         paths = tf.strings.join([tf.constant(self._prefix), tf.gather(rel, files)])
         data = read_files(paths)
+        # The per-file checks and full decodes, a function of its own: not inlined, so it is
+        # instantiated (and optimised) only when a file needs it, not with every iterator.
+        decode_whole = tf.function(
+            lambda data, path, index: tuple(self._decode_whole(data, path, index)),
+            input_signature=[
+                tf.TensorSpec([], tf.string),
+                tf.TensorSpec([], tf.string),
+                tf.TensorSpec([], tf.int64),
+            ],
+            autograph=False,
+            experimental_attributes={"_noinline": True},
+        )
         images, ok = decode_windows(
             data,
-            lambda f: self._decode_whole(data.read(f), paths[f], files[f]),
+            lambda f: Decoded(*decode_whole(data.read(f), paths[f], files[f])),
             entry_file,
             request,
             self.channels,

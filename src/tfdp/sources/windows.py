@@ -252,20 +252,13 @@ def decode_windows(
     starts = tf.stack([top - tf.gather(u_top, entry_file), left - tf.gather(u_left, entry_file)], 1)
     sizes = tf.stack([height, width], 1)
 
-    def finish(j: tf.Tensor) -> tf.Tensor:
+    def finish(j: tf.Tensor, out: Any) -> Any:
         window = tf.slice(regions.read(entry_file[j]), _pad0(starts[j]), _pad_all(sizes[j]))
-        return request.finish(window, j)
+        return out.write(j, request.finish(window, j))
 
-    first = finish(tf.constant(0))  # traced once outside the loop: the outputs' dtype and shape
     n = tf.size(entry_file)
-    spec = tf.TensorSpec.from_tensor(first)
-    out = tf.TensorArray(spec.dtype, n, element_shape=spec.shape).write(0, first)
-    _, out = tf.while_loop(
-        lambda j, _: j < n,
-        lambda j, out: (j + 1, out.write(j, finish(j))),
-        (tf.constant(1), out),
-        parallel_iterations=1,
-    )
+    spec = request.output_spec(tf.TensorSpec([None, None, channels], tf.uint8))
+    out = _loop(n, finish, tf.TensorArray(spec.dtype, n, element_shape=spec.shape))
     return out.stack(), ok
 
 
