@@ -310,6 +310,25 @@ def run_window(strategy, make: Callable[[int], object], epoch: int, window: int)
     return {"first": first, "rate": images / wall, "cpu_ms": cpu / images * 1e3}
 
 
+def epoch_boundary(strategy, inp, epochs: int = 2) -> tuple[float, float]:
+    """Wait for the first batch of a new epoch inside one stream vs the median wait (seconds).
+
+    tfdp's trainer iterates one stream over all epochs (``inp.epochs()``); a
+    new epoch there is not a new dataset or iterator.
+    """
+    wait_idle()
+    it = iter(inp.epochs(100, None))
+    steps = inp.steps_per_epoch
+    waits = []
+    for _ in range(steps * (epochs + 1)):
+        t = time.perf_counter()
+        touch(strategy, next(it))
+        waits.append(time.perf_counter() - t)
+    del it
+    starts = [waits[steps * e] for e in range(1, epochs + 1)]
+    return float(np.median(starts)), float(np.median(waits[1:]))
+
+
 # --------------------------------------------------------------------------- breakdown
 def breakdown(root: Path, count: int = 120) -> dict[str, float]:
     """Single-thread CPU ms per image of the operations the pipelines are made of."""
@@ -487,6 +506,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     print(f"wall time of the rounds: {time.perf_counter() - t_start:.0f}s", flush=True)
 
+    boundary, typical = epoch_boundary(strategy, ra)
+    print(
+        f"tfdp_ra, one stream over epochs: first batch of a new epoch {boundary * 1e3:.0f} ms "
+        f"after the previous batch, median batch {typical * 1e3:.0f} ms"
+    )
+
     if not args.no_breakdown:
         print("\nbreakdown: single-thread CPU ms per image (best of 2 passes over 120 files)")
         for op, ms in breakdown(root).items():
@@ -499,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         "naive_vs_model_garden": ratio("naive", "model_garden"),
         "first_batch_ra_vs_model_garden": ratio("tfdp_ra", "model_garden", "first", warm),
         "first_batch_plain_vs_model_garden": ratio("tfdp_plain", "model_garden", "first", warm),
+        "epoch_boundary_batch_vs_median_batch_tfdp_ra": boundary / typical,
         "cpu_ms_per_image_tfdp_ra": med("tfdp_ra", "cpu_ms"),
         "cpu_ms_per_image_tfdp_plain": med("tfdp_plain", "cpu_ms"),
         "cpu_ms_per_image_model_garden": med("model_garden", "cpu_ms"),

@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -222,4 +223,9 @@ class WindowedBatches:
         ds = ds.map(_plain(load), self.num_parallel_calls, deterministic=True)
         # Batching a step's chunks concatenates each replica's pieces into its batch.
         ds = ds.batch(per_step, drop_remainder=True).flat_map(_plain(emit))
+        options = tf.data.Options()
+        # tf.data starts AUTOTUNE maps 16 calls wide: 16 chunks racing for the cores delay the
+        # first step's few chunks (the first batch) several times over. Start one per core.
+        options.autotune.initial_parallelism = os.cpu_count() or 1
+        ds = ds.with_options(options)
         return ds.map(_plain(self._finish_batch), self.num_parallel_calls, deterministic=True)
