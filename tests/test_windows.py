@@ -8,6 +8,7 @@ flip and normalisation), or the sampler's own indices.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -388,3 +389,177 @@ def test_chunk_slots(batch, replicas, target):
     assert batch % k == 0 and k >= 1
     assert replicas * k <= target or k == 1
     assert all(batch % j or replicas * j > target for j in range(k + 1, batch + 1))
+
+
+@pytest.mark.slow
+def test_train_resnet_on_an_image_folder_end_to_end(tmp_path):
+    # `tfdp train --data <folder> --model resnet --image-size S`: RandomResizedCrop + flip on the
+    # window path for training, centre crop for the held-out set, evaluated exactly (every
+    # held-out image once, whatever the replica count).
+    from test_cli import tfdp
+
+    sizes = ((40, 52), (52, 40), (36, 48), (48, 36))
+    write_folder(tmp_path / "train", 16, classes=2, sizes=sizes, seed=1)
+    write_folder(tmp_path / "val", 6, classes=2, sizes=sizes, seed=2)
+    run = tmp_path / "run"
+    args = ["--data", str(tmp_path / "train"), "--eval-data", str(tmp_path / "val")]
+    train = tfdp(
+        "train",
+        *args,
+        "--model",
+        "resnet",
+        "--image-size",
+        "24",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--run-dir",
+        str(run),
+        "--no-progress",
+        cwd=tmp_path,
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    config = (run / "config.json").read_text()
+    assert '"augment": "auto"' in config and '"image_size": 24' in config
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    results = []
+    for replicas in ("1", "3"):
+        ev = tfdp("evaluate", str(run), "--replicas", replicas, cwd=tmp_path)
+        assert ev.returncode == 0, ev.stderr[-3000:]
+        results.append(json.loads(ev.stdout))
+    accuracy = "sparse_categorical_accuracy"
+    assert results[0][accuracy] == results[1][accuracy] == last[f"val_{accuracy}"]
+    # The loss differs only by float summation order (replicas, reductions).
+    assert results[0]["loss"] == pytest.approx(results[1]["loss"], rel=1e-4)
+    assert last["val_loss"] == pytest.approx(results[0]["loss"], rel=1e-4)
+    # 6 held-out images: the accuracy is a multiple of 1/6 (each counted exactly once).
+    assert (
+        abs(
+            results[0]["sparse_categorical_accuracy"] * 6
+            - round(results[0]["sparse_categorical_accuracy"] * 6)
+        )
+        < 1e-5
+    )
+
+
+def test_build_augment_picks_the_window_recipe_for_image_sizes():
+    from tfdp.job import TrainConfig, build_augment
+
+    cfg = TrainConfig(data="some/folder", image_size=32)
+    train = augment.split_window(build_augment(cfg, (32, 32, 3), 1 / 255, True))
+    held_out = augment.split_window(build_augment(cfg, (32, 32, 3), 1 / 255, False))
+    assert isinstance(train.window, augment.RandomResizedCrop) and train.window.size == (32, 32)
+    assert [type(s).__name__ for _, s in train.image_stages] == ["RandomFlip", "ToFloat"]
+    assert isinstance(held_out.window, augment.CenterCrop)
+    digits = build_augment(TrainConfig(), (8, 8, 1), 1 / 16, True)
+    assert augment.split_window(digits) is None
+
+
+# ------------------------------------------------------------------ TFRecord shards of JPEGs
+
+
+def test_tfrecords_of_a_jpeg_folder_hold_the_files_byte_for_byte(tmp_path):
+    from tfdp.sources import TFRecordSource, write_tfrecords
+    from tfdp.sources.tfrecord import read_manifest
+
+    root = write_folder(tmp_path / "photos", 9, classes=3, sizes=SIZES, seed=4)
+    src = ImageFolderSource(root)
+    assert src.jpeg_files
+    files = write_tfrecords(src, tmp_path / "shards", num_shards=2)
+    manifest = read_manifest(tmp_path / "shards" / "data.manifest.json")
+    assert [f["encoding"] for f in manifest["features"]] == ["jpeg", "int64"]
+    stored = []
+    for record in tf.data.TFRecordDataset(files).as_numpy_iterator():
+        feature = tf.train.Example.FromString(record).features.feature
+        stored.append((feature["label"].int64_list.value[0], feature["image"].bytes_list.value[0]))
+    originals = [(int(src.labels[i]), Path(src.path(i)).read_bytes()) for i in range(9)]
+    assert sorted(stored) == sorted(originals)  # the files themselves, not re-encoded
+    decoded = TFRecordSource(files)
+    assert decoded.element_spec[0].shape.as_list() == [None, None, 3]
+    got = sorted(
+        (int(y), x.tobytes())
+        for x, y in tf.data.TFRecordDataset(files).map(decoded.parse).as_numpy_iterator()
+    )
+    want = sorted((int(y), x.numpy().tobytes()) for x, y in (src.load(i) for i in range(9)))
+    assert got == want
+    encoded = TFRecordSource(files, images="encoded")
+    assert encoded.element_spec[0] == tf.TensorSpec([], tf.string)
+    with pytest.raises(ValueError, match="images must be 'decoded' or 'encoded'"):
+        TFRecordSource(files, images="raw")
+
+
+def test_jpeg_encoding_refuses_other_formats_and_encodes_arrays(tmp_path):
+    from tfdp.sources import TFRecordSource, write_tfrecords
+    from tfdp.sources.tfrecord import read_manifest
+
+    root = write_folder(tmp_path / "mixed", 3, classes=1, sizes=SIZES, seed=5)
+    (root / "c00" / "z.png").write_bytes(encode(photo(20, 30, np.random.default_rng(1)), "PNG"))
+    src = ImageFolderSource(root)
+    assert not src.jpeg_files
+    write_tfrecords(src, tmp_path / "png", num_shards=1)  # inferred: png, lossless
+    assert read_manifest(tmp_path / "png" / "data.manifest.json")["features"][0]["encoding"] == (
+        "png"
+    )
+    with pytest.raises(ValueError, match=r"z\.png.*a PNG file, not a JPEG.*encoding 'png'"):
+        write_tfrecords(src, tmp_path / "jpeg", num_shards=1, features={"image": "jpeg"})
+    assert not list((tmp_path / "jpeg").glob("*.tfrecord"))  # nothing half-written
+    images = np.stack([photo(24, 32, np.random.default_rng(i)) for i in range(4)])
+    files = write_tfrecords(
+        (images, np.arange(4)), tmp_path / "arrays", num_shards=1, features={"image": "jpeg"}
+    )
+    back = list(tf.data.TFRecordDataset(files).map(TFRecordSource(files).parse).as_numpy_iterator())
+    for x, y in back:  # lossy (quality 95), but the same image
+        assert x.shape == (24, 32, 3)
+        assert np.abs(x.astype(int) - images[y].astype(int)).mean() < 6
+    with pytest.raises(ValueError, match="'jpeg' needs uint8"):
+        write_tfrecords(
+            np.zeros((2, 4, 4, 4), np.uint8), tmp_path / "x", num_shards=1, features=["jpeg"]
+        )
+
+
+def test_encoded_images_through_a_window_stage_equal_decoded_ones(folder):
+    from tfdp.sources.windows import encoded_windows
+
+    src = ImageFolderSource(folder)
+    data = tf.stack([tf.io.read_file(src.path(i)) for i in range(src.num_examples)])
+    rrc = augment.RandomResizedCrop(16, scale=(0.05, 1.0))
+    seeds = tf.constant(seeds_for(range(src.num_examples), key=8))
+    params = rrc.draw(seeds)
+    got = encoded_windows(data, rrc, params).numpy()  # a PNG and a grayscale JPEG among them
+    for i in range(src.num_examples):
+        image = tf.io.decode_image(data[i], channels=3, expand_animations=False)[tf.newaxis]
+        want = rrc.apply(image, params[i : i + 1]).numpy()[0]
+        np.testing.assert_array_equal(got[i], want)
+    # Through __call__ and Compose: a batch of encoded images is accepted by a window stage.
+    aug = augment.Compose([rrc, augment.RandomFlip()])
+    out, labels = aug((data[:3], tf.constant([1, 2, 3])), seeds[:3])
+    assert out.shape == (3, 16, 16, 3) and labels.numpy().tolist() == [1, 2, 3]
+    with pytest.raises(ValueError, match="images must be a batch"):
+        augment.RandomFlip()(data[:3], seeds[:3])
+
+
+def test_encoded_tfrecord_stream_equals_the_decoded_stream(tmp_path, mirrored2):
+    from tfdp.sources import TFRecordSource, write_tfrecords
+
+    root = write_folder(tmp_path / "photos", 16, classes=2, sizes=SIZES, seed=6)
+    files = write_tfrecords(ImageFolderSource(root), tmp_path / "shards", num_shards=4)
+    outputs = []
+    for images in ("encoded", "decoded"):
+        inp = DistributedInput(
+            mirrored2,
+            TFRecordSource(files, images=images),
+            sampler="repeat_aug",
+            sampler_options={"num_repeats": 2, "selected_round": 0},
+            batch_size=2,
+            augment=_train_augment(),
+            seed=3,
+        )
+        outputs.append(_elements(mirrored2, inp.epoch(1)))
+    assert len(outputs[0]) >= 2
+    _assert_same(outputs[0], outputs[1])
+
+
+def seeds_for(positions, key: int = 0) -> np.ndarray:
+    positions = np.asarray(positions, np.int64)
+    return np.stack([np.full_like(positions, key), positions], axis=1)

@@ -74,6 +74,7 @@ _JPEG_EOI = b"\xff\xd9"
 # it the file is passed to the decoder unjudged (never rejected on a guess).
 _JPEG_MAX_STEPS = 512
 _MAX_LISTED = 5
+_JPEG_NAMES_BYTES = tuple(e.encode() for e in (".jpg", ".jpeg", ".jpe"))
 
 
 def _contains(data: tf.Tensor, needle: bytes) -> tf.Tensor:
@@ -583,6 +584,49 @@ class ImageFolderSource:
         )
         weights = tf.cast(tf.gather(ok, entry_file), tf.float32)
         return (images, tf.gather(labels, indices)), weights
+
+    @cached_property
+    def jpeg_files(self) -> bool:
+        """Whether every file is a JPEG by its name (``.jpg``, ``.jpeg``, ``.jpe``; any case).
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.JPEG"),
+            ...                  tf.io.encode_jpeg(tf.zeros([2, 2, 3], tf.uint8)))
+            >>> ImageFolderSource(root).jpeg_files
+            True
+        """
+        names = np.char.lower(self._rel)
+        return bool(np.all(np.any([np.char.endswith(names, e) for e in _JPEG_NAMES_BYTES], 0)))
+
+    def load_encoded(self, index: Any) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+        """File ``index``'s bytes as they are, its label, and why it is not a sound JPEG.
+
+        For writing the folder as TFRecord shards without re-encoding
+        (:func:`tfdp.sources.write_tfrecords`, encoding ``"jpeg"``).
+
+        Returns:
+            ``((bytes, label int64), problem)``: ``problem`` is ``""`` for a
+            sound JPEG, else the reason (another format, or what is broken).
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.png"),
+            ...                  tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8)))
+            >>> (data, label), problem = ImageFolderSource(root).load_encoded(0)
+            >>> problem.numpy()
+            b'a PNG file, not a JPEG'
+        """
+        rel, labels = self._table()
+        index = tf.cast(index, tf.int64)
+        data = tf.io.read_file(tf.strings.join([tf.constant(self._prefix), tf.gather(rel, index)]))
+        fmt, problem = _sniff(data)
+        names = tf.constant(["", "a JPEG", "a PNG", "a GIF", "a BMP", "a WebP"])
+        other = tf.strings.join([tf.gather(names, fmt), " file, not a JPEG"])
+        problem = tf.where(tf.equal(problem, "") & tf.not_equal(fmt, _JPEG), other, problem)
+        return (data, tf.gather(labels, index)), problem
 
     def load(self, index: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Read and decode file ``index``: ``(image uint8 [H, W, C], label int64)``.

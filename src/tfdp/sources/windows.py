@@ -54,9 +54,11 @@ from tfdp.augment import WindowRequest
 
 __all__ = [
     "Decoded",
+    "WindowPlan",
     "WindowSource",
     "complete_jpegs",
     "decode_windows",
+    "encoded_windows",
     "jpeg_window",
     "read_files",
 ]
@@ -100,6 +102,28 @@ def complete_jpegs(data: tf.Tensor) -> tf.Tensor:
     magic = tf.strings.substr(data, tf.zeros_like(size), tf.fill(tf.shape(size), 3))
     tail = tf.strings.substr(data, tf.maximum(size - 2, 0), tf.fill(tf.shape(size), 2))
     return tf.equal(magic, _JPEG_MAGIC) & tf.equal(tail, _JPEG_EOI) & (size >= 4)
+
+
+class WindowPlan(Protocol):
+    """What :func:`decode_windows` needs from the augmentation side for ``N`` entries.
+
+    :class:`tfdp.augment.WindowRequest` is one: ``windows(shapes [N, 2])``
+    plans every entry's window, ``finish(window, j)`` makes entry ``j``'s
+    output from its window's pixels, ``output_spec(window_spec)`` is that
+    output's spec.
+    """
+
+    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
+        """The windows ``[N, 4]`` ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
+        ...
+
+    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
+        """Entry ``j``'s output from its window's pixels."""
+        ...
+
+    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
+        """The spec of :meth:`finish`'s output."""
+        ...
 
 
 class Decoded(NamedTuple):
@@ -172,7 +196,7 @@ def decode_windows(
     data: tf.TensorArray,
     decode_other: Callable[[tf.Tensor], Decoded],
     entry_file: tf.Tensor,
-    request: WindowRequest,
+    request: WindowPlan,
     channels: int,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Decode each file once and finish every entry's window (see the module docstring).
@@ -185,8 +209,8 @@ def decode_windows(
             error that names it, or replacing it by a placeholder) and decodes
             it whole.
         entry_file: int32 ``[N]``: the file of each entry (``N >= 1``).
-        request: The augmentation's :class:`tfdp.augment.WindowRequest` for
-            the ``N`` entries.
+        request: The augmentation's plan for the ``N`` entries (a
+            :class:`tfdp.augment.WindowRequest`).
         channels: Channels of the decoded images.
 
     Returns:
@@ -288,3 +312,52 @@ def _pad0(yx: tf.Tensor) -> tf.Tensor:
 
 def _pad_all(hw: tf.Tensor) -> tf.Tensor:
     return tf.concat([hw, [-1]], 0)
+
+
+class _StageWindows:
+    """A :class:`WindowPlan` of one window stage with its drawn parameters (no later stages)."""
+
+    def __init__(self, stage: Any, params: tf.Tensor, channels: int) -> None:
+        self.stage, self.params, self.channels = stage, params, channels
+
+    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
+        return self.stage.windows(shapes, self.params)
+
+    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
+        return self.stage.resize(window)
+
+    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
+        return tf.TensorSpec([*self.stage.size, self.channels], tf.float32)
+
+
+def encoded_windows(data: tf.Tensor, stage: Any, params: tf.Tensor, channels: int = 3) -> tf.Tensor:
+    """A window stage applied to encoded images ``data`` (string ``[B]``): windows decoded alone.
+
+    What :class:`tfdp.augment.WindowAugmentation` does with a batch of
+    encoded images (e.g. JPEG records kept encoded,
+    ``TFRecordSource(images="encoded")``): JPEGs have only their window
+    decoded, other formats are decoded whole; images are decoded to
+    ``channels`` channels. Bit-identical to the stage on the decoded images.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> from tfdp.augment import RandomResizedCrop
+        >>> rrc = RandomResizedCrop(8)
+        >>> data = tf.stack([tf.io.encode_jpeg(tf.zeros([20, 30, 3], tf.uint8))] * 2)
+        >>> seeds = tf.constant([[0, 0], [0, 1]], tf.int64)
+        >>> encoded_windows(data, rrc, rrc.draw(seeds)).shape
+        TensorShape([2, 8, 8, 3])
+    """
+    count = tf.size(data)
+    files = tf.TensorArray(tf.string, count, element_shape=[], clear_after_read=False)
+    files = files.unstack(data)
+
+    def decode_whole(f: tf.Tensor) -> Decoded:
+        image = tf.io.decode_image(files.read(f), channels=channels, expand_animations=False)
+        return Decoded(image, tf.constant(True))
+
+    entries = tf.range(count)
+    out, _ = decode_windows(
+        files, decode_whole, entries, _StageWindows(stage, params, channels), channels
+    )
+    return out
