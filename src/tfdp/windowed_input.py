@@ -59,10 +59,15 @@ __all__ = ["CHUNK_ENTRIES", "WindowedBatches", "chunk_slots"]
 
 #: Entries per chunk to aim for: enough to amortise the per-chunk draws and to keep the
 #: copies of a sample together, few enough for a step to spread over the cores.
-CHUNK_ENTRIES = 32
+CHUNK_ENTRIES = 128
 _INF_EPOCHS = 2**62
 
 EpochArrays = Callable[[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _one_chunk(pieces: Any) -> Any:
+    """Pieces of one chunk as a step of one chunk (a leading axis of 1; no copy)."""
+    return tf.nest.map_structure(lambda t: t[tf.newaxis], pieces)
 
 
 def _plain(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,6 +104,7 @@ class WindowedBatches:
         finish: ``(example, indices, positions, weights) -> element``: the input
             layer's last touch (weights, ids).
         num_parallel_calls: Parallelism of the chunk map.
+        chunk_entries: Entries per chunk to aim for (see :func:`chunk_slots`).
     """
 
     def __init__(
@@ -111,8 +117,10 @@ class WindowedBatches:
         epoch_arrays: EpochArrays,
         finish: Callable[[Any, Any, Any, Any], Any],
         num_parallel_calls: int = tf.data.AUTOTUNE,
+        chunk_entries: int = CHUNK_ENTRIES,
     ) -> None:
         self.source = source
+        self.chunk_entries = int(chunk_entries)
         self.pipeline = pipeline
         self.batch_size = int(batch_size)
         self.drop_remainder = bool(drop_remainder)
@@ -153,7 +161,7 @@ class WindowedBatches:
         """
         ranks = [int(r) for r in ranks]
         replicas, b = len(ranks), self.batch_size
-        k = chunk_slots(b, replicas)
+        k = chunk_slots(b, replicas, self.chunk_entries)
         per_step = b // k
         start = int(start_step) * b
         pad_tail = not self.drop_remainder
@@ -221,8 +229,10 @@ class WindowedBatches:
         # the chunk map is one function instantiated once per iterator, not once per epoch.
         ds = tf.data.Dataset.range(first_epoch, last).map(_plain(epoch_rows)).unbatch()
         ds = ds.map(_plain(load), self.num_parallel_calls, deterministic=True)
-        # Batching a step's chunks concatenates each replica's pieces into its batch.
-        ds = ds.batch(per_step, drop_remainder=True).flat_map(_plain(emit))
+        if per_step == 1:  # a chunk is a whole step: its pieces are the batches (no copy)
+            ds = ds.flat_map(_plain(lambda p, v: emit(_one_chunk(p), v[tf.newaxis])))
+        else:  # batching a step's chunks concatenates each replica's pieces into its batch
+            ds = ds.batch(per_step, drop_remainder=True).flat_map(_plain(emit))
         options = tf.data.Options()
         # tf.data starts AUTOTUNE maps 16 calls wide: 16 chunks racing for the cores delay the
         # first step's few chunks (the first batch) several times over. Start one per core.

@@ -505,26 +505,26 @@ class ImageFolderSource:
         image.set_shape([None, None, self.channels])
         return (image, label), weight
 
-    def _decode_whole(self, data: tf.Tensor, path: tf.Tensor, index: tf.Tensor) -> Decoded:
-        """Check one file the window path cannot take fast, and decode it whole (or skip it)."""
+    def _decode_whole(self, data: tf.Tensor, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Check one file the window path cannot take fast; ``(decoded image, problem)``.
+
+        An unreadable file gives the placeholder and its problem (recorded as
+        skipped under ``on_error="skip"``); the caller raises under ``"raise"``.
+        """
         fmt, problem = _sniff(data)
-        ok = tf.equal(problem, "")
-        if self.on_error == "raise":
-            message = tf.strings.join(
-                ["ImageFolderSource: cannot decode image ", path, ": ", problem]
-            )
-            with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
-                return Decoded(self._decode(tf.identity(data), fmt), ok)
 
         def placeholder() -> tf.Tensor:
-            token = tf.numpy_function(
-                self._note_skip, [index, problem], tf.int64, stateful=True, name="note_skip"
-            )
+            if self.on_error == "skip":
+                token = tf.numpy_function(
+                    self._note_skip, [index, problem], tf.int64, stateful=True, name="note_skip"
+                )
+            else:
+                token = tf.constant(0, tf.int64)
             with tf.control_dependencies([token]):
                 return tf.zeros([PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, self.channels], tf.uint8)
 
-        image = tf.cond(ok, lambda: self._decode(data, fmt), placeholder)
-        return Decoded(image, ok)
+        image = tf.cond(tf.equal(problem, ""), lambda: self._decode(data, fmt), placeholder)
+        return image, problem
 
     def load_windows(
         self, indices: Any, request: WindowRequest
@@ -563,25 +563,26 @@ class ImageFolderSource:
         files, entry_file = tf.unique(indices, out_idx=tf.int32)
         paths = tf.strings.join([tf.constant(self._prefix), tf.gather(rel, files)])
         data = read_files(paths)
-        # The per-file checks and full decodes, a function of its own: not inlined, so it is
-        # instantiated (and optimised) only when a file needs it, not with every iterator.
-        decode_whole = tf.function(
-            lambda data, path, index: tuple(self._decode_whole(data, path, index)),
-            input_signature=[
-                tf.TensorSpec([], tf.string),
-                tf.TensorSpec([], tf.string),
-                tf.TensorSpec([], tf.int64),
-            ],
-            autograph=False,
-            experimental_attributes={"_noinline": True},
-        )
-        images, ok = decode_windows(
-            data,
-            lambda f: Decoded(*decode_whole(data.read(f), paths[f], files[f])),
-            entry_file,
-            request,
-            self.channels,
-        )
+
+        def decode_other(f: tf.Tensor) -> Decoded:
+            # The files the fast path does not take (other formats, damaged JPEGs) are rare:
+            # checked and decoded eagerly, outside the graph -- the checks' many functions
+            # would otherwise be instantiated and optimised with every iterator.
+            image, problem = tf.py_function(
+                self._decode_whole, [data.read(f), files[f]], [tf.uint8, tf.string]
+            )
+            image.set_shape([None, None, self.channels])
+            problem.set_shape([])
+            ok = tf.equal(problem, "")
+            if self.on_error == "raise":
+                message = tf.strings.join(
+                    ["ImageFolderSource: cannot decode image ", paths[f], ": ", problem]
+                )
+                with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
+                    image = tf.identity(image)
+            return Decoded(image, ok)
+
+        images, ok = decode_windows(data, decode_other, entry_file, request, self.channels)
         weights = tf.cast(tf.gather(ok, entry_file), tf.float32)
         return (images, tf.gather(labels, indices)), weights
 
