@@ -26,8 +26,9 @@ devices, global batch 128), through ``strategy.distribute_datasets_from_function
   (AUTOTUNE), ``batch(64, drop_remainder=True)``, ``prefetch(AUTOTUNE)``, after
   ``from_tensor_slices(paths, labels).shuffle(10000).repeat()`` (it reads the
   files, where Model Garden parses ``tf.train.Example`` records: same bytes).
-* ``naive``: decode the whole JPEG, then the same steps on the decoded image
-  (Model Garden's ``decode_jpeg_only=False`` path: ``random_crop_image``).
+* ``naive`` (full mode): decode the whole JPEG, then the same steps on the
+  decoded image (Model Garden's ``decode_jpeg_only=False`` path:
+  ``random_crop_image``).
 * ``tfdp_per_example`` (full mode): tfdp's per-example path, what every
   image folder used before the window path (whole file decoded, then the
   augmentation on a batch of one), with ``sampler="repeat_aug"``.
@@ -47,8 +48,8 @@ bounds each pipeline.
 
 Usage (on a shared machine, under the lock, e.g.
 ``flock /work/notes/bench.lock .venv/bin/python benchmarks/bench_images.py``):
-    python benchmarks/bench_images.py            # 3,000 images, 7 rounds (~6-9 min)
-    python benchmarks/bench_images.py --quick    # 600 images, 3 rounds (about a minute)
+    python benchmarks/bench_images.py            # 3,000 images, 7 rounds (~15 min on 2 cores)
+    python benchmarks/bench_images.py --quick    # 600 images, 2 rounds, 3 pipelines (~1 min)
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -81,8 +82,9 @@ SIZE = 224
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)  # Model Garden's preprocess_ops.MEAN_RGB
 STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 WARMUP = 3
-FULL = {"images": 3000, "rounds": 7, "window": 20}
-QUICK = {"images": 600, "rounds": 3, "window": 6}
+QUICK_WARMUP = 2
+FULL = {"images": 3000, "rounds": 7, "window": 20, "warmup": WARMUP}
+QUICK = {"images": 600, "rounds": 2, "window": 4, "warmup": QUICK_WARMUP}
 TARGETS = {"ra": 1.2, "plain": 1.0, "first_batch": 1.5}
 SHUFFLE = 10_000
 
@@ -292,14 +294,16 @@ def touch(strategy, batch) -> None:
         float(t[0, 0, 0, 0])
 
 
-def run_window(strategy, make: Callable[[int], object], epoch: int, window: int) -> dict:
+def run_window(
+    strategy, make: Callable[[int], object], epoch: int, window: int, warmup: int = WARMUP
+) -> dict:
     wait_idle()
     t0 = time.perf_counter()
     dds = make(epoch)
     it = iter(dds)
     touch(strategy, next(it))
     first = time.perf_counter() - t0
-    for _ in range(WARMUP):
+    for _ in range(warmup):
         touch(strategy, next(it))
     t1, c1 = time.perf_counter(), cpu_seconds()
     for _ in range(window):
@@ -331,95 +335,95 @@ def epoch_boundary(strategy, inp, epochs: int = 2) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------- breakdown
 def breakdown(root: Path, count: int = 120) -> dict[str, float]:
-    """Single-thread CPU ms per image of the operations the pipelines are made of."""
+    """Single-thread CPU ms per image of the operations the pipelines are made of.
+
+    Each operation runs over ``count`` files inside one ``tf.function`` (a
+    sequential ``tf.while_loop``, so the call overhead is shared), with
+    TensorFlow's op thread pools at one thread; an empty loop is subtracted.
+    """
     from tfdp import augment
 
     files = sorted(root.glob("*/*.JPEG"))[:count]
+    paths = tf.constant([str(f) for f in files])
     datas = tf.constant([f.read_bytes() for f in files])
     shapes = tf.stack([tf.image.extract_jpeg_shape(d)[:2] for d in datas])
     rrc = augment.RandomResizedCrop(SIZE)
     seeds = tf.stack(
-        [tf.fill([count], tf.constant(7, tf.int64)), tf.range(count, dtype=tf.int64)], 1
-    )
-    boxes = rrc.windows(shapes, rrc.draw(seeds))
-    # RA x3 in one chunk: the union of three copies' windows
-    seeds3 = tf.stack(
         [tf.fill([3 * count], tf.constant(7, tf.int64)), tf.range(3 * count, dtype=tf.int64)], 1
     )
-    boxes3 = tf.reshape(rrc.windows(tf.repeat(shapes, 3, axis=0), rrc.draw(seeds3)), [count, 3, 4])
-    union = tf.concat(
-        [
-            tf.reduce_min(boxes3[..., :2], axis=1),
-            tf.reduce_max(boxes3[..., :2] + boxes3[..., 2:], axis=1)
-            - tf.reduce_min(boxes3[..., :2], axis=1),
-        ],
-        axis=1,
-    )
+    boxes3 = tf.reshape(rrc.windows(tf.repeat(shapes, 3, axis=0), rrc.draw(seeds)), [count, 3, 4])
+    boxes = boxes3[:, 0]
+    low = tf.reduce_min(boxes3[..., :2], axis=1)
+    union = tf.concat([low, tf.reduce_max(boxes3[..., :2] + boxes3[..., 2:], axis=1) - low], 1)
     decoded = [tf.io.decode_jpeg(d, channels=3) for d in datas]
-    windows = [
-        img[b[0] : b[0] + b[2], b[1] : b[1] + b[3]] for img, b in zip(decoded, boxes, strict=True)
-    ]
-    resized = [tf.image.resize(w, [SIZE, SIZE]) for w in windows]
+    windows = tf.ragged.stack(
+        [img[b[0] : b[0] + b[2], b[1] : b[1] + b[3]] for img, b in zip(decoded, boxes, strict=True)]
+    )
+    resized = tf.stack([tf.image.resize(w, [SIZE, SIZE]) for w in windows])
     norm = augment.Normalize(MEAN_RGB, STDDEV_RGB)
+    flip = augment.RandomFlip(p=1.0)
 
-    def per_image(fn: Callable[[int], tf.Tensor], repeat: int = 2) -> float:
+    ops: dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
+        "read + extract_jpeg_shape": lambda i: tf.image.extract_jpeg_shape(
+            tf.io.read_file(paths[i])
+        )[0],
+        "decode the whole file": lambda i: tf.io.decode_jpeg(datas[i], channels=3)[0, 0, 0],
+        "decode the RRC window": lambda i: tf.io.decode_and_crop_jpeg(
+            datas[i], boxes[i], channels=3
+        )[0, 0, 0],
+        "decode the union of 3 RA windows, per copy (/3)": lambda i: tf.io.decode_and_crop_jpeg(
+            datas[i], union[i], channels=3
+        )[0, 0, 0],
+        "resize the window to 224 (float32)": lambda i: tf.cast(
+            tf.image.resize(windows[i].to_tensor(), [SIZE, SIZE])[0, 0, 0], tf.uint8
+        ),
+        "normalise, channel broadcast (Model Garden)": lambda i: tf.cast(
+            _normalize_image(resized[i])[0, 0, 0], tf.uint8
+        ),
+        "normalise, tfdp Normalize": lambda i: tf.cast(
+            norm.apply(resized[i][tf.newaxis], tf.zeros([1, 0]))[0, 0, 0, 0], tf.uint8
+        ),
+        "flip, tf.reverse of the image (Model Garden)": lambda i: tf.cast(
+            tf.reverse(resized[i], [1])[0, 0, 0], tf.uint8
+        ),
+        "flip, tfdp RandomFlip": lambda i: tf.cast(
+            flip.apply(resized[i][tf.newaxis], tf.zeros([1, 2]))[0, 0, 0, 0], tf.uint8
+        ),
+        "Model Garden parse (whole)": lambda i: tf.cast(
+            model_garden_parse(paths[i], tf.constant(0, tf.int64))[0][0, 0, 0], tf.uint8
+        ),
+        "(empty loop)": lambda i: tf.cast(i, tf.uint8),
+    }
+
+    def timed(op: Callable[[tf.Tensor], tf.Tensor]) -> float:
+        def loop() -> tf.Tensor:
+            def body(i: tf.Tensor, acc: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                return i + 1, acc + tf.cast(op(i), tf.int32)
+
+            return tf.while_loop(lambda i, _: i < count, body, (0, 0), parallel_iterations=1)[1]
+
+        fn = tf.function(loop, autograph=False)
+        fn()
         best = float("inf")
-        for _ in range(repeat):
+        for _ in range(3):
             c0 = cpu_seconds()
-            for i in range(count):
-                fn(i)
+            fn()
             best = min(best, (cpu_seconds() - c0) / count * 1e3)
         return best
 
-    tf_fn = {
-        "read + extract_jpeg_shape": tf.function(
-            lambda p: tf.image.extract_jpeg_shape(tf.io.read_file(p))
-        ),
-        "decode whole file": tf.function(lambda d: tf.io.decode_jpeg(d, channels=3)),
-        "decode the RRC window": tf.function(
-            lambda d, b: tf.io.decode_and_crop_jpeg(d, b, channels=3)
-        ),
-        "resize window to 224 (float32)": tf.function(lambda w: tf.image.resize(w, [SIZE, SIZE])),
-        "normalise, channel broadcast (Model Garden)": tf.function(_normalize_image),
-        "normalise, tfdp Normalize": tf.function(lambda x: norm.apply(x[None], tf.zeros([1, 0]))),
-        "flip (tf.reverse)": tf.function(lambda x: tf.reverse(x, [1])),
-        "Model Garden parse (whole)": tf.function(model_garden_parse),
-    }
-    paths = [str(f) for f in files]
-    out = {}
-    out["read + extract_jpeg_shape"] = per_image(
-        lambda i: tf_fn["read + extract_jpeg_shape"](paths[i])
-    )
-    out["decode whole file"] = per_image(lambda i: tf_fn["decode whole file"](datas[i]))
-    out["decode the RRC window"] = per_image(
-        lambda i: tf_fn["decode the RRC window"](datas[i], boxes[i])
-    )
-    out["decode the union of 3 RA windows, per copy"] = (
-        per_image(lambda i: tf_fn["decode the RRC window"](datas[i], union[i])) / 3
-    )
-    out["resize window to 224 (float32)"] = per_image(
-        lambda i: tf_fn["resize window to 224 (float32)"](windows[i])
-    )
-    out["normalise, channel broadcast (Model Garden)"] = per_image(
-        lambda i: tf_fn["normalise, channel broadcast (Model Garden)"](resized[i])
-    )
-    out["normalise, tfdp Normalize"] = per_image(
-        lambda i: tf_fn["normalise, tfdp Normalize"](resized[i])
-    )
-    out["flip (tf.reverse)"] = per_image(lambda i: tf_fn["flip (tf.reverse)"](resized[i]))
-    out["Model Garden parse (whole)"] = per_image(
-        lambda i: tf_fn["Model Garden parse (whole)"](paths[i], tf.constant(0, tf.int64))
-    )
-    # A call's own overhead, to subtract when reading the rows above.
-    empty = tf.function(lambda x: x)
-    out["(tf.function call overhead)"] = per_image(lambda i: empty(datas[i]))
+    out = {name: timed(op) for name, op in ops.items()}
+    empty = out.pop("(empty loop)")
+    out = {name: max(ms - empty, 0.0) for name, ms in out.items()}
+    out["decode the union of 3 RA windows, per copy (/3)"] /= 3
     return out
 
 
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--quick", action="store_true", help="600 images, 3 short rounds")
+    ap.add_argument(
+        "--quick", action="store_true", help="600 images, 2 short rounds, tfdp and Model Garden"
+    )
     ap.add_argument("--folder", type=Path, help="use this image folder instead of making one")
     ap.add_argument("--rounds", type=int, help="rounds (default 7, quick 3)")
     ap.add_argument("--no-breakdown", action="store_true", help="skip the op breakdown")
@@ -444,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{REPLICAS} replicas (MirroredStrategy, logical CPUs), global batch {GLOBAL_BATCH}, "
         f"output {SIZE}x{SIZE}, {cfg['rounds']} rounds of {cfg['window']} batches after "
-        f"{WARMUP} warm-up batches",
+        f"{cfg['warmup']} warm-up batches",
         flush=True,
     )
     ra = tfdp_input(strategy, root, "repeat_aug")
@@ -455,11 +459,11 @@ def main(argv: list[str] | None = None) -> int:
         "model_garden": lambda e: strategy.distribute_datasets_from_function(
             per_example_dataset(model_garden_parse, paths, labels, e)
         ),
-        "naive": lambda e: strategy.distribute_datasets_from_function(
-            per_example_dataset(naive_parse, paths, labels, e)
-        ),
     }
     if not args.quick:
+        pipelines["naive"] = lambda e: strategy.distribute_datasets_from_function(
+            per_example_dataset(naive_parse, paths, labels, e)
+        )
         old = tfdp_input(strategy, root, "repeat_aug", windows=False)
         pipelines["tfdp_per_example"] = lambda e: old.epochs(e, None)
     names = list(pipelines)
@@ -468,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(cfg["rounds"]):
         order = names[rnd % len(names) :] + names[: rnd % len(names)]
         for name in order:
-            results[name].append(run_window(strategy, pipelines[name], rnd + 1, cfg["window"]))
+            results[name].append(
+                run_window(strategy, pipelines[name], rnd + 1, cfg["window"], cfg["warmup"])
+            )
         line = "  ".join(f"{n} {results[n][-1]['rate']:.0f}" for n in names)
         print(f"round {rnd + 1}: images/s {line}  (load {os.getloadavg()[0]:.1f})", flush=True)
     load_end = os.getloadavg()
@@ -506,14 +512,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     print(f"wall time of the rounds: {time.perf_counter() - t_start:.0f}s", flush=True)
 
-    boundary, typical = epoch_boundary(strategy, ra)
-    print(
-        f"tfdp_ra, one stream over epochs: first batch of a new epoch {boundary * 1e3:.0f} ms "
-        f"after the previous batch, median batch {typical * 1e3:.0f} ms"
-    )
+    boundary = typical = float("nan")
+    if not args.quick:
+        boundary, typical = epoch_boundary(strategy, ra)
+        print(
+            f"tfdp_ra, one stream over epochs: first batch of a new epoch {boundary * 1e3:.0f} ms"
+            f" after the previous batch, median batch {typical * 1e3:.0f} ms"
+        )
 
-    if not args.no_breakdown:
-        print("\nbreakdown: single-thread CPU ms per image (best of 2 passes over 120 files)")
+    if not (args.quick or args.no_breakdown):
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        print("\nbreakdown: single-thread CPU ms per image (best of 3 loops over 120 files)")
         for op, ms in breakdown(root).items():
             print(f"  {op:<45} {ms:>6.2f}")
 
@@ -521,16 +530,18 @@ def main(argv: list[str] | None = None) -> int:
     heads = {
         "ra_vs_model_garden": ratio("tfdp_ra", "model_garden"),
         "plain_vs_model_garden": ratio("tfdp_plain", "model_garden"),
-        "naive_vs_model_garden": ratio("naive", "model_garden"),
         "first_batch_ra_vs_model_garden": ratio("tfdp_ra", "model_garden", "first", warm),
         "first_batch_plain_vs_model_garden": ratio("tfdp_plain", "model_garden", "first", warm),
-        "epoch_boundary_batch_vs_median_batch_tfdp_ra": boundary / typical,
         "cpu_ms_per_image_tfdp_ra": med("tfdp_ra", "cpu_ms"),
         "cpu_ms_per_image_tfdp_plain": med("tfdp_plain", "cpu_ms"),
         "cpu_ms_per_image_model_garden": med("model_garden", "cpu_ms"),
     }
+    if "naive" in results:
+        heads["naive_vs_model_garden"] = ratio("naive", "model_garden")
     if "tfdp_per_example" in results:
         heads["per_example_vs_model_garden"] = ratio("tfdp_per_example", "model_garden")
+    if not args.quick:
+        heads["epoch_boundary_batch_vs_median_batch_tfdp_ra"] = boundary / typical
     print()
     checks = (
         ("ra_vs_model_garden", ">=", TARGETS["ra"]),
