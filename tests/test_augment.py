@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfdp import augment
 
@@ -491,8 +493,13 @@ def test_random_brightness_uint8_and_clipping():
 # ------------------------------------------------------------------ RandomResizedCrop
 
 
-def _torchvision_params(u: np.ndarray, height: int, width: int, scale, ratio, attempts=10):
-    """torchvision's RandomResizedCrop.get_params, fed with our uniforms instead of torch's."""
+def _torchvision_params(
+    u: np.ndarray, height: int, width: int, scale, ratio, attempts=10, fell_back=False
+):
+    """torchvision's RandomResizedCrop.get_params, fed with our uniforms instead of torch's.
+
+    With ``fell_back=True``, return whether no attempt fitted instead of the box.
+    """
     area = height * width
     log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
     for k in range(attempts):
@@ -502,7 +509,13 @@ def _torchvision_params(u: np.ndarray, height: int, width: int, scale, ratio, at
         w = round(math.sqrt(target_area * aspect))
         h = round(math.sqrt(target_area / aspect))
         if 0 < w <= width and 0 < h <= height:
-            return int(ui * (height - h + 1)), int(uj * (width - w + 1)), h, w
+            return (
+                False
+                if fell_back
+                else (int(ui * (height - h + 1)), int(uj * (width - w + 1)), h, w)
+            )
+    if fell_back:
+        return True
     in_ratio = width / height
     if in_ratio < min(ratio):
         w, h = width, round(width / min(ratio))
@@ -545,27 +558,156 @@ def test_resized_crop_fallback_is_clamped_center_crop():
     assert np.all(h == 30) and np.all(w == 33) and np.all(top == 0) and np.all(left == 0)
 
 
-@pytest.mark.parametrize("interpolation", ["bilinear", "nearest"])
-def test_resized_crop_content_is_the_resized_box(interpolation):
+@pytest.mark.parametrize(
+    ("interpolation", "antialias"),
+    [("bilinear", False), ("nearest", False), ("bicubic", False), ("bilinear", True)],
+)
+def test_resized_crop_content_is_the_resized_box(interpolation, antialias):
     n, size = 12, (10, 14)
     images = rand_images((n, 40, 30, 3), np.uint8, seed=12)
     seeds = seeds_for(range(n), key=3)
-    aug = augment.RandomResizedCrop(size, scale=(0.2, 1.0), interpolation=interpolation)
+    aug = augment.RandomResizedCrop(
+        size, scale=(0.2, 1.0), interpolation=interpolation, antialias=antialias
+    )
     out = aug(images, seeds)
     assert out.shape == (n, *size, 3) and out.dtype == tf.float32
     out = out.numpy()
     boxes = np.stack([t.numpy() for t in aug.crop_boxes(seeds, 40, 30)], axis=1)
     for i, (top, left, h, w) in enumerate(boxes):
-        crop = images[i : i + 1, top : top + h, left : left + w].astype(np.float32)
-        if interpolation == "bilinear":
-            want = tf.compat.v1.image.resize_bilinear(crop, size, align_corners=True).numpy()[0]
-            np.testing.assert_allclose(out[i], want, atol=0.02)
-        else:
-            # Nearest: every output pixel is a pixel of the box, and the corners are its corners.
-            assert set(np.unique(out[i])) <= set(np.unique(crop))
-            np.testing.assert_array_equal(
-                out[i][[0, 0, -1, -1], [0, -1, 0, -1]], crop[0][[0, 0, -1, -1], [0, -1, 0, -1]]
-            )
+        # The box alone, resized with half-pixel centres (torchvision's and Model Garden's
+        # convention): bit for bit tf.image.resize of the crop.
+        crop = images[i, top : top + h, left : left + w]
+        want = tf.image.resize(crop, size, method=interpolation, antialias=antialias)
+        np.testing.assert_array_equal(out[i], tf.cast(want, tf.float32).numpy())
+
+
+def test_resized_crop_has_no_zero_filled_edge():
+    # Issue 14: the old crop_and_resize path sampled the box corner to corner in float32; when
+    # the box touched the right or bottom edge, rounding put the last sample point just outside
+    # the image and that row or column came out 0 (about 0.15% of 224 outputs of 375x500
+    # images, 5 of these 200 edge-touching samples).
+    h, w = 375, 500
+    rrc = augment.RandomResizedCrop(224)
+    seeds = seeds_for(range(20000), key=9)
+    top, left, ch, cw = (t.numpy() for t in rrc.crop_boxes(seeds, h, w))
+    edge = np.flatnonzero((top + ch == h) | (left + cw == w))[:200]
+    assert len(edge) == 200
+    images = tf.fill([len(edge), h, w, 3], tf.constant(200, tf.uint8))
+    out = rrc(images, seeds[edge]).numpy()
+    assert out.min() == out.max() == 200.0  # a constant image stays constant, edges included
+
+
+def test_resized_crop_windows_take_one_shape_per_sample():
+    rrc = augment.RandomResizedCrop(16)
+    seeds = seeds_for(range(40), key=5)
+    shapes = np.array([[375, 500], [500, 375], [20, 20], [7, 300]] * 10, np.int32)
+    got = rrc.windows(tf.constant(shapes), rrc.draw(tf.constant(seeds))).numpy()
+    for i, (h, w) in enumerate(shapes):
+        single = np.stack([t.numpy() for t in rrc.crop_boxes(seeds[i : i + 1], h, w)], 1)[0]
+        np.testing.assert_array_equal(got[i], single)
+    u = uniforms(seeds, 40)
+    want = [
+        _torchvision_params(u[i], h, w, (0.08, 1.0), (3 / 4, 4 / 3))
+        for i, (h, w) in enumerate(shapes)
+    ]
+    np.testing.assert_array_equal(got, np.array(want))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    height=st.integers(1, 600),
+    width=st.integers(1, 600),
+    scale=st.tuples(st.floats(0.01, 1.0), st.floats(0.0, 1.0)).map(lambda t: (t[0], t[0] + t[1])),
+    log_ratio=st.tuples(st.floats(-1.5, 1.5), st.floats(0.0, 1.5)),
+    key=st.integers(-(2**40), 2**40),
+)
+def test_resized_crop_boxes_equal_the_transcription_for_any_shape(
+    height, width, scale, log_ratio, key
+):
+    ratio = (math.exp(log_ratio[0]), math.exp(log_ratio[0] + log_ratio[1]))
+    rrc = augment.RandomResizedCrop(8, scale=scale, ratio=ratio)
+    seeds = seeds_for(range(64), key=key)
+    got = np.stack([t.numpy() for t in rrc.crop_boxes(seeds, height, width)], axis=1)
+    u = uniforms(seeds, 40)
+    want = np.array([_torchvision_params(u[i], height, width, scale, ratio) for i in range(64)])
+    # Where torchvision's fallback rounds a side to 0 (and fails), ours keeps one pixel.
+    empty = (want[:, 2] == 0) | (want[:, 3] == 0)
+    np.testing.assert_array_equal(got[~empty], want[~empty])
+    np.testing.assert_array_equal(got[empty, 2:], np.maximum(want[empty, 2:], 1))
+    top, left, h, w = got.T
+    assert np.all((top >= 0) & (left >= 0) & (h >= 1) & (w >= 1))
+    assert np.all((top + h <= height) & (left + w <= width))
+
+
+def _torch_get_params(rng, height, width, scale, ratio, fell_back=False):
+    """torchvision.transforms.RandomResizedCrop.get_params with NumPy's generator for torch's."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+        w = round(math.sqrt(target_area * aspect))
+        h = round(math.sqrt(target_area / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            box = int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+            return False if fell_back else box
+    if fell_back:
+        return True
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, round(width / min(ratio))
+    elif in_ratio > max(ratio):
+        h, w = height, round(height * max(ratio))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic (plain NumPy)."""
+    grid = np.sort(np.concatenate([a, b]))
+    cdf_a = np.searchsorted(np.sort(a), grid, side="right") / len(a)
+    cdf_b = np.searchsorted(np.sort(b), grid, side="right") / len(b)
+    return float(np.abs(cdf_a - cdf_b).max())
+
+
+@pytest.mark.parametrize(
+    ("hw", "scale", "ratio"),
+    [((375, 500), (0.08, 1.0), (3 / 4, 4 / 3)), ((60, 300), (0.3, 1.0), (3 / 4, 4 / 3))],
+)
+def test_resized_crop_statistics_match_torchvision(hw, scale, ratio):
+    # Our boxes (our hash) against torchvision's get_params with an independent generator:
+    # the same distributions of area, aspect ratio and position, and the same fallback rate.
+    n = 20000
+    height, width = hw
+    rrc = augment.RandomResizedCrop(8, scale=scale, ratio=ratio)
+    ours = np.stack([t.numpy() for t in rrc.crop_boxes(seeds_for(range(n), key=21), *hw)], 1)
+    rng = np.random.default_rng(2024)
+    theirs = np.array([_torch_get_params(rng, height, width, scale, ratio) for _ in range(n)])
+
+    def features(boxes):
+        top, left, h, w = boxes.T.astype(np.float64)
+        return {
+            "area": h * w / (height * width),
+            "log_aspect": np.log(w / h),
+            "top": (top + 0.5) / (height - h + 1),  # relative position in [0, 1]
+            "left": (left + 0.5) / (width - w + 1),
+        }
+
+    critical = 1.95 * math.sqrt(2 / n)  # KS at alpha = 0.001
+    for name, a in features(ours).items():
+        d = _ks_statistic(a, features(theirs)[name])
+        assert d < critical, (name, d, critical)
+    # Fallback rate: our attempts are torchvision's attempts fed with our uniforms.
+    u = uniforms(seeds_for(range(n), key=21), 40)
+    fell_ours = np.mean(
+        [_torchvision_params(u[i], height, width, scale, ratio, fell_back=True) for i in range(n)]
+    )
+    fell_theirs = np.mean(
+        [_torch_get_params(rng, height, width, scale, ratio, fell_back=True) for _ in range(n)]
+    )
+    p = (fell_ours + fell_theirs) / 2
+    assert abs(fell_ours - fell_theirs) <= 4 * math.sqrt(max(p * (1 - p), 1e-4) * 2 / n) + 1e-9
 
 
 def test_resized_crop_validates_arguments():
@@ -573,11 +715,128 @@ def test_resized_crop_validates_arguments():
         {"scale": (0.0, 1.0)},
         {"scale": (0.5, 0.2)},
         {"ratio": (2.0, 1.0)},
-        {"interpolation": "bicubic"},
+        {"interpolation": "lanczos5"},
         {"attempts": 0},
     ):
         with pytest.raises(ValueError):
             augment.RandomResizedCrop(8, **kwargs)
+
+
+def _center_crop_reference(height, width, size, fraction):
+    """DeiT's eval transform in the original image: Resize(short side to S / fraction), then
+    CenterCrop(size), with torchvision's rounding, mapped back to original pixels."""
+    per_out = min(height, width) * fraction / min(size)
+    h = max(1, min(height, round(per_out * size[0])))
+    w = max(1, min(width, round(per_out * size[1])))
+    return round((height - h) / 2), round((width - w) / 2), h, w
+
+
+@pytest.mark.parametrize("fraction", [0.875, 1.0, 0.5])
+def test_center_crop_windows_and_content(fraction):
+    size = (24, 20)
+    crop = augment.CenterCrop(size, crop_fraction=fraction)
+    shapes = np.array([[375, 500], [500, 375], [31, 40], [7, 300], [1, 1], [224, 224]], np.int32)
+    got = crop.windows(tf.constant(shapes), crop.draw(tf.zeros([6, 2], tf.int64))).numpy()
+    want = [_center_crop_reference(h, w, size, fraction) for h, w in shapes]
+    np.testing.assert_array_equal(got, np.array(want))
+    images = rand_images((3, 60, 44, 3), np.uint8, seed=4)
+    out = crop(images, seeds_for(range(3))).numpy()
+    top, left, h, w = _center_crop_reference(60, 44, size, fraction)
+    for i in range(3):
+        want = tf.image.resize(images[i, top : top + h, left : left + w], size).numpy()
+        np.testing.assert_array_equal(out[i], want)
+    with pytest.raises(ValueError, match="crop_fraction"):
+        augment.CenterCrop(8, crop_fraction=0.0)
+
+
+@pytest.mark.parametrize("name", [k for k in ALL_AUGS if k != "compose"])
+def test_draw_then_apply_equals_augment_and_applies_row_by_row(name):
+    aug = ALL_AUGS[name]()
+    images = tf.constant(rand_images((5, 20, 24, 3), np.uint8, seed=8))
+    seeds = tf.constant(seeds_for(range(5), key=6))
+    params = aug.draw(seeds)
+    assert params.shape[0] == 5
+    whole = aug.apply(images, params).numpy()
+    np.testing.assert_array_equal(whole, aug.augment(images, seeds).numpy())
+    for b in range(5):  # one sample at a time, with its row of the draws: the same values
+        one = aug.apply(images[b : b + 1], params[b : b + 1]).numpy()
+        np.testing.assert_array_equal(one[0], whole[b])
+
+
+def test_user_augmentation_with_only_augment_still_composes():
+    class Invert(augment.Augmentation):
+        def augment(self, images, seeds):
+            return 255.0 - tf.cast(images, tf.float32)
+
+    inv = Invert()
+    images = rand_images((2, 4, 4, 1), np.uint8)
+    np.testing.assert_array_equal(
+        inv.apply(images, inv.draw(seeds_for(range(2)))).numpy(), 255.0 - images
+    )
+
+    class Nothing(augment.Augmentation):
+        pass
+
+    with pytest.raises(NotImplementedError, match="neither augment nor apply"):
+        Nothing()(images, seeds_for(range(2)))
+
+
+def test_normalize_is_bit_identical_to_plain_broadcasting():
+    mean, std = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)
+    for dtype in (np.uint8, np.float32):
+        images = rand_images((3, 17, 23, 3), dtype, seed=5)
+        got = augment.Normalize(mean, std)(images, seeds_for(range(3))).numpy()
+        want = (tf.cast(images, tf.float32) - tf.constant(mean)) / tf.constant(std)
+        np.testing.assert_array_equal(got, want.numpy())
+    with pytest.raises(ValueError, match="3 per-channel values for images with 1 channels"):
+        augment.Normalize(mean, std)(rand_images((1, 4, 4, 1)), seeds_for([0]))
+    with pytest.raises(ValueError, match="differ in length"):
+        augment.Normalize((1.0, 2.0), (1.0, 2.0, 3.0))
+
+
+# ------------------------------------------------------------------ split_window
+
+
+def test_split_window_structure():
+    rrc, flip, norm = augment.RandomResizedCrop(8), augment.RandomFlip(), augment.Normalize(0, 1)
+    mixer = augment.Compose([augment.RandomFlip()])  # a batched callable, not an Augmentation
+    pipe = augment.split_window(augment.Compose([rrc, flip, norm, mixer, flip]))
+    assert pipe.window is rrc and pipe.window_index == 0
+    assert [(i, s) for i, s in pipe.image_stages] == [(1, flip), (2, norm)]
+    assert [(i, s) for i, s in pipe.batch_stages] == [(3, mixer), (4, flip)]
+    bare = augment.split_window(rrc)
+    assert bare.window is rrc and bare.window_index is None and not bare.image_stages
+    assert augment.split_window(augment.Compose([flip, rrc])) is None
+    assert augment.split_window(flip) is None
+    assert augment.split_window(augment.Compose([])) is None
+    assert augment.split_window(None) is None
+
+
+@pytest.mark.parametrize("bare", [False, True])
+def test_window_request_reproduces_the_augmentation_on_decoded_images(bare):
+    size = (12, 10)
+    stages = [
+        augment.RandomResizedCrop(size, scale=(0.1, 1.0)),
+        augment.RandomFlip(),
+        augment.RandomBrightness(10.0),
+        augment.Normalize((100.0, 110.0, 120.0), (50.0, 60.0, 70.0)),
+        augment.Compose([augment.RandomFlip(vertical=True, horizontal=False)]),
+    ]
+    aug = stages[0] if bare else augment.Compose(stages)
+    pipe = augment.split_window(aug)
+    n = 9
+    # Images of different sizes: each sample alone through the augmentation is the reference.
+    images = [rand_images((1, 20 + 3 * i, 31 - 2 * i, 3), np.uint8, seed=i) for i in range(n)]
+    seeds = seeds_for(np.arange(n) * 5 + 1, key=-3)
+    want = np.concatenate([aug(images[i], seeds[i : i + 1]).numpy() for i in range(n)])
+    req = pipe.request(seeds)
+    shapes = np.array([im.shape[1:3] for im in images], np.int32)
+    boxes = req.windows(tf.constant(shapes)).numpy()
+    got = []
+    for j, (top, left, h, w) in enumerate(boxes):
+        got.append(req.finish(images[j][0, top : top + h, left : left + w], j).numpy())
+    got = pipe.finish_batch(tf.constant(np.stack(got)), seeds).numpy()
+    np.testing.assert_array_equal(got, want)
 
 
 # ------------------------------------------------------------------ deterministic helpers

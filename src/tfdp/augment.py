@@ -25,10 +25,26 @@ bit) of the five 32-bit words ``(seed[b, 0] lo, hi, seed[b, 1] lo, hi, j)``
 computed with vectorised uint32 multiply/xor/shift ops; :func:`fold_in`
 derives independent per-stage seeds (used by :class:`Compose`).
 
+Every built-in stage separates its random *draws* from their *application*:
+``aug.augment(images, seeds) == aug.apply(images, aug.draw(seeds))``, where
+``draw`` is vectorised over the whole batch of seeds and ``apply`` acts on
+images with the drawn parameters (row ``b`` for sample ``b``). A loader can
+therefore draw for many samples at once and apply sample by sample.
+
+Window stages (:class:`WindowAugmentation`: :class:`RandomResizedCrop`,
+:class:`CenterCrop`) cut one window per image and resize it. Their window is
+planned from the image's *shape* and the sample's seed alone
+(:meth:`WindowAugmentation.windows`), so a source that can decode just a
+window (a JPEG file: :class:`tfdp.sources.ImageFolderSource`) never decodes
+the rest; :func:`split_window` splits an augmentation that starts with a
+window stage into what such a source needs (:class:`WindowPipeline`). The
+window path and the plain batched path give bit-identical results.
+
 Data-moving stages (:class:`RandomCrop`, :class:`RandomShift`,
 :class:`RandomFlip`) keep the input dtype, so uint8 batches stay uint8 and
-cheap; :class:`RandomResizedCrop`, :class:`RandomBrightness`,
-:class:`Normalize` and :class:`ToFloat` return float32.
+cheap; :class:`RandomResizedCrop`, :class:`CenterCrop`,
+:class:`RandomBrightness`, :class:`Normalize` and :class:`ToFloat` return
+float32.
 
 Example:
     >>> import tensorflow as tf
@@ -47,10 +63,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
     "Augmentation",
+    "CenterCrop",
     "Compose",
     "Normalize",
     "RandomBrightness",
@@ -59,8 +77,12 @@ __all__ = [
     "RandomResizedCrop",
     "RandomShift",
     "ToFloat",
+    "WindowAugmentation",
+    "WindowPipeline",
+    "WindowRequest",
     "fold_in",
     "per_sample_uniform",
+    "split_window",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -83,43 +105,70 @@ def _u32(value: int) -> tf.Tensor:
     return tf.constant(value, tf.uint32)
 
 
-def _rotl(x: tf.Tensor, r: int) -> tf.Tensor:
-    return tf.bitwise.bitwise_or(
-        tf.bitwise.left_shift(x, _u32(r)), tf.bitwise.right_shift(x, _u32(32 - r))
-    )
+class _Murmur:
+    """MurmurHash3_x86_32's constants, made once per hash (a graph gets ~20 nodes, not ~100)."""
 
+    def __init__(self) -> None:
+        self.c1, self.c2 = _u32(_MURMUR_C1), _u32(_MURMUR_C2)
+        self.five, self.n = _u32(5), _u32(_MURMUR_N)
+        self.f1, self.f2 = _u32(_FMIX_1), _u32(_FMIX_2)
+        self.shift = {r: _u32(r) for r in (8, 13, 15, 16, 17, 19)}
 
-def _xorshift(x: tf.Tensor, r: int) -> tf.Tensor:
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(r)))
+    def rotl(self, x: tf.Tensor, r: int) -> tf.Tensor:
+        left = tf.bitwise.left_shift(x, self.shift[r])
+        return tf.bitwise.bitwise_or(left, tf.bitwise.right_shift(x, self.shift[32 - r]))
 
+    def xorshift(self, x: tf.Tensor, r: int) -> tf.Tensor:
+        return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, self.shift[r]))
 
-def _mix_word(h: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
-    k = _rotl(k * _u32(_MURMUR_C1), 15) * _u32(_MURMUR_C2)
-    h = _rotl(tf.bitwise.bitwise_xor(h, k), 13)
-    return h * _u32(5) + _u32(_MURMUR_N)
+    def mix(self, h: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
+        k = self.rotl(k * self.c1, 15) * self.c2
+        h = self.rotl(tf.bitwise.bitwise_xor(h, k), 13)
+        return h * self.five + self.n
 
-
-def _fmix32(h: tf.Tensor) -> tf.Tensor:
-    h = _xorshift(h, 16) * _u32(_FMIX_1)
-    h = _xorshift(h, 13) * _u32(_FMIX_2)
-    return _xorshift(h, 16)
+    def fmix(self, h: tf.Tensor) -> tf.Tensor:
+        h = self.xorshift(h, 16) * self.f1
+        h = self.xorshift(h, 13) * self.f2
+        return self.xorshift(h, 16)
 
 
 def _hash_u32(seeds: tf.Tensor, counters: tf.Tensor, salt: int) -> tf.Tensor:
-    """MurmurHash3 of ``(seeds[b, 0] lo, hi, seeds[b, 1] lo, hi, counter)``.
+    """MurmurHash3 of ``(seeds[..., 0] lo, hi, seeds[..., 1] lo, hi, counter)``.
 
-    ``seeds`` is int64 ``[B, 2]``; ``counters`` is uint32, broadcastable
-    against ``[B, 1]``. The seed words are mixed once per sample, then the
+    ``seeds`` is int64 ``[..., 2]``; ``counters`` is uint32, broadcastable
+    against ``[..., 1]``. The seed words are mixed once per seed, then the
     counters are mixed in with broadcasting.
     """
+    m = _Murmur()
     # int64 -> uint32 casts are modular, so these are the two's-complement words.
     lo = tf.cast(seeds, tf.uint32)
     hi = tf.cast(tf.bitwise.right_shift(seeds, tf.constant(32, tf.int64)), tf.uint32)
-    h = tf.fill(tf.shape(seeds[:, :1]), _u32(salt))
-    for word in (lo[:, :1], hi[:, :1], lo[:, 1:], hi[:, 1:]):
-        h = _mix_word(h, word)
-    h = _mix_word(h, counters)
-    return _fmix32(tf.bitwise.bitwise_xor(h, _u32(_HASH_BYTES)))
+    h = tf.fill(tf.shape(seeds[..., :1]), _u32(salt))
+    for word in (lo[..., :1], hi[..., :1], lo[..., 1:], hi[..., 1:]):
+        h = m.mix(h, word)
+    h = m.mix(h, counters)
+    return m.fmix(tf.bitwise.bitwise_xor(h, _u32(_HASH_BYTES)))
+
+
+def _uniforms(seeds: tf.Tensor, n: int) -> tf.Tensor:
+    """:func:`per_sample_uniform` for int64 seeds of any leading shape ``[..., 2]``."""
+    counters = tf.cast(tf.range(n), tf.uint32)  # Range has no uint32 kernel
+    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, _SALT_UNIFORM), _u32(8))
+    return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
+
+
+def _fold_many(seeds: tf.Tensor, datas: Sequence[int]) -> tf.Tensor:
+    """``fold_in(seeds, d)`` for every ``d`` of ``datas`` at once: int64 ``[B, len(datas), 2]``."""
+    counters = tf.constant([c for d in datas for c in (2 * d, 2 * d + 1)], tf.uint32)
+    words = tf.cast(_hash_u32(seeds, counters, _SALT_FOLD), tf.int64)  # [B, 2 * len], < 2**32
+    words = tf.reshape(words, [-1, len(datas), 2])
+    high = tf.bitwise.left_shift(
+        tf.bitwise.bitwise_and(words[..., 1], tf.constant(0x7FFFFFFF, tf.int64)),
+        tf.constant(32, tf.int64),
+    )
+    keys = tf.bitwise.bitwise_or(high, words[..., 0])
+    positions = tf.broadcast_to(seeds[:, 1:], tf.shape(keys))
+    return tf.stack([keys, positions], axis=-1)
 
 
 def _as_seeds(seeds: Any) -> tf.Tensor:
@@ -157,10 +206,7 @@ def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
-    seeds = _as_seeds(seeds)
-    counters = tf.cast(tf.range(n), tf.uint32)[tf.newaxis, :]  # Range has no uint32 kernel
-    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, _SALT_UNIFORM), _u32(8))
-    return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
+    return _uniforms(_as_seeds(seeds), n)
 
 
 def fold_in(seeds: Any, data: int) -> tf.Tensor:
@@ -187,14 +233,7 @@ def fold_in(seeds: Any, data: int) -> tf.Tensor:
     """
     if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= _MAX_FOLD_DATA:
         raise ValueError(f"data must be an int in [0, {_MAX_FOLD_DATA}], got {data!r}")
-    seeds = _as_seeds(seeds)
-    counters = tf.constant([[2 * data, 2 * data + 1]], tf.uint32)
-    words = tf.cast(_hash_u32(seeds, counters, _SALT_FOLD), tf.int64)  # [B, 2], in [0, 2**32)
-    high = tf.bitwise.left_shift(
-        tf.bitwise.bitwise_and(words[:, 1], tf.constant(0x7FFFFFFF, tf.int64)),
-        tf.constant(32, tf.int64),
-    )
-    return tf.stack([tf.bitwise.bitwise_or(high, words[:, 0]), seeds[:, 1]], axis=1)
+    return _fold_many(_as_seeds(seeds), [data])[:, 0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,8 +267,12 @@ def _put_image(example: Any, image: tf.Tensor, image_key: str) -> Any:
     return image
 
 
-def _as_images(images: Any) -> tf.Tensor:
+def _as_images(images: Any, encoded: bool = False) -> tf.Tensor:
     images = tf.convert_to_tensor(images)
+    if encoded and images.dtype == tf.string:
+        if images.shape.rank is not None and images.shape.rank != 1:
+            raise ValueError(f"encoded images must be a batch [B] of strings, got {images.shape}")
+        return images
     if images.shape.rank is not None and images.shape.rank != 4:
         raise ValueError(f"images must be a batch [B, H, W, C], got shape {images.shape}")
     return images
@@ -309,13 +352,56 @@ def _window(
 # --------------------------------------------------------------------------------------------
 
 
+def _no_params(seeds: tf.Tensor) -> tf.Tensor:
+    """A ``[B, 0]`` float32 tensor: the draws of a deterministic stage."""
+    return tf.zeros(tf.stack([tf.shape(seeds)[0], 0]), tf.float32)
+
+
+_WHOLE_IMAGE = 2**20  # up to this many values per image, _per_channel uses a whole-image constant
+
+
+def _per_channel(images: tf.Tensor, values: float | tuple[float, ...], op: Callable) -> tf.Tensor:
+    """``op(images, values)`` with ``values`` per channel (last axis) or one scalar.
+
+    Broadcasting a length-``C`` vector over ``[..., W, C]`` is slow in
+    TensorFlow's CPU kernels (about 6x a plain elementwise op at ``C = 3``);
+    the images are viewed as ``[..., W * C]`` and the values tiled ``W``
+    times instead. Every element meets the same value as with plain
+    broadcasting, so the result is bit-identical.
+    """
+    if not isinstance(values, tuple):
+        return op(images, tf.constant(values, tf.float32))
+    channels = len(values)
+    if images.shape[-1] is not None and images.shape[-1] != channels:
+        raise ValueError(
+            f"{channels} per-channel values for images with {images.shape[-1]} channels"
+        )
+    if images.shape[1:].is_fully_defined() and images.shape[1:].num_elements() <= _WHOLE_IMAGE:
+        # The values of a whole image, built once: an elementwise op, no broadcast.
+        image = np.broadcast_to(np.float32(values), images.shape[1:])
+        return op(images, tf.constant(image[np.newaxis]))
+    shape = tf.shape(images)
+    wide = tf.reshape(images, tf.concat([shape[:-2], [-1]], 0))
+    out = op(wide, tf.tile(tf.constant(values, tf.float32), shape[-2:-1]))
+    out = tf.reshape(out, shape)
+    out.set_shape(images.shape)
+    return out
+
+
 class Augmentation:
     """Base class of tfdp's batched augmentations.
 
-    Subclasses implement :meth:`augment` on the image batch; ``__call__``
+    Subclasses implement :meth:`augment` on the image batch -- or, to let a
+    loader draw for many samples at once and apply sample by sample,
+    :meth:`draw` (seeds -> per-sample parameters, vectorised) and
+    :meth:`apply` (images, parameters -> images); then
+    ``augment(images, seeds) == apply(images, draw(seeds))``. ``__call__``
     handles the example structure (tuple/list with the images first, dict with
     ``image_key``, or a bare tensor) and the seeds. ``batched = True`` tells
     the input layer that the callable takes a whole batch and ``[B, 2]`` seeds.
+
+    The contract every subclass keeps: sample ``b``'s result depends only on
+    its image and ``seeds[b]`` (or ``params[b]``), never on the other samples.
 
     Args:
         image_key: Key of the images when the example is a dict.
@@ -332,6 +418,11 @@ class Augmentation:
     """
 
     batched: ClassVar[bool] = True
+    #: False for a deterministic stage (its draws ignore the seeds): Compose then does not
+    #: derive seeds for it.
+    random: ClassVar[bool] = True
+    #: True for a stage that also takes a batch ``[B]`` of encoded images (window stages).
+    accepts_encoded: ClassVar[bool] = False
 
     def __init__(self, *, image_key: str = "image") -> None:
         if not isinstance(image_key, str):
@@ -341,7 +432,7 @@ class Augmentation:
     def __call__(self, example: Any, seeds: Any) -> Any:
         """Augment the images of a batched ``example`` with per-sample ``seeds`` ``[B, 2]``."""
         seeds = _as_seeds(seeds)
-        images = _as_images(_get_image(example, self.image_key))
+        images = _as_images(_get_image(example, self.image_key), self.accepts_encoded)
         batch, seed_batch = images.shape[0], seeds.shape[0]
         if batch is not None and seed_batch is not None and batch != seed_batch:
             raise ValueError(f"seeds has {seed_batch} rows but the image batch has {batch}")
@@ -349,7 +440,56 @@ class Augmentation:
 
     def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
         """Return the augmented batch (``images`` ``[B, H, W, C]``, ``seeds`` int64 ``[B, 2]``)."""
-        raise NotImplementedError
+        if type(self).apply is Augmentation.apply:
+            raise NotImplementedError(f"{type(self).__name__} implements neither augment nor apply")
+        return self.apply(images, self.draw(seeds))
+
+    def draw_count(self) -> int | None:
+        """How many :func:`per_sample_uniform` numbers :meth:`draw` takes per sample.
+
+        ``None`` (the default) for a stage whose draws are its own (then
+        :meth:`draw` returns the seeds themselves). A loader can make the
+        draws of several such stages in one pass.
+
+        Example:
+            >>> RandomFlip().draw_count(), RandomResizedCrop(8).draw_count(), ToFloat().draw_count()
+            (2, 40, 0)
+        """
+        return 0 if not self.random else None
+
+    def draw(self, seeds: tf.Tensor) -> tf.Tensor:
+        """The per-sample random parameters ``[B, ...]`` for int64 ``seeds`` ``[B, 2]``.
+
+        Vectorised over the batch: ``per_sample_uniform(seeds, n)`` for a stage
+        with ``draw_count() == n`` (``[B, 0]`` for a deterministic stage), the
+        seeds themselves for a stage that draws inside :meth:`augment`.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> RandomFlip().draw(tf.constant([[0, 0], [0, 1]], tf.int64)).shape
+            TensorShape([2, 2])
+        """
+        count = self.draw_count()
+        if count is None:
+            return seeds
+        if count == 0:
+            return _no_params(seeds)
+        return _uniforms(_as_seeds(seeds), count)
+
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """Apply the drawn ``params`` (row ``b`` for sample ``b``) to the image batch.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> flip = RandomFlip(p=1.0)
+            >>> images = tf.reshape(tf.range(3), [1, 1, 3, 1])
+            >>> seeds = tf.constant([[0, 0]], tf.int64)
+            >>> flip.apply(images, flip.draw(seeds))[0, 0, :, 0].numpy().tolist()
+            [2, 1, 0]
+        """
+        if type(self).augment is Augmentation.augment:
+            raise NotImplementedError(f"{type(self).__name__} implements neither augment nor apply")
+        return self.augment(images, params)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "image_key")
@@ -402,7 +542,11 @@ class RandomCrop(Augmentation):
         self.pad_mode = pad_mode
         self.fill = fill
 
-    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
+        """Two uniforms per sample: the row and column offsets' draws."""
+        return 2
+
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the ``[B, size_h, size_w, C]`` windows (same dtype as ``images``)."""
         (out_h, out_w), (pad_y, pad_x) = self.size, self.padding
         for axis, out, pad in ((1, out_h, pad_y), (2, out_w, pad_x)):
@@ -419,7 +563,7 @@ class RandomCrop(Augmentation):
             tf.minimum(range_y, range_x), message="RandomCrop: crop size exceeds the padded image"
         )
         with tf.control_dependencies([check] if check is not None else []):
-            u = per_sample_uniform(seeds, 2)
+            u = tf.identity(params)
         top, left = _randint(u[:, 0], range_y), _randint(u[:, 1], range_x)
         return _window(images, top, left, out_h, out_w, self.padding, self.pad_mode, self.fill)
 
@@ -453,16 +597,36 @@ class RandomShift(Augmentation):
         self.max_shift = _pair(max_shift, "max_shift", 0)
         self.fill = fill
 
-    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
+        """Two uniforms per sample: the draws of ``dy`` and ``dx``."""
+        return 2
+
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the shifted batch (same shape and dtype as ``images``)."""
         max_dy, max_dx = self.max_shift
-        u = per_sample_uniform(seeds, 2)
         # Offsets into the padded image; the content moves by (max - offset).
-        top, left = _randint(u[:, 0], 2 * max_dy + 1), _randint(u[:, 1], 2 * max_dx + 1)
+        top = _randint(params[:, 0], 2 * max_dy + 1)
+        left = _randint(params[:, 1], 2 * max_dx + 1)
         shape = tf.shape(images)
         out = _window(images, top, left, shape[1], shape[2], self.max_shift, "constant", self.fill)
         out.set_shape(images.shape)
         return out
+
+
+def _reverse(images: tf.Tensor, axis: int) -> tf.Tensor:
+    """``tf.reverse(images, [axis])`` of a batch ``[B, H, W, C]``, the fast way for the width.
+
+    TensorFlow reverses the middle axis of a rank-3 tensor with few channels
+    in a dedicated kernel, several times faster than a rank-4 reverse: the
+    batch is viewed as ``[B * H, W, C]`` for it (the same values).
+    """
+    if axis != 2 or images.shape[-1] not in (1, 2, 3, 4):
+        return tf.reverse(images, [axis])
+    shape = tf.shape(images)
+    rows = tf.reshape(images, tf.concat([[-1], shape[2:]], 0))
+    out = tf.reshape(tf.reverse(rows, [1]), shape)
+    out.set_shape(images.shape)
+    return out
 
 
 class RandomFlip(Augmentation):
@@ -501,15 +665,23 @@ class RandomFlip(Augmentation):
         self.vertical = bool(vertical)
         self.p = _probability(p, "p")
 
-    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
+        """Two uniforms per sample: the horizontal and the vertical flip's draws."""
+        return 2
+
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the batch with the drawn flips applied (same shape and dtype)."""
-        u = per_sample_uniform(seeds, 2)
         for column, axis, enabled in ((0, 2, self.horizontal), (1, 1, self.vertical)):
-            if enabled:
+            if enabled and images.shape[0] == 1:
+                # One image (a loader's per-image stage): reverse only when drawn -- the
+                # reverse costs about a resize, the cond much less.
+                flip = params[0, column] < self.p
+                images = tf.cond(flip, lambda x=images, a=axis: _reverse(x, a), lambda x=images: x)
+            elif enabled:
                 # Select with a rank-1 condition picks whole samples; it is several times
                 # faster than tf.where broadcasting a [B, 1, 1, 1] mask (SelectV2).
                 images = tf.raw_ops.Select(
-                    condition=u[:, column] < self.p, x=tf.reverse(images, axis=[axis]), y=images
+                    condition=params[:, column] < self.p, x=_reverse(images, axis), y=images
                 )
         return images
 
@@ -557,17 +729,122 @@ class RandomBrightness(Augmentation):
         self.max_delta = float(max_delta)
         self.value_range = value_range
 
-    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    def draw_count(self) -> int:
+        """One uniform per sample: the offset's draw."""
+        return 1
+
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return ``float32(images) + delta[b]`` (clipped to ``value_range`` if set)."""
-        u = per_sample_uniform(seeds, 1)
-        delta = (2.0 * u - 1.0) * self.max_delta  # [B, 1]
+        delta = (2.0 * params[:, :1] - 1.0) * self.max_delta  # [B, 1]
         out = tf.cast(images, tf.float32) + delta[:, :, tf.newaxis, tf.newaxis]
         if self.value_range is not None:
             out = tf.clip_by_value(out, *self.value_range)
         return out
 
 
-class RandomResizedCrop(Augmentation):
+# --------------------------------------------------------------------------------------------
+# Window stages: cut one window per image (planned from its shape and seed), then resize.
+# --------------------------------------------------------------------------------------------
+
+_INTERPOLATIONS = ("bilinear", "nearest", "bicubic")
+
+
+class WindowAugmentation(Augmentation):
+    """Base class of the stages that cut one window per image and resize it to ``size``.
+
+    The contract a window-decoding source relies on:
+
+    * :meth:`windows` plans every sample's window from the image's shape and
+      the sample's drawn parameters alone (vectorised over samples), before
+      any pixel is decoded;
+    * :meth:`resize` turns one window's pixels into the output, sample by sample.
+
+    ``apply`` on a batch is exactly that: plan, slice each window, resize
+    it. So the output for a sample does not depend on whether the source
+    decoded the whole image or only the window.
+
+    The resize is ``tf.image.resize`` of the window alone (half-pixel
+    centres, as torchvision and TF Model Garden; pixels outside the window
+    never leak in; ``antialias`` as in ``tf.image.resize``). Output float32
+    in the input's value units.
+
+    Args:
+        size: Output ``(height, width)``, or one int for a square output.
+        interpolation: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
+        antialias: Low-pass filter when downsampling (``tf.image.resize``'s
+            ``antialias``; like PIL's resize, slower).
+        image_key: Key of the images when the example is a dict.
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        interpolation: str = "bilinear",
+        antialias: bool = False,
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(image_key=image_key)
+        self.size = _pair(size, "size", 1)
+        if interpolation not in _INTERPOLATIONS:
+            raise ValueError(
+                f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}"
+            )
+        self.interpolation = interpolation
+        self.antialias = bool(antialias)
+
+    def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` of images of ``shapes``.
+
+        Args:
+            shapes: int32 ``[N, 2]``, each image's ``(height, width)``.
+            params: The drawn parameters of the ``N`` samples (:meth:`draw`).
+        """
+        raise NotImplementedError
+
+    def resize(self, window: tf.Tensor) -> tf.Tensor:
+        """Resize one window ``[h, w, C]`` (any real dtype) to float32 ``[size_h, size_w, C]``.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> CenterCrop(4).resize(tf.zeros([7, 9, 3], tf.uint8)).shape
+            TensorShape([4, 4, 3])
+        """
+        out = tf.image.resize(
+            window, self.size, method=self.interpolation, antialias=self.antialias
+        )
+        return tf.cast(out, tf.float32)
+
+    accepts_encoded: ClassVar[bool] = True
+
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """Plan each sample's window on the batch's image size, slice it and resize it.
+
+        ``images`` may also be a batch ``[B]`` of encoded images (JPEG, PNG,
+        ...; e.g. ``TFRecordSource(images="encoded")``): each JPEG then has
+        only its window decoded (:func:`tfdp.sources.windows.encoded_windows`,
+        RGB), with the same result as on the decoded images.
+        """
+        if images.dtype == tf.string:
+            from tfdp.sources.windows import encoded_windows  # decoding lives with the sources
+
+            return encoded_windows(images, self, params)
+        shape = tf.shape(images)
+        batch = shape[0]
+        shapes = tf.tile(shape[tf.newaxis, 1:3], tf.stack([batch, 1]))
+        boxes = self.windows(shapes, params)
+
+        def one(b: tf.Tensor | int) -> tf.Tensor:
+            top, left, height, width = tf.unstack(boxes[b])
+            return self.resize(images[b, top : top + height, left : left + width])
+
+        if images.shape[0] == 1:  # a batch of one (per-example pipelines): no loop
+            return one(0)[tf.newaxis]
+        spec = tf.TensorSpec([*self.size, images.shape[-1]], tf.float32)
+        return tf.map_fn(one, tf.range(batch), fn_output_signature=spec)
+
+
+class RandomResizedCrop(WindowAugmentation):
     """Crop a random area/aspect-ratio box per sample and resize it to ``size``.
 
     The box follows torchvision's ``RandomResizedCrop.get_params``, evaluated
@@ -576,19 +853,23 @@ class RandomResizedCrop(Augmentation):
     width/height rounded half-to-even (Python's ``round``), offsets uniform
     over the valid positions; the first candidate that fits is used, else the
     fallback is torchvision's centre crop with the aspect ratio clamped to
-    ``ratio``. The boxes are resized with one ``tf.image.crop_and_resize``
-    call. Differences from torchvision: the random numbers come from
-    :func:`per_sample_uniform`, not torch's generator; ``crop_and_resize``
-    samples the crop corner-to-corner (``align_corners=True``-style, each
-    output pixel a bilinear mix of the box's pixels, no antialiasing) rather
-    than with half-pixel centres. Output is float32 in the input's value units.
+    ``ratio``. The box is then resized on its own (see
+    :class:`WindowAugmentation`). Differences from torchvision: the random
+    numbers come from :func:`per_sample_uniform`, not torch's generator; no
+    antialiasing unless ``antialias=True`` (torchvision's PIL path always
+    low-pass filters when it shrinks). Output is float32 in the input's
+    value units.
+
+    Images may differ in size from sample to sample when the windows are
+    planned by a source (:meth:`windows` takes one shape per sample).
 
     Args:
         size: Output ``(height, width)``, or one int for a square output.
         scale: ``(min, max)`` fraction of the image area of the crop.
         ratio: ``(min, max)`` aspect ratio (width / height) of the crop.
-        interpolation: ``"bilinear"`` or ``"nearest"``.
+        interpolation: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
         attempts: Candidate boxes per sample before the fallback (torchvision: 10).
+        antialias: Low-pass filter when shrinking (slower).
         image_key: Key of the images when the example is a dict.
 
     Example:
@@ -606,64 +887,57 @@ class RandomResizedCrop(Augmentation):
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         interpolation: str = "bilinear",
         attempts: int = 10,
+        antialias: bool = False,
         *,
         image_key: str = "image",
     ) -> None:
-        super().__init__(image_key=image_key)
-        self.size = _pair(size, "size", 1)
+        super().__init__(size, interpolation, antialias, image_key=image_key)
         scale_lo, scale_hi = (float(v) for v in scale)
         ratio_lo, ratio_hi = (float(v) for v in ratio)
         if not 0 < scale_lo <= scale_hi:
             raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
         if not 0 < ratio_lo <= ratio_hi:
             raise ValueError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
-        if interpolation not in ("bilinear", "nearest"):
-            raise ValueError(
-                f"interpolation must be 'bilinear' or 'nearest', got {interpolation!r}"
-            )
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
         self.scale = (scale_lo, scale_hi)
         self.ratio = (ratio_lo, ratio_hi)
-        self.interpolation = interpolation
         self.attempts = attempts
 
-    def crop_boxes(
-        self, seeds: Any, height: int | tf.Tensor, width: int | tf.Tensor
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Sample the crop boxes for images of ``height x width``.
+    def draw_count(self) -> int:
+        """``4 * attempts`` uniforms: area, log ratio, top, left of each attempt."""
+        return 4 * self.attempts
 
-        Args:
-            seeds: Integer tensor ``[B, 2]``.
-            height: Image height (int or scalar tensor).
-            width: Image width (int or scalar tensor).
-
-        Returns:
-            ``(top, left, crop_height, crop_width)``, each int32 ``[B]``: the
-            crop of sample ``b`` is ``image[top:top + crop_height, left:left + crop_width]``.
+    def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """Boxes as torchvision draws them, for images of ``shapes`` ``[N, 2]``, from ``params``.
 
         Example:
             >>> import tensorflow as tf
-            >>> top, left, h, w = RandomResizedCrop(8).crop_boxes([[0, 0], [0, 1]], 20, 30)
-            >>> bool(tf.reduce_all((top >= 0) & (top + h <= 20) & (left + w <= 30)))
+            >>> rrc = RandomResizedCrop(8)
+            >>> seeds = tf.constant([[0, 0], [0, 1]], tf.int64)
+            >>> boxes = rrc.windows(tf.constant([[20, 30], [40, 10]]), rrc.draw(seeds))
+            >>> top, left, h, w = tf.unstack(boxes, axis=1)
+            >>> bool(tf.reduce_all((top + h <= [20, 40]) & (left + w <= [30, 10])))
             True
         """
-        seeds = _as_seeds(seeds)
         n = self.attempts
+        shapes = tf.cast(shapes, tf.int32)
+        height_i, width_i = shapes[:, 0], shapes[:, 1]
         # Attempt k uses draws 4k..4k+3: area fraction, log ratio, top, left. Float64 keeps
         # the rounding of the box size away from 1-ulp differences between vectorised and
         # scalar exp() paths, so a sample's box does not depend on the batch size.
-        u = tf.reshape(tf.cast(per_sample_uniform(seeds, 4 * n), tf.float64), [-1, n, 4])
-        height_f = tf.cast(height, tf.float64)
-        width_f = tf.cast(width, tf.float64)
+        u = tf.reshape(tf.cast(params, tf.float64), [-1, n, 4])
+        height_f = tf.cast(height_i, tf.float64)
+        width_f = tf.cast(width_i, tf.float64)
+        heights, widths = height_f[:, tf.newaxis], width_f[:, tf.newaxis]
         log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        area = height_f * width_f * (self.scale[0] + u[..., 0] * (self.scale[1] - self.scale[0]))
+        area = heights * widths * (self.scale[0] + u[..., 0] * (self.scale[1] - self.scale[0]))
         aspect = tf.exp(log_lo + u[..., 1] * (log_hi - log_lo))
         crop_w = tf.round(tf.sqrt(area * aspect))
         crop_h = tf.round(tf.sqrt(area / aspect))
-        fits = (crop_w > 0) & (crop_w <= width_f) & (crop_h > 0) & (crop_h <= height_f)
-        top = tf.floor(u[..., 2] * (height_f - crop_h + 1))
-        left = tf.floor(u[..., 3] * (width_f - crop_w + 1))
+        fits = (crop_w > 0) & (crop_w <= widths) & (crop_h > 0) & (crop_h <= heights)
+        top = tf.floor(u[..., 2] * (heights - crop_h + 1))
+        left = tf.floor(u[..., 3] * (widths - crop_w + 1))
         # First attempt that fits (argmax does not promise the first of ties).
         first = tf.reduce_min(tf.where(fits, tf.range(n)[tf.newaxis, :], n), axis=1)
         found = first < n
@@ -677,41 +951,107 @@ class RandomResizedCrop(Augmentation):
         in_ratio = width_f / height_f
         fallback_w = tf.where(in_ratio > self.ratio[1], tf.round(height_f * self.ratio[1]), width_f)
         fallback_h = tf.where(in_ratio < self.ratio[0], tf.round(width_f / self.ratio[0]), height_f)
-        fallback_w = tf.cast(fallback_w, tf.int32)
-        fallback_h = tf.cast(fallback_h, tf.int32)
-        height_i, width_i = tf.cast(height, tf.int32), tf.cast(width, tf.int32)
+        # At least one pixel: torchvision's fallback gives an empty box (and fails) only
+        # when an extreme ratio rounds a tiny image's side to 0.
+        fallback_w = tf.maximum(tf.cast(fallback_w, tf.int32), 1)
+        fallback_h = tf.maximum(tf.cast(fallback_h, tf.int32), 1)
         crop_h = tf.where(found, tf.minimum(crop_h, height_i), fallback_h)
         crop_w = tf.where(found, tf.minimum(crop_w, width_i), fallback_w)
         top = tf.where(found, tf.minimum(top, height_i - crop_h), (height_i - fallback_h) // 2)
         left = tf.where(found, tf.minimum(left, width_i - crop_w), (width_i - fallback_w) // 2)
-        return top, left, crop_h, crop_w
+        return tf.stack([top, left, crop_h, crop_w], axis=1)
 
-    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
-        """Return the resized crops, float32 ``[B, size_h, size_w, C]``."""
-        shape = tf.shape(images)
-        top, left, crop_h, crop_w = self.crop_boxes(seeds, shape[1], shape[2])
-        # Normalised corner-pixel coordinates: crop_and_resize samples
-        # y1 * (H - 1) + k * (y2 - y1) * (H - 1) / (size - 1), i.e. exactly the
-        # rows top .. top + crop_h - 1 end to end.
-        span_y = tf.cast(tf.maximum(shape[1] - 1, 1), tf.float32)
-        span_x = tf.cast(tf.maximum(shape[2] - 1, 1), tf.float32)
-        top_f, left_f = tf.cast(top, tf.float32), tf.cast(left, tf.float32)
-        boxes = tf.stack(
-            [
-                top_f / span_y,
-                left_f / span_x,
-                (top_f + tf.cast(crop_h - 1, tf.float32)) / span_y,
-                (left_f + tf.cast(crop_w - 1, tf.float32)) / span_x,
-            ],
-            axis=1,
-        )
-        return tf.image.crop_and_resize(
-            images,
-            boxes,
-            tf.range(shape[0]),
-            self.size,
-            method=self.interpolation,
-        )
+    def crop_boxes(
+        self, seeds: Any, height: int | tf.Tensor, width: int | tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Sample the crop boxes for images of ``height x width``.
+
+        Args:
+            seeds: Integer tensor ``[B, 2]``.
+            height: Image height: an int, a scalar tensor, or one per sample ``[B]``.
+            width: Image width, likewise.
+
+        Returns:
+            ``(top, left, crop_height, crop_width)``, each int32 ``[B]``: the
+            crop of sample ``b`` is ``image[top:top + crop_height, left:left + crop_width]``.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> top, left, h, w = RandomResizedCrop(8).crop_boxes([[0, 0], [0, 1]], 20, 30)
+            >>> bool(tf.reduce_all((top >= 0) & (top + h <= 20) & (left + w <= 30)))
+            True
+        """
+        seeds = _as_seeds(seeds)
+        batch = tf.shape(seeds)[:1]
+        heights = tf.broadcast_to(tf.cast(height, tf.int32), batch)
+        widths = tf.broadcast_to(tf.cast(width, tf.int32), batch)
+        boxes = self.windows(tf.stack([heights, widths], axis=1), self.draw(seeds))
+        return tuple(tf.unstack(boxes, num=4, axis=1))  # type: ignore[return-value]
+
+
+class CenterCrop(WindowAugmentation):
+    """Resize-and-centre-crop for evaluation (torchvision's ``Resize`` + ``CenterCrop``).
+
+    The window is what DeiT's / timm's evaluation transform keeps:
+    ``Resize(round(min(size) / crop_fraction))`` of the shorter side followed
+    by ``CenterCrop(size)``, expressed in the original image -- a centred
+    window of ``size * min(H, W) * crop_fraction / min(size)`` pixels per
+    side (rounded half-to-even, at most the image), offsets
+    ``round((H - h) / 2)`` as torchvision's ``CenterCrop``. The window is
+    then resized on its own (see :class:`WindowAugmentation`), so a
+    window-decoding source decodes only it. Deterministic (ignores the seeds).
+
+    Args:
+        size: Output ``(height, width)``, or one int for a square output.
+        crop_fraction: Fraction of the shorter side kept (DeiT and TF Model
+            Garden: ``0.875``, i.e. 224 of 256); ``1.0`` keeps the shorter
+            side whole.
+        interpolation: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
+        antialias: Low-pass filter when shrinking (slower).
+        image_key: Key of the images when the example is a dict.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> crop = CenterCrop(224)
+        >>> params = crop.draw(tf.zeros([1, 2], tf.int64))
+        >>> crop.windows(tf.constant([[375, 500]]), params).numpy().tolist()
+        [[24, 86, 328, 328]]
+    """
+
+    random: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        crop_fraction: float = 0.875,
+        interpolation: str = "bilinear",
+        antialias: bool = False,
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(size, interpolation, antialias, image_key=image_key)
+        if (
+            isinstance(crop_fraction, bool)
+            or not isinstance(crop_fraction, (int, float))
+            or not 0 < crop_fraction <= 1
+        ):
+            raise ValueError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
+        self.crop_fraction = float(crop_fraction)
+
+    def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """The centred windows ``[N, 4]`` for images of ``shapes`` ``[N, 2]``."""
+        shapes = tf.cast(shapes, tf.int32)
+        heights, widths = shapes[:, 0], shapes[:, 1]
+        shorter = tf.cast(tf.minimum(heights, widths), tf.float64)
+        per_out = shorter * self.crop_fraction / min(self.size)  # image pixels per output pixel
+        win_h = tf.minimum(tf.cast(tf.round(per_out * self.size[0]), tf.int32), heights)
+        win_w = tf.minimum(tf.cast(tf.round(per_out * self.size[1]), tf.int32), widths)
+        win_h, win_w = tf.maximum(win_h, 1), tf.maximum(win_w, 1)
+
+        def centred(total: tf.Tensor, part: tf.Tensor) -> tf.Tensor:
+            return tf.cast(tf.round(tf.cast(total - part, tf.float64) / 2), tf.int32)
+
+        return tf.stack([centred(heights, win_h), centred(widths, win_w), win_h, win_w], axis=1)
 
 
 class ToFloat(Augmentation):
@@ -727,11 +1067,13 @@ class ToFloat(Augmentation):
         [1.0]
     """
 
+    random: ClassVar[bool] = False
+
     def __init__(self, scale: float = 1 / 255, *, image_key: str = "image") -> None:
         super().__init__(image_key=image_key)
         self.scale = float(scale)
 
-    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return ``float32(images) * scale``."""
         return tf.cast(images, tf.float32) * self.scale
 
@@ -751,6 +1093,8 @@ class Normalize(Augmentation):
         [2.0, 2.0, 2.0]
     """
 
+    random: ClassVar[bool] = False
+
     def __init__(
         self,
         mean: float | Sequence[float],
@@ -764,21 +1108,24 @@ class Normalize(Augmentation):
         stds = self.std if isinstance(self.std, tuple) else (self.std,)
         if not stds or any(not s > 0 for s in stds):
             raise ValueError(f"std must be > 0, got {std!r}")
+        means = self.mean if isinstance(self.mean, tuple) else (self.mean,)
+        if isinstance(self.mean, tuple) and isinstance(self.std, tuple) and len(means) != len(stds):
+            raise ValueError(f"mean and std differ in length: {mean!r}, {std!r}")
 
-    def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the standardised float32 batch."""
-        mean = tf.constant(self.mean, tf.float32)
-        std = tf.constant(self.std, tf.float32)
-        return (tf.cast(images, tf.float32) - mean) / std
+        centred = _per_channel(tf.cast(images, tf.float32), self.mean, tf.subtract)
+        return _per_channel(centred, self.std, tf.divide)
 
 
 class Compose:
     """Apply batched augmentations in order, each with its own derived seeds.
 
-    Stage ``i`` is called as ``stage(example, fold_in(seeds, i))``, so the
-    stages draw from independent streams (two ``RandomFlip`` stages do not
-    flip the same samples) while every draw still depends only on the
-    sample's own seed. Stages may be any callables with ``batched = True``
+    Stage ``i`` is called as ``stage(example, fold_in(seeds, i))`` (a
+    deterministic :class:`Augmentation`, ``random = False``, gets ``seeds``
+    unchanged: it ignores them), so the stages draw from independent streams
+    (two ``RandomFlip`` stages do not flip the same samples) while every draw
+    still depends only on the sample's own seed. Stages may be any callables with ``batched = True``
     (including other :class:`Compose` objects); each handles the example
     structure itself.
 
@@ -813,7 +1160,7 @@ class Compose:
         """Apply every stage to the batched ``example`` with per-sample ``seeds`` ``[B, 2]``."""
         seeds = _as_seeds(seeds)
         for index, stage in enumerate(self.stages):
-            example = stage(example, fold_in(seeds, index))
+            example = stage(example, _stage_seeds(seeds, index, stage))
         return example
 
     def __len__(self) -> int:
@@ -821,3 +1168,195 @@ class Compose:
 
     def __repr__(self) -> str:
         return f"Compose({self.stages!r})"
+
+
+# --------------------------------------------------------------------------------------------
+# Splitting an augmentation for window-decoding sources.
+# --------------------------------------------------------------------------------------------
+
+
+def _draw_together(
+    seeds: tf.Tensor, stages: Sequence[tuple[int | None, Augmentation]]
+) -> list[tf.Tensor]:
+    """Every stage's ``draw`` of its :class:`Compose` seeds (index ``None``: the seeds as they are).
+
+    The stages that draw :func:`per_sample_uniform` numbers share two hash
+    passes (one folds all their seeds, one draws all their numbers) instead
+    of two each: the same values, a smaller graph.
+    """
+    shared = [
+        (i, index, stage.draw_count())
+        for i, (index, stage) in enumerate(stages)
+        if stage.random and stage.draw_count()
+    ]
+    params: list[tf.Tensor | None] = [None] * len(stages)
+    if shared:
+        folds = sorted({index for _, index, _ in shared if index is not None})
+        folded = _fold_many(seeds, folds) if folds else None
+        per_stage = [
+            seeds if index is None else folded[:, folds.index(index)] for _, index, _ in shared
+        ]
+        draws = _uniforms(tf.stack(per_stage, axis=1), max(n for _, _, n in shared))
+        for k, (i, _, n) in enumerate(shared):
+            params[i] = draws[:, k, :n]
+    for i, (index, stage) in enumerate(stages):
+        if params[i] is None:
+            params[i] = stage.draw(_stage_seeds(seeds, index, stage))
+    return params  # type: ignore[return-value]
+
+
+def _stage_seeds(seeds: tf.Tensor, index: int | None, stage: Any) -> tf.Tensor:
+    """The seeds :class:`Compose` gives stage ``index`` (``None``: a bare stage)."""
+    if index is None or (isinstance(stage, Augmentation) and not stage.random):
+        return seeds
+    return fold_in(seeds, index)
+
+
+class WindowRequest:
+    """What a window-decoding source needs for ``N`` samples, with every random draw made.
+
+    Built by :meth:`WindowPipeline.request` from the samples' seeds: the
+    draws of the window stage and of the per-image stages after it are made
+    once, vectorised over the ``N`` samples. The source then calls
+    :meth:`windows` with the images' shapes (read from the file headers) and
+    :meth:`finish` on each decoded window.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> pipe = split_window(Compose([RandomResizedCrop(4), RandomFlip()]))
+        >>> req = pipe.request(tf.constant([[0, 0], [0, 1]], tf.int64))
+        >>> boxes = req.windows(tf.constant([[10, 12], [10, 12]]))
+        >>> req.finish(tf.zeros([5, 6, 3], tf.uint8), 1).shape
+        TensorShape([4, 4, 3])
+    """
+
+    def __init__(self, pipeline: WindowPipeline, seeds: tf.Tensor) -> None:
+        seeds = _as_seeds(seeds)
+        self.pipeline = pipeline
+        stages = [(pipeline.window_index, pipeline.window), *pipeline.image_stages]
+        params = _draw_together(seeds, stages)
+        self._window_params, self._stage_params = params[0], params[1:]
+
+    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
+        """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
+        return self.pipeline.window.windows(shapes, self._window_params)
+
+    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
+        """Sample ``j``'s output from its window's pixels ``[h, w, C]``.
+
+        The window is resized, then the per-image stages apply their drawn
+        parameters (row ``j``).
+        """
+        params = [p[j : j + 1] for p in self._stage_params]
+        return self._finish(window, *params)
+
+    def _finish(self, window: tf.Tensor, *params: tf.Tensor) -> tf.Tensor:
+        image = self.pipeline.window.resize(window)[tf.newaxis]
+        for (_, stage), p in zip(self.pipeline.image_stages, params, strict=True):
+            image = stage.apply(image, p)
+        return image[0]
+
+    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
+        """The spec of :meth:`finish`'s output for windows of spec ``window``.
+
+        Traced on its own (nothing is added to the caller's graph).
+
+        Example:
+            >>> import tensorflow as tf
+            >>> pipe = split_window(Compose([RandomResizedCrop(4), ToFloat()]))
+            >>> req = pipe.request(tf.constant([[0, 0]], tf.int64))
+            >>> req.output_spec(tf.TensorSpec([None, None, 3], tf.uint8))
+            TensorSpec(shape=(4, 4, 3), dtype=tf.float32, name=None)
+        """
+        params = [tf.TensorSpec([1, *p.shape[1:]], p.dtype) for p in self._stage_params]
+        traced = tf.function(self._finish, autograph=False).get_concrete_function(window, *params)
+        out = traced.structured_outputs
+        return tf.TensorSpec(out.shape, out.dtype)
+
+
+class WindowPipeline:
+    """An augmentation split into a window stage, per-image stages and batch stages.
+
+    Made by :func:`split_window`. For sample seeds ``s``, the augmentation
+    equals: cut and resize the window (seeds ``window_index`` folded in, or
+    ``s`` itself for a bare window stage), then each per-image stage ``i``
+    with ``fold_in(s, i)``, sample by sample, then the batch stages on the
+    assembled batch (:meth:`finish_batch`) -- the same values bit for bit as
+    calling the augmentation on a batch of the decoded images.
+
+    Attributes:
+        window: The :class:`WindowAugmentation`.
+        window_index: Its stage index in the :class:`Compose` (``None``: bare).
+        image_stages: ``(index, stage)`` of the :class:`Augmentation` stages
+            right after the window stage, applied per image.
+        batch_stages: ``(index, stage)`` of the remaining stages (other
+            callables, e.g. nested :class:`Compose` or a mix of samples),
+            applied to the batch.
+    """
+
+    def __init__(
+        self,
+        window: WindowAugmentation,
+        window_index: int | None = None,
+        image_stages: Sequence[tuple[int, Augmentation]] = (),
+        batch_stages: Sequence[tuple[int, Callable[[Any, tf.Tensor], Any]]] = (),
+    ) -> None:
+        self.window = window
+        self.window_index = window_index
+        self.image_stages = tuple(image_stages)
+        self.batch_stages = tuple(batch_stages)
+
+    @property
+    def output_size(self) -> tuple[int, int]:
+        """The ``(height, width)`` of the window stage's output."""
+        return self.window.size
+
+    def request(self, seeds: Any) -> WindowRequest:
+        """Draw everything for the samples of ``seeds`` ``[N, 2]`` (see :class:`WindowRequest`)."""
+        return WindowRequest(self, seeds)
+
+    def finish_batch(self, example: Any, seeds: Any) -> Any:
+        """Apply the batch stages to an assembled batch ``example`` (seeds ``[B, 2]``)."""
+        seeds = _as_seeds(seeds)
+        for index, stage in self.batch_stages:
+            example = stage(example, fold_in(seeds, index))
+        return example
+
+    def __repr__(self) -> str:
+        return (
+            f"WindowPipeline(window={self.window!r}, per_image={[s for _, s in self.image_stages]},"
+            f" per_batch={[s for _, s in self.batch_stages]})"
+        )
+
+
+def split_window(augment: Any) -> WindowPipeline | None:
+    """Split ``augment`` for a window-decoding source, or ``None`` if it has no window stage.
+
+    An augmentation qualifies when it is a :class:`WindowAugmentation`
+    itself, or a :class:`Compose` whose first stage is one. The
+    :class:`Augmentation` stages that follow it become per-image stages; from
+    the first other callable on, the stages are applied to the batch.
+
+    Example:
+        >>> pipe = split_window(Compose([RandomResizedCrop(224), RandomFlip(), ToFloat()]))
+        >>> pipe.output_size, [i for i, _ in pipe.image_stages]
+        ((224, 224), [1, 2])
+        >>> split_window(Compose([RandomFlip()])) is None
+        True
+    """
+    if isinstance(augment, WindowAugmentation):
+        return WindowPipeline(augment)
+    if not isinstance(augment, Compose) or not augment.stages:
+        return None
+    first, *rest = augment.stages
+    if not isinstance(first, WindowAugmentation):
+        return None
+    per_image: list[tuple[int, Augmentation]] = []
+    index = 1
+    for stage in rest:
+        if not isinstance(stage, Augmentation):
+            break
+        per_image.append((index, stage))
+        index += 1
+    batch = [(i, augment.stages[i]) for i in range(index, len(augment.stages))]
+    return WindowPipeline(first, 0, per_image, batch)

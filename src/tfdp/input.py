@@ -20,6 +20,12 @@ is the entry's place in the sampler's padded global list: the R copies of a
 sample (Repeated Augmentation) get different augmentations, while a rerun or
 a run resumed mid-epoch gets identical ones.
 
+A source that decodes windows (:class:`tfdp.sources.windows.WindowSource`,
+e.g. a JPEG image folder) with an augmentation that starts by cutting one
+(:func:`tfdp.augment.split_window`) is loaded by
+:class:`tfdp.windowed_input.WindowedBatches` instead: the same elements, but
+each file is read and decoded once per chunk of a step, over its windows only.
+
 Example:
     >>> import numpy as np, tensorflow as tf
     >>> from tfdp.sources import ArraySource
@@ -41,8 +47,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp.augment import split_window
 from tfdp.indices import round_keys
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
+from tfdp.sources.windows import WindowSource
+from tfdp.windowed_input import WindowedBatches
 
 __all__ = ["DistributedInput", "epoch_seed_key"]
 
@@ -83,6 +92,14 @@ def _same_stream_indices_every_epoch(sampler: Sampler) -> bool:
             sampler.padding == "random" and not sampler.drop_last and extra >= sampler.num_examples
         )
     return False
+
+
+def _deterministic_unsharded(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """``ds`` with deterministic order and tf.data auto-sharding off (the sampler shards)."""
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
 
 
 class DistributedInput:
@@ -193,6 +210,18 @@ class DistributedInput:
                 f"batch_size={self.batch_size} per replica gives no full step per epoch: each "
                 f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
                 "drop_remainder=False"
+            )
+        pipeline = split_window(augment)
+        self._windows = None
+        if not self.streaming and pipeline is not None and isinstance(source, WindowSource):
+            self._windows = WindowedBatches(
+                source,
+                pipeline,
+                batch_size=self.batch_size,
+                drop_remainder=self.drop_remainder,
+                epoch_arrays=self._epoch_arrays,
+                finish=self._finish,
+                num_parallel_calls=num_parallel_calls,
             )
 
     # -- configuration --------------------------------------------------------
@@ -436,6 +465,13 @@ class DistributedInput:
         example = self._augment_one(example, key, pos)
         return self._finish(example, idx, pos, tf.constant(1.0))
 
+    def _check_start_step(self, start_step: int) -> None:
+        if start_step < 0 or start_step > self.steps_per_epoch:
+            raise ValueError(
+                f"start_step must be in [0, steps_per_epoch={self.steps_per_epoch}], "
+                f"got {start_step}"
+            )
+
     def rank_dataset(
         self, rank: int, first_epoch: int = 0, num_epochs: int | None = 1, start_step: int = 0
     ) -> tf.data.Dataset:
@@ -457,19 +493,14 @@ class DistributedInput:
         """
         if not 0 <= rank < self.num_replicas:
             raise ValueError(f"rank must be in [0, {self.num_replicas}), got {rank}")
-        if start_step < 0 or start_step > self.steps_per_epoch:
-            raise ValueError(
-                f"start_step must be in [0, steps_per_epoch={self.steps_per_epoch}], "
-                f"got {start_step}"
-            )
+        self._check_start_step(start_step)
         if self.streaming:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)
+        elif self._windows is not None:
+            ds = self._windows.dataset([rank], first_epoch, num_epochs, start_step)
         else:
             ds = self._index_dataset(rank, first_epoch, num_epochs, start_step)
-        options = tf.data.Options()
-        options.deterministic = True
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return ds.with_options(options)
+        return _deterministic_unsharded(ds)
 
     def worker_dataset(
         self,
@@ -490,6 +521,10 @@ class DistributedInput:
             worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
         local = self.num_replicas // workers
         ranks = [worker * local + j for j in range(local)]
+        if self._windows is not None:  # all local ranks together: one read per file per chunk
+            self._check_start_step(start_step)
+            ds = self._windows.dataset(ranks, first_epoch, num_epochs, start_step)
+            return _deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
         parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
         if len(parts) == 1:
             ds = parts[0]

@@ -145,9 +145,11 @@ class TrainConfig:
     augment: str = _opt(
         "auto",
         "augmentation: 'shift' (random shifts, digits), 'crop-flip' "
-        "(random crop with padding + horizontal flip), 'none'; auto picks "
-        "shift for digits, crop-flip otherwise",
-        ("auto", "shift", "crop-flip", "none"),
+        "(random crop with padding + horizontal flip), 'resized-crop' (ImageNet's "
+        "RandomResizedCrop to --image-size + horizontal flip; held-out: centre crop), "
+        "'none'; auto picks shift for digits, resized-crop with --image-size, crop-flip "
+        "otherwise",
+        ("auto", "shift", "crop-flip", "resized-crop", "none"),
     )
     seed: int = _opt(0, "seed of the sampler, the augmentation and the model's initial weights")
     run_dir: str | None = _opt(None, "run directory (default runs/<name>)", resume="locate")
@@ -531,13 +533,29 @@ def build_data(cfg: TrainConfig) -> JobData:
 
 
 def build_augment(cfg: TrainConfig, shape: tuple[int, int, int], scale: float, train: bool) -> Any:
-    """The augmentation pipeline for ``cfg`` (evaluation: resize and scale only)."""
+    """The augmentation pipeline for ``cfg`` (``train=False``: the held-out transform).
+
+    ``resized-crop`` (the default with ``--image-size``) is DeiT's / torchvision's
+    ImageNet recipe: RandomResizedCrop to the image size and a horizontal flip
+    for training, the centre 87.5% resized for evaluation. Both start by
+    cutting a window, so JPEG image folders decode only that window.
+    """
     from tfdp import augment as aug
 
     kind = cfg.augment
     if kind == "auto":
-        kind = "shift" if cfg.data == "digits" else "crop-flip"
+        if cfg.data == "digits":
+            kind = "shift"
+        else:
+            kind = "resized-crop" if cfg.image_size else "crop-flip"
     stages: list[Any] = []
+    if kind == "resized-crop":
+        size = cfg.image_size or shape[0]
+        if train:
+            stages += [aug.RandomResizedCrop(size), aug.RandomFlip()]
+        else:
+            stages.append(aug.CenterCrop(size))
+        return aug.Compose([*stages, aug.ToFloat(scale=scale)])
     if cfg.image_size:
         stages.append(_Resize(cfg.image_size))
     if train and kind == "shift":

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import keras
 
-__all__ = ["build_model", "load_factory", "resnet", "small_cnn"]
+__all__ = ["IMAGENET_STEM_MIN_SIZE", "build_model", "load_factory", "resnet", "small_cnn"]
 
 
 def small_cnn(input_shape: Sequence[int], num_classes: int, width: int = 32) -> keras.Model:
@@ -37,17 +37,35 @@ def small_cnn(input_shape: Sequence[int], num_classes: int, width: int = 32) -> 
     return keras.Model(inputs, outputs, name="small_cnn")
 
 
+#: Inputs at least this large (height and width) get ResNet's ImageNet stem.
+IMAGENET_STEM_MIN_SIZE = 64
+
+
 def resnet(
     input_shape: Sequence[int], num_classes: int, width: int = 32, blocks: Sequence[int] = (2, 2)
 ) -> keras.Model:
     """A ResNet-style network (pre-activation basic blocks, stride-2 stages); outputs logits.
 
+    Small inputs (digits, CIFAR) start with one 3x3 convolution at full
+    resolution; inputs of at least ``IMAGENET_STEM_MIN_SIZE`` pixels a side
+    (ImageNet-sized, e.g. ``--image-size 224``) with ResNet's ImageNet stem,
+    a 7x7 stride-2 convolution and a 3x3 stride-2 max pooling, so the blocks
+    run at a quarter of the resolution.
+
     Example:
         >>> resnet((32, 32, 3), 10, width=8).output_shape
         (None, 10)
+        >>> [layer.name for layer in resnet((224, 224, 3), 10, width=8).layers[1:3]]
+        ['stem_conv', 'stem_pool']
     """
     inputs = keras.Input(tuple(input_shape))
-    x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
+    if min(input_shape[0], input_shape[1]) >= IMAGENET_STEM_MIN_SIZE:
+        x = keras.layers.Conv2D(
+            width, 7, strides=2, padding="same", use_bias=False, name="stem_conv"
+        )(inputs)
+        x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    else:
+        x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
     for stage, count in enumerate(blocks):
         filters = width * 2**stage
         for block in range(count):

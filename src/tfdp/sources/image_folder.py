@@ -1,8 +1,10 @@
 """Image folders in the ImageNet layout ``root/<class>/<image>``, read by index inside the graph.
 
 This module owns :class:`ImageFolderSource`: the file list (built once, with
-``os.scandir``), the class ids, and a graph-compatible ``load(index)`` that
-reads and decodes one file with TensorFlow ops -- no per-sample Python.
+``os.scandir``), the class ids, a graph-compatible ``load(index)`` that
+reads and decodes one file with TensorFlow ops -- no per-sample Python --
+and ``load_windows(indices, request)``, which decodes only the window each
+sample's augmentation keeps (see :mod:`tfdp.sources.windows`).
 
 Order and class ids match ``torchvision.datasets.ImageFolder``: classes are
 the sorted sub-folder names of ``root``; files are collected per class, the
@@ -56,6 +58,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp.augment import WindowRequest
+from tfdp.sources.windows import Decoded, decode_windows, read_files
+
 __all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
 
 #: Height and width of the placeholder image ``on_error="skip"`` returns for a bad file.
@@ -69,6 +74,7 @@ _JPEG_EOI = b"\xff\xd9"
 # it the file is passed to the decoder unjudged (never rejected on a guess).
 _JPEG_MAX_STEPS = 512
 _MAX_LISTED = 5
+_JPEG_NAMES_BYTES = tuple(e.encode() for e in (".jpg", ".jpeg", ".jpe"))
 
 
 def _contains(data: tf.Tensor, needle: bytes) -> tf.Tensor:
@@ -307,7 +313,11 @@ class ImageFolderSource:
     ``root`` is a class, hidden ones (``.ipynb_checkpoints``) included.
     ``load(i)`` reads and decodes file ``i`` inside the graph and returns
     ``(image, label)``: ``image`` uint8 ``[H, W, channels]`` (static rank 3;
-    sizes vary), ``label`` int64.
+    sizes vary), ``label`` int64. :meth:`load_windows` reads a batch of
+    files and decodes only the windows an augmentation keeps (a
+    :class:`tfdp.sources.windows.WindowSource`); :class:`tfdp.DistributedInput`
+    uses it whenever the augmentation starts with a window stage
+    (:class:`tfdp.augment.RandomResizedCrop`, :class:`tfdp.augment.CenterCrop`).
 
     Args:
         root: The folder holding one sub-folder per class.
@@ -494,6 +504,130 @@ class ImageFolderSource:
         image, weight = tf.cond(ok, lambda: (self._decode(data, fmt), tf.constant(1.0)), bad)
         image.set_shape([None, None, self.channels])
         return (image, label), weight
+
+    def _decode_whole(self, data: tf.Tensor, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Check one file the window path cannot take fast; ``(decoded image, problem)``.
+
+        An unreadable file gives the placeholder and its problem (recorded as
+        skipped under ``on_error="skip"``); the caller raises under ``"raise"``.
+        """
+        fmt, problem = _sniff(data)
+
+        def placeholder() -> tf.Tensor:
+            if self.on_error == "skip":
+                token = tf.numpy_function(
+                    self._note_skip, [index, problem], tf.int64, stateful=True, name="note_skip"
+                )
+            else:
+                token = tf.constant(0, tf.int64)
+            with tf.control_dependencies([token]):
+                return tf.zeros([PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, self.channels], tf.uint8)
+
+        image = tf.cond(tf.equal(problem, ""), lambda: self._decode(data, fmt), placeholder)
+        return image, problem
+
+    def load_windows(
+        self, indices: Any, request: WindowRequest
+    ) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+        """Read the files at ``indices`` and decode only the windows ``request`` plans.
+
+        Each distinct file is read and decoded once, however often it occurs
+        in ``indices`` (the copies of Repeated Augmentation); a JPEG is
+        decoded only over the union of its windows, other formats in full
+        (see :mod:`tfdp.sources.windows`). The result for every entry equals
+        ``request``'s augmentation of the fully decoded image, bit for bit.
+        Errors as in :meth:`load_with_weight` (``on_error``).
+
+        Args:
+            indices: int ``[N]``, ``N >= 1``: file indices, repeats allowed.
+            request: The augmentation's :class:`tfdp.augment.WindowRequest`
+                for these ``N`` samples.
+
+        Returns:
+            ``((images [N, ...], labels int64 [N]), weights float32 [N])``;
+            ``images`` are what ``request.finish`` makes of each window.
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> from tfdp.augment import CenterCrop, split_window
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.jpg"),
+            ...                  tf.io.encode_jpeg(tf.zeros([40, 60, 3], tf.uint8)))
+            >>> request = split_window(CenterCrop(16)).request(tf.zeros([1, 2], tf.int64))
+            >>> (images, labels), weights = ImageFolderSource(root).load_windows([0], request)
+            >>> images.shape, float(weights[0])
+            (TensorShape([1, 16, 16, 3]), 1.0)
+        """
+        rel, labels = self._table()
+        indices = tf.cast(tf.reshape(indices, [-1]), tf.int64)
+        files, entry_file = tf.unique(indices, out_idx=tf.int32)
+        paths = tf.strings.join([tf.constant(self._prefix), tf.gather(rel, files)])
+        data = read_files(paths)
+
+        def decode_other(f: tf.Tensor) -> Decoded:
+            # The files the fast path does not take (other formats, damaged JPEGs) are rare:
+            # checked and decoded eagerly, outside the graph -- the checks' many functions
+            # would otherwise be instantiated and optimised with every iterator.
+            image, problem = tf.py_function(
+                self._decode_whole, [data.read(f), files[f]], [tf.uint8, tf.string]
+            )
+            image.set_shape([None, None, self.channels])
+            problem.set_shape([])
+            ok = tf.equal(problem, "")
+            if self.on_error == "raise":
+                message = tf.strings.join(
+                    ["ImageFolderSource: cannot decode image ", paths[f], ": ", problem]
+                )
+                with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
+                    image = tf.identity(image)
+            return Decoded(image, ok)
+
+        images, ok = decode_windows(data, decode_other, entry_file, request, self.channels)
+        weights = tf.cast(tf.gather(ok, entry_file), tf.float32)
+        return (images, tf.gather(labels, indices)), weights
+
+    @cached_property
+    def jpeg_files(self) -> bool:
+        """Whether every file is a JPEG by its name (``.jpg``, ``.jpeg``, ``.jpe``; any case).
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.JPEG"),
+            ...                  tf.io.encode_jpeg(tf.zeros([2, 2, 3], tf.uint8)))
+            >>> ImageFolderSource(root).jpeg_files
+            True
+        """
+        names = np.char.lower(self._rel)
+        return bool(np.all(np.any([np.char.endswith(names, e) for e in _JPEG_NAMES_BYTES], 0)))
+
+    def load_encoded(self, index: Any) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+        """File ``index``'s bytes as they are, its label, and why it is not a sound JPEG.
+
+        For writing the folder as TFRecord shards without re-encoding
+        (:func:`tfdp.sources.write_tfrecords`, encoding ``"jpeg"``).
+
+        Returns:
+            ``((bytes, label int64), problem)``: ``problem`` is ``""`` for a
+            sound JPEG, else the reason (another format, or what is broken).
+
+        Example:
+            >>> import os, tempfile, tensorflow as tf
+            >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+            >>> tf.io.write_file(os.path.join(root, "a", "1.png"),
+            ...                  tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8)))
+            >>> (data, label), problem = ImageFolderSource(root).load_encoded(0)
+            >>> problem.numpy()
+            b'a PNG file, not a JPEG'
+        """
+        rel, labels = self._table()
+        index = tf.cast(index, tf.int64)
+        data = tf.io.read_file(tf.strings.join([tf.constant(self._prefix), tf.gather(rel, index)]))
+        fmt, problem = _sniff(data)
+        names = tf.constant(["", "a JPEG", "a PNG", "a GIF", "a BMP", "a WebP"])
+        other = tf.strings.join([tf.gather(names, fmt), " file, not a JPEG"])
+        problem = tf.where(tf.equal(problem, "") & tf.not_equal(fmt, _JPEG), other, problem)
+        return (data, tf.gather(labels, index)), problem
 
     def load(self, index: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Read and decode file ``index``: ``(image uint8 [H, W, C], label int64)``.

@@ -29,6 +29,8 @@ example; the manifest says which encoding each feature uses):
 encoding   what the record holds under the feature's name ``k``
 =========  =====================================================================
 ``png``    ``k``: one PNG (uint8 images ``[H, W]``/``[H, W, C]``, C in 1, 3, 4; sizes may vary)
+``jpeg``   ``k``: one JPEG (uint8 ``[H, W]``/``[H, W, C]``, C in 1, 3): an image folder's JPEG file
+           byte for byte (the default for a folder of JPEGs), arrays encoded at quality 95
 ``raw``    ``k``: the array's little-endian bytes; ``k/shape``: its shape (int64 list)
 ``int64``  ``k``: the values as an int64 list (integers and bools of a fixed shape)
 ``float``  ``k``: the values as a float list (float16/float32 of a fixed shape)
@@ -54,7 +56,7 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
@@ -67,7 +69,8 @@ __all__ = ["MANIFEST_SUFFIX", "TFRecordSource", "read_manifest", "write_tfrecord
 MANIFEST_SUFFIX = ".manifest.json"
 _FORMAT = "tfdp.tfrecord"
 _VERSION = 1
-_ENCODINGS = ("png", "raw", "int64", "float", "bytes")
+_ENCODINGS = ("png", "jpeg", "raw", "int64", "float", "bytes")
+_JPEG_QUALITY = 95  # arrays written with encoding "jpeg" (lossy)
 _TAG_SHUFFLE = 0x5354_5245  # "STRE": domain tag of the stream's shuffle keys
 _IO_THREADS = 16
 # tf.io.decode_raw has no unsigned 32/64-bit output: read as signed, then bitcast.
@@ -94,7 +97,7 @@ class _Feature:
         return tf.string if self.dtype == "string" else tf.as_dtype(self.dtype)
 
     def parse_spec(self) -> dict[str, Any]:
-        if self.encoding in ("png", "raw"):
+        if self.encoding in ("png", "jpeg", "raw"):
             spec = {self.name: tf.io.FixedLenFeature([], tf.string)}
             if self.encoding == "raw":
                 spec[f"{self.name}/shape"] = tf.io.FixedLenFeature([len(self.shape)], tf.int64)
@@ -102,11 +105,14 @@ class _Feature:
         dtype = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string}[self.encoding]
         return {self.name: tf.io.FixedLenFeature(list(self.shape), dtype)}
 
-    def decode(self, parsed: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    def decode(self, parsed: Mapping[str, tf.Tensor], encoded_images: bool = False) -> tf.Tensor:
         value = parsed[self.name]
-        if self.encoding == "png":
+        if self.encoding == "jpeg" and encoded_images:
+            return value  # kept encoded: a window stage decodes only its window
+        if self.encoding in ("png", "jpeg"):
             channels = self.shape[2] if len(self.shape) == 3 else 1
-            image = tf.io.decode_png(value, channels=channels)
+            decoder = tf.io.decode_png if self.encoding == "png" else tf.io.decode_jpeg
+            image = decoder(value, channels=channels)
             if len(self.shape) == 2:
                 image = image[..., 0]
             image.set_shape(self.shape)
@@ -153,8 +159,10 @@ def _dtype_name(dtype: Any) -> str:
     return "string" if np_dtype.kind in "SUO" else np_dtype.name
 
 
-def _infer_encoding(dtype: str, shape: tuple[int | None, ...]) -> str:
+def _infer_encoding(dtype: str, shape: tuple[int | None, ...], jpeg_files: bool = False) -> str:
     known = all(d is not None for d in shape)
+    if jpeg_files and dtype == "uint8" and len(shape) == 3 and shape[2] in (1, 3):
+        return "jpeg"
     if dtype == "uint8" and (len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3, 4))):
         return "png"
     if dtype == "string":
@@ -182,6 +190,13 @@ def _check_encoding(f: _Feature) -> None:
             f"feature {f.name!r}: 'png' needs uint8 [H, W] or [H, W, C] with C in 1, 3, 4; "
             f"got {f.dtype} of shape {list(f.shape)}"
         )
+    if f.encoding == "jpeg" and not (
+        f.dtype == "uint8" and (len(f.shape) == 2 or (len(f.shape) == 3 and f.shape[2] in (1, 3)))
+    ):
+        raise ValueError(
+            f"feature {f.name!r}: 'jpeg' needs uint8 [H, W] or [H, W, C] with C in 1, 3; "
+            f"got {f.dtype} of shape {list(f.shape)}"
+        )
     if f.encoding == "raw" and f.dtype == "string":
         raise ValueError(f"feature {f.name!r}: strings cannot be stored 'raw'; use 'bytes'")
     if f.encoding in ("int64", "float", "bytes") and not known:
@@ -202,8 +217,8 @@ def _check_encoding(f: _Feature) -> None:
 
 
 def _to_feature(f: _Feature, value: Any, where: str) -> dict[str, tf.train.Feature]:
-    """Serialise one component (a NumPy value; PNG bytes already encoded) into record features."""
-    if f.encoding == "png":
+    """Serialise one component (a NumPy value; images already encoded) into record features."""
+    if f.encoding in ("png", "jpeg"):
         return {f.name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(value)]))}
     arr = np.asarray(value)
     if f.encoding == "raw":
@@ -231,10 +246,13 @@ def _to_feature(f: _Feature, value: Any, where: str) -> dict[str, tf.train.Featu
     return {f.name: feature}
 
 
-def _encode_png(value: Any, f: _Feature) -> tf.Tensor:
+def _encode_image(value: Any, f: _Feature) -> tf.Tensor:
+    """A decoded uint8 image as the PNG or JPEG bytes of encoding ``f.encoding``."""
     image = tf.convert_to_tensor(value)
     if len(f.shape) == 2:
         image = image[..., tf.newaxis]
+    if f.encoding == "jpeg":
+        return tf.io.encode_jpeg(image, quality=_JPEG_QUALITY)
     return tf.io.encode_png(image)
 
 
@@ -256,6 +274,7 @@ def _plan_features(
     keys: Sequence[Any],
     specs: Sequence[tuple[str, tuple[int | None, ...]]],
     features: Any,
+    jpeg_files: bool = False,
 ) -> list[_Feature]:
     """Names and encodings of the components, from the defaults and ``features``."""
     n = len(specs)
@@ -294,7 +313,7 @@ def _plan_features(
             )
     out = []
     for name, (dtype, shape), enc in zip(names, specs, encodings, strict=True):
-        f = _Feature(name, enc or _infer_encoding(dtype, shape), dtype, shape)
+        f = _Feature(name, enc or _infer_encoding(dtype, shape, jpeg_files), dtype, shape)
         _check_encoding(f)
         out.append(f)
     all_keys = [k for f in out for k in f.parse_spec()]
@@ -345,31 +364,60 @@ def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]],
     return structure, keys, specs, int(arrays[0].shape[0])
 
 
+@runtime_checkable
+class EncodedImageSource(Protocol):
+    """A source that can hand over its images' files as they are (e.g. an image folder).
+
+    ``jpeg_files`` says whether every file is a JPEG (by name); ``load_encoded(i)``
+    returns ``(example, problem)``: example ``i`` with its image replaced by
+    the file's bytes, and ``""`` when those bytes are a sound JPEG, else why
+    not. :func:`write_tfrecords` then stores the files byte for byte
+    (encoding ``"jpeg"``), which a window stage decodes window by window.
+    """
+
+    jpeg_files: bool
+
+    def load_encoded(self, index: Any) -> tuple[Any, tf.Tensor]:
+        """Example ``index`` with the image's file bytes, and the problem (``""``: none)."""
+        ...
+
+
 def _example_stream(
     data: Any, structure: str, keys: list[Any], feats: list[_Feature], order: np.ndarray
 ) -> Any:
-    """Yield ``(source index, [component values])`` in ``order``, PNGs already encoded."""
-    png = [f.encoding == "png" for f in feats]
+    """Yield ``(source index, [component values])`` in ``order``, images already encoded."""
+    image = [f.encoding in ("png", "jpeg") for f in feats]
     if _is_source(data):
         weighted = callable(getattr(data, "load_with_weight", None))
+        as_is = isinstance(data, EncodedImageSource) and any(f.encoding == "jpeg" for f in feats)
 
-        def fetch(index: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor]:
+        def fetch(index: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor, Any]:
+            if as_is:  # the JPEG files byte for byte; the other components as loaded
+                example, problem = data.load_encoded(index)
+                parts = tuple(_components(structure, example, keys))
+                return index, parts, tf.constant(1.0), problem
             if weighted:
                 example, weight = data.load_with_weight(index)
             else:
                 example, weight = data.load(index), tf.constant(1.0)
             parts = _components(structure, example, keys)
             parts = tuple(
-                _encode_png(p, f) if is_png else p
-                for p, f, is_png in zip(parts, feats, png, strict=True)
+                _encode_image(p, f) if is_image else p
+                for p, f, is_image in zip(parts, feats, image, strict=True)
             )
-            return index, parts, tf.cast(weight, tf.float32)
+            return index, parts, tf.cast(weight, tf.float32), tf.constant("")
 
         ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
         ds = ds.map(fetch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        for index, parts, weight in ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
+        for index, parts, weight, problem in ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
+            where = data.path(int(index)) if hasattr(data, "path") else f"index {index}"
+            if problem:
+                raise ValueError(
+                    f"write_tfrecords: example {int(index)} ({where}) cannot be stored with "
+                    f"encoding 'jpeg': {problem.decode('utf-8', 'replace')}; fix or remove the "
+                    "file, or choose encoding 'png' for the image"
+                )
             if weight == 0:
-                where = data.path(int(index)) if hasattr(data, "path") else f"index {index}"
                 raise ValueError(
                     f"write_tfrecords: example {int(index)} ({where}) could not be read and "
                     "would be written as a placeholder; fix or remove it and retry"
@@ -381,8 +429,8 @@ def _example_stream(
     for index in order.tolist():
         parts = [a[index] for a in arrays]
         parts = [
-            _encode_png(p, f).numpy() if is_png else p
-            for p, f, is_png in zip(parts, feats, png, strict=True)
+            _encode_image(p, f).numpy() if is_image else p
+            for p, f, is_image in zip(parts, feats, image, strict=True)
         ]
         yield index, parts
 
@@ -442,9 +490,12 @@ def write_tfrecords(
         prefix: File name prefix.
         features: Names and encodings. ``None``: dict keys, or for tuples
             ``("image", "label")`` when there are two components, else
-            ``f0, f1, ...``; encodings inferred (uint8 images -> ``png``,
-            integers/bools -> ``int64``, float16/32 -> ``float``, strings ->
-            ``bytes``, anything else or of varying shape -> ``raw``). A list
+            ``f0, f1, ...``; encodings inferred (uint8 images -> ``png``;
+            the images of a source whose files are all JPEGs (an
+            :class:`EncodedImageSource` such as an image folder of JPEGs) ->
+            ``jpeg``, the files stored byte for byte; integers/bools ->
+            ``int64``, float16/32 -> ``float``, strings -> ``bytes``, anything
+            else or of varying shape -> ``raw``). A list
             of names renames tuple components; a dict ``name -> encoding``
             (``None`` = inferred) chooses encodings (for dict data, a subset
             of its keys).
@@ -485,7 +536,10 @@ def write_tfrecords(
     if compression not in (None, "", "GZIP", "ZLIB"):
         raise ValueError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
     compression = compression or None
-    feats = _plan_features(structure, keys, specs, features)
+    jpeg_files = isinstance(source_or_arrays, EncodedImageSource) and bool(
+        source_or_arrays.jpeg_files
+    )
+    feats = _plan_features(structure, keys, specs, features, jpeg_files)
     out = os.fspath(out_dir)
     os.makedirs(out, exist_ok=True)
     num_shards = int(num_shards)
@@ -727,6 +781,11 @@ class TFRecordSource:
             structure -- ``(image, label)`` for a two-component tuple; with
             explicit ``features``, the parsed values as a tuple in the key
             order of ``features`` (the bare value for a single key).
+        images: ``"decoded"`` (default): ``jpeg`` features decode to uint8
+            images. ``"encoded"``: they stay the JPEG bytes (a scalar string),
+            for an augmentation that starts with a window stage
+            (:class:`tfdp.augment.RandomResizedCrop`, ...): it decodes only
+            each image's window (the same values as decoding it whole).
         shuffle_buffer: Each lane's records are shuffled in consecutive
             blocks of this many (``0`` or ``1``: not shuffled) by a stateless
             permutation keyed by ``(seed, epoch, lane)``; the buffer holds
@@ -773,6 +832,7 @@ class TFRecordSource:
         features: Mapping[str, Any] | None = None,
         *,
         decode: Callable[[dict[str, Any]], Any] | None = None,
+        images: str = "decoded",
         shuffle_buffer: int = 1024,
         counts: Sequence[int] | Mapping[str, int] | None = None,
         compression: str | None = None,
@@ -780,6 +840,8 @@ class TFRecordSource:
         cycle_length: int = 16,
         num_parallel_calls: int = tf.data.AUTOTUNE,
     ) -> None:
+        if images not in ("decoded", "encoded"):
+            raise ValueError(f"images must be 'decoded' or 'encoded', got {images!r}")
         paths, manifest = _resolve_files(files)
         if len(set(paths)) != len(paths):
             raise ValueError("TFRecordSource: a file is listed twice")
@@ -833,7 +895,9 @@ class TFRecordSource:
                 spec.update(f.parse_spec())
             self.features: dict[str, Any] = spec
             if decode is None:
-                decode = _manifest_decoder(feats, self.manifest["structure"])
+                decode = _manifest_decoder(
+                    feats, self.manifest["structure"], encoded_images=images == "encoded"
+                )
         else:
             if not isinstance(features, Mapping) or not features:
                 raise ValueError(
@@ -1225,9 +1289,11 @@ class TFRecordSource:
         ]
 
 
-def _manifest_decoder(feats: list[_Feature], structure: str) -> Callable[[dict[str, Any]], Any]:
+def _manifest_decoder(
+    feats: list[_Feature], structure: str, encoded_images: bool = False
+) -> Callable[[dict[str, Any]], Any]:
     def decode(parsed: dict[str, Any]) -> Any:
-        values = [f.decode(parsed) for f in feats]
+        values = [f.decode(parsed, encoded_images) for f in feats]
         if structure == "dict":
             return {f.name: v for f, v in zip(feats, values, strict=True)}
         if structure == "single":
