@@ -1,6 +1,9 @@
 r"""What a user is told when something fails: the meaningful line of an exception.
 
-This module owns :func:`user_message`, which turns any exception into one
+This module owns the :class:`TfdpError` family -- the errors tfdp raises for
+input or state a user can fix, which a command line reports as "bad input"
+(exit 2) while any other exception is a bug to report -- and
+:func:`user_message`, which turns any exception into one
 line that keeps its cause: the file, the label, the peer. TensorFlow errors
 raised inside a graph (``tf.errors.OpError``) start with boilerplate such as
 ``Graph execution error:`` and ``Detected at node ...``; the line that names
@@ -21,7 +24,56 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["meaningful_line", "user_message"]
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "StateError",
+    "TfdpError",
+    "meaningful_line",
+    "user_message",
+]
+
+
+class TfdpError(ValueError):
+    """Input or state a user can fix; the message names the field and what would be valid.
+
+    A ``ValueError`` (so ``except ValueError`` keeps working); a command line
+    maps exactly this family to "bad input".
+
+    Example:
+        >>> try:
+        ...     raise ConfigError("batch_size must be an integer >= 1, got 0")
+        ... except TfdpError as exc:
+        ...     print(type(exc).__name__, isinstance(exc, ValueError), exc)
+        ConfigError True batch_size must be an integer >= 1, got 0
+    """
+
+
+class ConfigError(TfdpError):
+    """An option or argument that is out of range or inconsistent with another.
+
+    Example:
+        >>> issubclass(ConfigError, TfdpError)
+        True
+    """
+
+
+class DataError(TfdpError):
+    """Data that cannot be used as given: a missing file, a bad label, a short shard.
+
+    Example:
+        >>> str(DataError("digits.npz: key 'y' holds float labels (2.5)"))
+        "digits.npz: key 'y' holds float labels (2.5)"
+    """
+
+
+class StateError(TfdpError):
+    """Saved state that does not match what it is restored into (run, checkpoint, sampler).
+
+    Example:
+        >>> isinstance(StateError("num_replicas: saved 2, now 3"), ValueError)
+        True
+    """
 
 #: Longest message kept (a label list can run to thousands of characters).
 MAX_CHARS = 400
