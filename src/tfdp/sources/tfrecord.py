@@ -292,10 +292,13 @@ def _plan_features(
                 if unknown:
                     raise ValueError(f"features names keys the data does not have: {unknown}")
                 encodings = [features.get(k) for k in names]
+            elif set(map(str, features)) <= set(names):  # encodings of default-named parts
+                encodings = [features.get(k) for k in names]
             else:
                 if len(features) != n:
                     raise ValueError(
-                        f"features must name all {n} components of an example, got {len(features)}"
+                        f"features must name all {n} components of an example (or a subset of "
+                        f"their default names {names}), got {list(features)}"
                     )
                 names = [str(k) for k in features]
                 encodings = list(features.values())
