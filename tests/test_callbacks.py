@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from tfdp import ArraySource, DistributedInput
 from tfdp.train import Trainer, fit
-from tfdp.train.logs import TrainLogs
 
 N, NE = 256, 37  # training rows; held-out rows (prime: the eval sampler pads)
 RNG = np.random.default_rng(3)
@@ -327,6 +326,8 @@ class _Terminal:
 
 def test_bar_goes_to_a_terminal_stderr_only(capsys):
     import io
+
+    from tfdp.train.logs import TrainLogs
 
     terminal, lines = _Terminal(), io.StringIO()
     logs = TrainLogs(None, log_every=2, stream=lines, bar_stream=terminal)

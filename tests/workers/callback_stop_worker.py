@@ -59,11 +59,11 @@ def main() -> None:
         progress=False,
         verbose=0,
     )
-    callback = StopAt(info.task_index == stopper, at)
+    callback = StopAt(info.worker_index == stopper, at)
     history = trainer.fit(inp, 3, callbacks=[callback])
     digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in trainer.model.weights))
     result = {
-        "task": info.task_index,
+        "task": info.worker_index,
         "global_step": trainer.state.global_step,
         "epoch": trainer.state.epoch,
         "stop_reason": trainer.state.stop_reason,
