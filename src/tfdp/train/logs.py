@@ -25,8 +25,8 @@ Example:
     >>> logs.epoch_begin(0, steps_per_epoch=4)
     >>> for step in (1, 2):
     ...     logs.steps_end(epoch=0, step=step, global_step=step, losses=[0.5], samples=8, lr=0.1)
-    >>> out.getvalue().split()[:6]
-    ['epoch', '1', 'step', '2/4', 'loss', '0.5000']
+    >>> out.getvalue().split()[:8]
+    ['epoch', '1', 'step', '2/4', 'global_step', '2', 'loss', '0.5000']
     >>> logs.epoch_end({"epoch": 0, "step": 4, "global_step": 4, "time": 1.0, "loss": 0.5,
     ...                 "samples_per_s": 32.0, "lr": 0.1})
     >>> json.loads(open(d + "/metrics.jsonl").read())["loss"]
