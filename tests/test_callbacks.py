@@ -346,3 +346,18 @@ def test_bar_goes_to_a_terminal_stderr_only(capsys):
         logs.steps_end(epoch=0, step=step, global_step=step, losses=[1.0], samples=4, lr=0.1)
     assert redirected.getvalue() == ""
     assert [x.split("  ")[1] for x in lines.getvalue().splitlines()] == ["step 2/4", "step 4/4"]
+
+
+def test_fit_path_auto_verbosity_writes_no_escapes_when_redirected(mirrored_of, capfd):
+    strategy = mirrored_of(2)
+    train, held_out = inputs(strategy)
+    with strategy.scope():
+        model = make_model()
+        model.compile(
+            keras.optimizers.SGD(0.2),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    fit(model, train, 1, eval_input=held_out)  # verbose="auto", stdout captured: not a terminal
+    out = capfd.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\b" not in out
+    assert re.search(r"16/16 - .* - loss: \d\.\d{4} - val_loss: \d\.\d{4}", out)  # one plain line

@@ -2,7 +2,9 @@
 
 This module owns :class:`PerExampleLoss` (which refuses mean-reduced Keras
 losses, the trap of Keras >= 3.8 dividing by the replica count under a
-strategy), :func:`unpack_batch`, and :class:`Evaluator`: metrics updated in
+strategy), :func:`per_example_loss` (which rebuilds a loss as ``compile``
+takes it with ``reduction="none"``), :func:`unpack_batch`, and
+:class:`Evaluator`: metrics updated in
 replica context with the evaluation sampler's weights (padding weighted 0),
 read in cross-replica context -- equal to a single-device pass over the whole
 set, whatever the replica count.

@@ -7,7 +7,10 @@ sampler epoch (the input is an endless stream of reshuffled epochs with
 position (epoch and step within it) and are written every N steps by a
 callback, a run resumes mid-epoch (a short first ``fit`` call finishes the
 interrupted epoch from the saved step, then the rest follows), and the
-validation metrics come from tfdp's exact evaluation (padding weighted 0).
+validation metrics come from tfdp's exact evaluation (padding weighted 0),
+added to the epoch's logs before any user callback runs (so
+``EarlyStopping(monitor="val_loss")``, ``CSVLogger`` and ``TensorBoard`` see
+them). It returns a ``keras.callbacks.History``, as ``model.fit`` does.
 
 Keras's own ``BackupAndRestore`` restores only at an epoch start; this path
 resumes at the saved step. ``steps_per_execution > 1`` is left to Keras:
@@ -17,8 +20,15 @@ use :class:`~tfdp.train.Trainer` (``steps_per_call``) for several steps per
 call.
 
 Example:
-    >>> callable(fit)
-    True
+    >>> import numpy as np
+    >>> from tfdp import ArraySource, DistributedInput
+    >>> strategy = tf.distribute.get_strategy()
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> src = ArraySource((np.random.rand(32, 3).astype("float32"), np.arange(32) % 2))
+    >>> hist = fit(model, DistributedInput(strategy, src, batch_size=8), 2, verbose=0)
+    >>> hist.epoch, list(hist.history)
+    ([0, 1], ['loss'])
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +54,7 @@ from tfdp.distribute import worker_info
 from tfdp.input import DistributedInput
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import NonFiniteError, apply_if_finite, check_policy, nonfinite_local
+from tfdp.train.logs import is_terminal
 
 __all__ = ["fit", "per_example_loss"]
 
@@ -237,7 +249,9 @@ def fit(
         callbacks: More Keras callbacks. They run after tfdp's own (the
             exact validation first), so ``EarlyStopping(monitor="val_loss")``,
             ``CSVLogger`` and ``TensorBoard`` see the ``val_*`` of every epoch.
-        verbose: Passed to ``model.fit`` (quiet on non-chief workers).
+        verbose: Passed to ``model.fit`` (quiet on non-chief workers);
+            ``"auto"`` is Keras's bar (1) when stdout is a terminal, else one
+            plain line per epoch (2): no ANSI escapes in a redirected log.
         on_nonfinite: ``"stop"`` (default): a step whose gradient is NaN or
             infinite on any replica is not applied and :class:`NonFiniteError`
             names it, before any checkpoint of that step; a non-finite loss
@@ -299,6 +313,8 @@ def fit(
         )
         validation = _ExactValidation(evaluator, eval_input)
         cbs.insert(0, validation)  # val_* in the logs before any user callback reads them
+    if verbose == "auto":
+        verbose = 1 if is_terminal(sys.stdout) else 2
     verbose = verbose if info.is_chief else 0
     history: dict[str, list[float]] = {}
     epochs_done: list[int] = []
