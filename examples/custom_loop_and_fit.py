@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             keras.losses.BinaryCrossentropy(),
             metrics=["binary_accuracy"],
         )
-    history = fit(model, train_input, epochs, eval_input=eval_input, verbose=2)
+    history = fit(model, train_input, epochs, eval_input=eval_input, verbose=2).history
 
     # 5. Same data order, same initial weights, same steps: the same weights.
     diff = max(

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             loss=keras.losses.SparseCategoricalCrossentropy(),
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         )
-    history = fit(model, train_input, epochs, eval_input=eval_input, verbose=2)
+    history = fit(model, train_input, epochs, eval_input=eval_input, verbose=2).history
 
     # 5. Exact evaluation, once more on its own (the per-epoch val_* above are the same).
     result = evaluate(

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_every=args.checkpoint_every,
         progress=False,
     )
-    records = trainer.fit(train_input, epochs, eval_input=eval_input, max_steps=args.max_steps)
+    history = trainer.fit(train_input, epochs, eval_input=eval_input, max_steps=args.max_steps)
     state = trainer.state
     if state.stopped_early:
         print(
@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             "to resume"
         )
     else:
-        if records:  # fit evaluated after every epoch it trained
-            result = {k[4:]: v for k, v in records[-1].items() if k.startswith("val_")}
+        if history.epoch:  # fit evaluated after every epoch it trained
+            result = {k[4:]: v[-1] for k, v in history.history.items() if k.startswith("val_")}
         else:  # a rerun of a finished job: nothing left to train
             result = trainer.evaluate(eval_input)
         print(

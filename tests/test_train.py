@@ -140,13 +140,14 @@ def test_mixed_precision_and_xla_train(mirrored4):
         for policy in ("mixed_float16", "mixed_bfloat16"):
             tr = trainer(mirrored4, mixed_precision=policy, clip_global_norm=1.0)
             assert tr.model.layers[0].compute_dtype == policy.split("_")[1]
-            rec = tr.fit(inp, 2)
-            assert np.isfinite(rec[-1]["loss"]) and rec[-1]["loss"] < rec[0]["loss"] + 0.05
+            # the policy was Keras's global one only while the model was built
+            assert keras.config.dtype_policy().name == "float32"
+            loss = tr.fit(inp, 2).history["loss"]
+            assert np.isfinite(loss[-1]) and loss[-1] < loss[0] + 0.05
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
     tr = trainer(mirrored4, jit_compile=True)
-    rec = tr.fit(inp, 1)
-    assert np.isfinite(rec[0]["loss"])
+    assert np.isfinite(tr.fit(inp, 1).history["loss"][0])
 
 
 def test_fit_path_sees_the_same_order_as_the_trainer(mirrored4):
@@ -172,6 +173,8 @@ def test_fit_path_sees_the_same_order_as_the_trainer(mirrored4):
     for a, b in zip(tr.model.weights, model.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
     last = tr.state.history[-1]
+    assert isinstance(hist, keras.callbacks.History) and hist.epoch == [0, 1]
+    hist = hist.history
     assert abs(hist["val_loss"][-1] - last["val_loss"]) < 1e-6
     assert (
         abs(hist["val_sparse_categorical_accuracy"][-1] - last["val_sparse_categorical_accuracy"])
@@ -188,9 +191,21 @@ def test_model_built_outside_scope(mirrored4):
         Trainer(mirrored4, outside, keras.optimizers.SGD(0.1), LOSS)
 
 
-def test_mean_reduced_loss_refused(mirrored4):
-    with pytest.raises(ValueError, match="reduction='none'"):
-        trainer(mirrored4, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+def test_mean_reduced_loss_is_used_per_example(mirrored4):
+    """A loss as model.compile takes it trains exactly as the reduction='none' one."""
+    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)
+    mean = trainer(mirrored4, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    alias = trainer(mirrored4)
+    mean.fit(inp, 1)
+    alias.fit(inp, 1)
+    for a, b in zip(mean.model.weights, alias.model.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # ... not one divided by the replica count, as Keras's mean reduction would be
+    ref, _ = reference_loop(inp, 1)
+    for a, b in zip(mean.model.weights, ref.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="reduction='sum'"):
+        trainer(mirrored4, loss=keras.losses.MeanSquaredError(reduction="sum"))
 
 
 def test_optimizer_clipnorm_refused(mirrored4):
@@ -315,7 +330,7 @@ def test_trainer_exact_mid_epoch_resume(mirrored4, tmp_path):
     assert lines[2]["ids"] == s.indices(0, 4).tolist()
     # logs: one metrics.jsonl line per epoch, TensorBoard events
     assert len(_records(tmp_path / "full" / "metrics.jsonl")) == 2
-    assert list((tmp_path / "full" / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "full" / "tensorboard" / "train").glob("events.out.tfevents.*"))
 
 
 def test_resume_with_another_configuration_is_refused(mirrored4, tmp_path):
@@ -470,7 +485,8 @@ def test_accumulation_epoch_is_the_sampler_epoch_and_resume_is_bit_identical(mir
 def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored4, tmp_path):
     inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
     tr = trainer(mirrored4)
-    assert tr.fit(inp, 2, max_steps=5) == [] and tr.state.history == []
+    hist = tr.fit(inp, 2, max_steps=5)
+    assert hist.history == {} and hist.epoch == [] and tr.state.history == []
 
     def compiled():
         with mirrored4.scope():
@@ -482,7 +498,7 @@ def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrore
         return model
 
     first = compiled()
-    hist = fit(first, inp, 2, run_dir=tmp_path, max_steps=5, verbose=0)
+    hist = fit(first, inp, 2, run_dir=tmp_path, max_steps=5, verbose=0).history
     assert hist and all(v == [] for v in hist.values())  # no entry for the partial epoch
     again = compiled()
     fit(again, inp, 2, run_dir=tmp_path, max_steps=5, verbose=0)  # already at max_steps
@@ -491,7 +507,8 @@ def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrore
     for a, b in zip(first.weights, again.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     hist = fit(again, inp, 2, run_dir=tmp_path, max_steps=16, verbose=0)  # to the epoch's end
-    assert len(hist["loss"]) == 1 and int(again.optimizer.iterations.numpy()) == 16
+    assert len(hist.history["loss"]) == 1 and hist.epoch == [0]
+    assert int(again.optimizer.iterations.numpy()) == 16
 
 
 # -- logs after a resume (issue 10, item 9) ----------------------------------------------------
@@ -514,8 +531,8 @@ def test_epoch_metrics_survive_a_mid_epoch_resume(mirrored4, tmp_path):
     cut = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
     cut.fit(inp, 2, max_steps=21)  # 5 steps into epoch 2
     resumed = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
-    records = resumed.fit(inp, 2)
-    assert [r["epoch"] for r in records] == [1]
+    assert resumed.fit(inp, 2).epoch == [1]
+    assert [r["epoch"] for r in resumed.state.history] == [1]
     want, got = (
         _lines(tmp_path / "full" / "metrics.jsonl"),
         _lines(tmp_path / "cut" / "metrics.jsonl"),

@@ -40,8 +40,8 @@ class FaultyTrainer(Trainer):
         if FAULT == "after_save" and self.state.step == 0 and self.state.epoch == 1:
             kill("after the checkpoint of the end of epoch 1")
 
-    def _log_epoch(self, record, writer):
-        super()._log_epoch(record, writer)
+    def _log_epoch(self, record):
+        super()._log_epoch(record)
         if FAULT == "after_log" and record["epoch"] == 0:
             kill("after the line of epoch 1, before its checkpoint")
 

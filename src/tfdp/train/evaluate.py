@@ -2,7 +2,9 @@
 
 This module owns :class:`PerExampleLoss` (which refuses mean-reduced Keras
 losses, the trap of Keras >= 3.8 dividing by the replica count under a
-strategy), :func:`unpack_batch`, and :class:`Evaluator`: metrics updated in
+strategy), :func:`per_example_loss` (which rebuilds a loss as ``compile``
+takes it with ``reduction="none"``), :func:`unpack_batch`, and
+:class:`Evaluator`: metrics updated in
 replica context with the evaluation sampler's weights (padding weighted 0),
 read in cross-replica context -- equal to a single-device pass over the whole
 set, whatever the replica count.
@@ -22,7 +24,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["Evaluator", "PerExampleLoss", "evaluate", "unpack_batch"]
+__all__ = ["Evaluator", "PerExampleLoss", "evaluate", "per_example_loss", "unpack_batch"]
 
 _NAMED = {
     "sparse_categorical_crossentropy": lambda: keras.losses.SparseCategoricalCrossentropy(
@@ -118,6 +120,33 @@ class PerExampleLoss:
         if values.shape.rank and values.shape.rank > 1:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
         return values
+
+
+def per_example_loss(loss: Any) -> PerExampleLoss:
+    """The per-example version of a loss as ``model.compile`` takes it.
+
+    A Keras ``Loss`` with a reduction is rebuilt with ``reduction="none"``
+    (under a strategy tfdp averages over the global batch itself); a name is
+    one of :class:`PerExampleLoss`'s or any ``keras.losses.get`` knows; a
+    function or a :class:`PerExampleLoss` is used as it is.
+
+    Example:
+        >>> loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        >>> per_example_loss(loss)(tf.constant([0, 1]), tf.constant([[2.0, 0.0], [0.0, 2.0]])).shape
+        TensorShape([2])
+    """
+    if isinstance(loss, keras.losses.Loss) and loss.reduction not in (None, "none"):
+        config = {**loss.get_config(), "reduction": "none"}
+        loss = type(loss).from_config(config)
+    elif isinstance(loss, str) and loss not in _NAMED:
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:
+            raise ValueError(
+                f"unknown loss name {loss!r}; valid names: {sorted(_NAMED)} or any Keras loss "
+                "name (keras.losses.get)"
+            ) from None
+    return PerExampleLoss(loss)
 
 
 class Evaluator:

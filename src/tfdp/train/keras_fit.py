@@ -7,7 +7,10 @@ sampler epoch (the input is an endless stream of reshuffled epochs with
 position (epoch and step within it) and are written every N steps by a
 callback, a run resumes mid-epoch (a short first ``fit`` call finishes the
 interrupted epoch from the saved step, then the rest follows), and the
-validation metrics come from tfdp's exact evaluation (padding weighted 0).
+validation metrics come from tfdp's exact evaluation (padding weighted 0),
+added to the epoch's logs before any user callback runs (so
+``EarlyStopping(monitor="val_loss")``, ``CSVLogger`` and ``TensorBoard`` see
+them). It returns a ``keras.callbacks.History``, as ``model.fit`` does.
 
 Keras's own ``BackupAndRestore`` restores only at an epoch start; this path
 resumes at the saved step. ``steps_per_execution > 1`` is left to Keras:
@@ -17,8 +20,15 @@ use :class:`~tfdp.train.Trainer` (``steps_per_call``) for several steps per
 call.
 
 Example:
-    >>> callable(fit)
-    True
+    >>> import numpy as np
+    >>> from tfdp import ArraySource, DistributedInput
+    >>> strategy = tf.distribute.get_strategy()
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> src = ArraySource((np.random.rand(32, 3).astype("float32"), np.arange(32) % 2))
+    >>> hist = fit(model, DistributedInput(strategy, src, batch_size=8), 2, verbose=0)
+    >>> hist.epoch, list(hist.history)
+    ([0, 1], ['loss'])
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,27 +52,13 @@ from tfdp.checkpoint import (
 )
 from tfdp.distribute import worker_info
 from tfdp.input import DistributedInput
-from tfdp.train.evaluate import Evaluator, PerExampleLoss
+from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import NonFiniteError, apply_if_finite, check_policy, nonfinite_local
+from tfdp.train.logs import is_terminal
 
 __all__ = ["fit", "per_example_loss"]
 
 log = logging.getLogger("tfdp")
-
-
-def per_example_loss(loss: Any) -> PerExampleLoss:
-    """The per-example (``reduction="none"``) version of a compiled Keras loss.
-
-    Example:
-        >>> per_example_loss(keras.losses.MeanSquaredError()).name
-        'mean_squared_error'
-    """
-    if isinstance(loss, keras.losses.Loss) and loss.reduction not in (None, "none"):
-        config = {**loss.get_config(), "reduction": "none"}
-        loss = type(loss).from_config(config)
-    elif isinstance(loss, str):
-        loss = keras.losses.get(loss)
-    return PerExampleLoss(loss)
 
 
 class _StopAt(keras.callbacks.Callback):
@@ -195,6 +192,8 @@ class _EpochEndCheckpoint(CheckpointCallback):
 
 
 class _ExactValidation(keras.callbacks.Callback):
+    """Adds the exact ``val_*`` to the epoch's logs; runs before every user callback."""
+
     def __init__(self, evaluator: Evaluator, eval_input: DistributedInput) -> None:
         super().__init__()
         self.evaluator, self.eval_input = evaluator, eval_input
@@ -230,10 +229,10 @@ def fit(
     max_to_keep: int = 3,
     resume: bool = True,
     max_steps: int | None = None,
-    callbacks: Sequence[keras.callbacks.Callback] = (),
+    callbacks: Sequence[keras.callbacks.Callback] | None = None,
     verbose: int | str = "auto",
     on_nonfinite: str = "stop",
-) -> dict[str, list[float]]:
+) -> keras.callbacks.History:
     """Train a compiled model with ``model.fit`` on tfdp input, with mid-epoch resume.
 
     Args:
@@ -247,8 +246,12 @@ def fit(
         max_to_keep: Checkpoints kept.
         resume: Continue from the latest checkpoint in ``run_dir``.
         max_steps: Stop (saving a checkpoint) at this global step.
-        callbacks: More Keras callbacks.
-        verbose: Passed to ``model.fit`` (quiet on non-chief workers).
+        callbacks: More Keras callbacks. They run after tfdp's own (the
+            exact validation first), so ``EarlyStopping(monitor="val_loss")``,
+            ``CSVLogger`` and ``TensorBoard`` see the ``val_*`` of every epoch.
+        verbose: Passed to ``model.fit`` (quiet on non-chief workers);
+            ``"auto"`` is Keras's bar (1) when stdout is a terminal, else one
+            plain line per epoch (2): no ANSI escapes in a redirected log.
         on_nonfinite: ``"stop"`` (default): a step whose gradient is NaN or
             infinite on any replica is not applied and :class:`NonFiniteError`
             names it, before any checkpoint of that step; a non-finite loss
@@ -257,7 +260,9 @@ def fit(
             hold non-finite values either way.
 
     Returns:
-        The merged Keras history of this call.
+        A ``keras.callbacks.History`` of the epochs completed in this call
+        (an interrupted epoch finished first and the rest merged into one;
+        an epoch cut by ``max_steps`` left out), also set as ``model.history``.
 
     Raises:
         ValueError: for an uncompiled model, ``steps_per_execution > 1``, or
@@ -300,16 +305,19 @@ def fit(
             if restored is not None:
                 start, global_step = restored
     epoch, step = start.epoch, start.step
-    cbs = list(callbacks)
+    cbs = list(callbacks or ())
     validation = None
     if eval_input is not None:
         evaluator = Evaluator(
             strategy, model, per_example_loss(model.loss), _compiled_metrics(model, train_input)
         )
         validation = _ExactValidation(evaluator, eval_input)
-        cbs.append(validation)
+        cbs.insert(0, validation)  # val_* in the logs before any user callback reads them
+    if verbose == "auto":
+        verbose = 1 if is_terminal(sys.stdout) else 2
     verbose = verbose if info.is_chief else 0
     history: dict[str, list[float]] = {}
+    epochs_done: list[int] = []
     guard = _NonFiniteGuard(model, on_nonfinite, global_step, epoch * steps + step, steps)
 
     def run(dataset: Any, first: int, last: int, steps_per_epoch: int) -> bool:
@@ -341,23 +349,29 @@ def fit(
         for k, v in hist.history.items():
             # Keras ends an epoch cut by stop_training with on_epoch_end too: drop that entry.
             history.setdefault(k, []).extend(v[:-1] if stopper.partial else v)
+        epochs_done.extend(hist.epoch[:-1] if stopper.partial else hist.epoch)
         done = stopper.global_step - global_step
         absolute = start.epoch * steps + start.step + done
         start = DataPosition(absolute // steps, absolute % steps)
         global_step = stopper.global_step
-        return not stopper.stopped
+        return not stopper.stopped and not model.stop_training
 
     guard.install(strategy)
     model.train_function = None  # traced again, with the guarded update
     try:
         if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
             # finish the interrupted epoch first
-            if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step):
-                return history
+            go_on = run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step)
             epoch += 1
-        if epoch < epochs and (max_steps is None or global_step < max_steps):
+        else:
+            go_on = True
+        if go_on and epoch < epochs and (max_steps is None or global_step < max_steps):
             run(train_input.epochs(epoch, epochs - epoch), epoch, epochs, steps)
     finally:
         guard.uninstall()
         model.train_function = None
-    return history
+    result = keras.callbacks.History()
+    result.set_model(model)
+    result.history, result.epoch = history, epochs_done
+    model.history = result
+    return result

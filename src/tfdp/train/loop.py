@@ -1,14 +1,15 @@
-"""The distributed custom training loop: :class:`Trainer`.
+"""The training loop: :class:`Trainer` (epochs, checkpoints, stop agreement, resume, callbacks).
 
-This module owns the train step (every step's loss and gradient are the mean
-over the rows the step actually holds, over all replicas and micro-batches;
-gradient accumulation; clipping by global norm *after* the all-reduce; mixed
-precision with synchronised loss scaling), the compiled step functions
-(straight-line for one step per call, an Orbit-style ``tf.range`` loop for
-several, cached by what they depend on), the epoch loop (loop epoch ``e`` is
-exactly sampler epoch ``e``) with exact mid-epoch resume from checkpoints,
-and the per-epoch log line, progress bar, metrics.jsonl and TensorBoard
-scalars. Exact evaluation lives in :mod:`tfdp.train.evaluate`.
+This module owns the outer loop: loop epoch ``e`` is exactly sampler epoch
+``e``; an epoch of ``S`` batches makes ``ceil(S / accumulation_steps)``
+optimizer steps run ``steps_per_call`` at a time; checkpoints every
+``checkpoint_every`` steps and at every epoch end, with exact mid-epoch
+resume; a stop (a signal, ``max_steps``, a callback's ``model.stop_training``)
+agreed by all workers at one step; exact validation after every epoch, in the
+``logs`` before any Keras callback sees them; the returned
+``keras.callbacks.History``. The replica step and its compiled functions are
+:mod:`tfdp.train.step`'s, the console / metrics.jsonl / TensorBoard / sample
+ids :mod:`tfdp.train.logs`', exact evaluation :mod:`tfdp.train.evaluate`'s.
 
 Example:
     >>> import keras, numpy as np, tensorflow as tf
@@ -18,20 +19,19 @@ Example:
     >>> trainer = Trainer(strategy, lambda: keras.Sequential([keras.Input((3,)),
     ...     keras.layers.Dense(2)]), lambda: keras.optimizers.SGD(0.1),
     ...     "sparse_categorical_crossentropy_from_logits", progress=False, verbose=0)
-    >>> hist = trainer.fit(DistributedInput(strategy, src, batch_size=16), epochs=1)
-    >>> len(hist)
-    1
+    >>> hist = trainer.fit(DistributedInput(strategy, src, batch_size=16), epochs=2)
+    >>> hist.epoch, sorted(hist.history)
+    ([0, 1], ['loss'])
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,9 +39,12 @@ import keras
 import tensorflow as tf
 
 from tfdp.distribute import worker_info
+from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
-from tfdp.train.evaluate import Evaluator, PerExampleLoss, unpack_batch
-from tfdp.train.guard import NonFiniteError, apply_if_finite, check_policy, nonfinite_local
+from tfdp.train.evaluate import Evaluator, per_example_loss
+from tfdp.train.guard import NonFiniteError, check_policy
+from tfdp.train.logs import TrainLogs
+from tfdp.train.step import TrainStep
 
 __all__ = ["TrainState", "Trainer"]
 
@@ -56,6 +59,11 @@ class TrainState:
     ``last_loss`` is the loss of the latest optimizer step and ``step_losses``
     those of every step of the latest compiled call (each the mean over the
     rows of its step, regularisation included, as every replica computes it).
+    ``history`` holds every epoch record (as in ``metrics.jsonl``);
+    ``stop_reason`` says why :meth:`Trainer.fit` stopped early: ``"request"``
+    (or the reason given to :meth:`Trainer.request_stop`), ``"peer"`` (another
+    worker's), ``"callback"`` (a callback set ``model.stop_training``) or
+    ``"nonfinite"``.
 
     Example:
         >>> TrainState(epoch=1, step=3, global_step=13).epoch
@@ -81,6 +89,20 @@ def _build(obj: Any) -> Any:
     )
 
 
+@contextmanager
+def _dtype_policy(name: str | None) -> Iterator[None]:
+    """Keras's global dtype policy set to ``name`` inside, the previous one restored after."""
+    if name is None:
+        yield
+        return
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 class Trainer:
     """Synchronous data-parallel training of any Keras 3 model under any tf.distribute strategy.
 
@@ -91,11 +113,12 @@ class Trainer:
         optimizer: A Keras optimizer or a factory. Its own ``clipnorm`` /
             ``global_clipnorm`` would clip per-replica partial gradients before
             the all-reduce, so they are refused: use ``clip_global_norm``.
-        loss: Per-example loss: a Keras loss with ``reduction="none"``, a
-            function ``(y_true, y_pred) -> [B]``, or a name
-            (``"sparse_categorical_crossentropy"``, ``..._from_logits``).
-            Losses with a mean reduction are refused: under a strategy, Keras
-            >= 3.8 already divides them by the replica count. A step's loss
+        loss: A Keras loss (as ``model.compile`` takes it: a mean-reduced one,
+            e.g. ``SparseCategoricalCrossentropy(from_logits=True)``, is used
+            per example, ``reduction="none"``; a ``"sum"`` reduction is
+            refused), a function ``(y_true, y_pred) -> [B]``, a Keras loss
+            name, or ``"sparse_categorical_crossentropy_from_logits"`` (also
+            ``categorical_...`` and ``binary_...``). A step's loss
             (and gradient) is ``sum(sample_weight * loss) / rows`` over the
             rows the step holds on all replicas and micro-batches -- a last,
             partial batch is its own true mean -- plus the model's
@@ -116,17 +139,23 @@ class Trainer:
         clip_global_norm: Clip the all-reduced gradient to this global norm.
         mixed_precision: ``None``, ``"mixed_float16"`` (with dynamic loss
             scaling, skip decisions synchronised across replicas) or
-            ``"mixed_bfloat16"``. Set before the model factory runs.
+            ``"mixed_bfloat16"``. Keras's global dtype policy is set to it
+            while the model factory runs, and restored afterwards.
         jit_compile: Compile the replica step with XLA.
         run_dir: Where checkpoints, metrics.jsonl and TensorBoard logs go
             (chief only writes logs; every worker joins checkpoint saves).
         checkpoint_every: Save every N optimizer steps (and at every epoch end).
         max_to_keep: Checkpoints kept.
-        progress: A progress bar on the chief, showing the running mean of
-            the epoch's step losses (already reduced over replicas and
-            workers: it reads no metric, so it is safe under
-            MultiWorkerMirroredStrategy).
+        progress: A Keras progress bar on the chief's stderr, when stderr is
+            a terminal, showing the running mean of the epoch's step losses
+            (already reduced over replicas and workers: it reads no metric,
+            so it is safe under MultiWorkerMirroredStrategy).
         verbose: 1 prints a line per epoch on the chief; 0 is quiet.
+        log_every: Every N optimizer steps (calls are cut to land on them):
+            a plain line on stdout -- epoch, step, loss (mean since the
+            previous line), learning rate, samples/s -- when no bar is shown
+            (stderr not a terminal, or ``progress=False``), and ``batch_*``
+            TensorBoard scalars. 0 (default): neither.
         record_samples: Append, per step and global rank, the example ids
             each replica consumed, as JSON lines, to this file (the input must
             have ``return_ids=True``; the ids are all-gathered, so the chief
@@ -148,7 +177,7 @@ class Trainer:
             the next step's loss.
 
     Raises:
-        ValueError: for a model built outside the scope, a loss with a mean
+        ValueError: for a model built outside the scope, a loss with a sum
             reduction, optimizer-side clipping, or bad numbers.
 
     Example:
@@ -174,6 +203,7 @@ class Trainer:
         max_to_keep: int = 3,
         progress: bool = True,
         verbose: int = 1,
+        log_every: int = 0,
         record_samples: str | os.PathLike[str] | None = None,
         on_nonfinite: str = "stop",
     ) -> None:
@@ -185,6 +215,10 @@ class Trainer:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
+            raise ConfigError(
+                f"log_every must be an integer >= 0 (0: no step lines), got {log_every!r}"
+            )
         if clip_global_norm is not None and not clip_global_norm > 0:
             raise ValueError(f"clip_global_norm must be > 0 or None, got {clip_global_norm!r}")
         if mixed_precision not in (None, "float32", "mixed_float16", "mixed_bfloat16"):
@@ -194,6 +228,11 @@ class Trainer:
             )
         if checkpoint_every is not None and checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 or None, got {checkpoint_every!r}")
+        if isinstance(loss, keras.losses.Loss) and loss.reduction == "sum":
+            raise ConfigError(
+                f"loss {loss.name!r} has reduction='sum': tfdp trains on the mean over each "
+                "step's rows; build it with the default reduction or reduction='none'"
+            )
         self.steps_per_call = steps_per_call
         self.accumulation_steps = accumulation_steps
         self.clip_global_norm = clip_global_norm
@@ -204,14 +243,23 @@ class Trainer:
         self.max_to_keep = max_to_keep
         self.progress = progress and self.info.is_chief
         self.verbose = verbose if self.info.is_chief else 0
+        self.log_every = log_every
         self._stop = threading.Event()
         self._agree_fn: Any = None
         self.record_samples = os.fspath(record_samples) if record_samples is not None else None
         self.on_nonfinite = check_policy(on_nonfinite)
+        self.logs = TrainLogs(
+            self.run_dir,
+            is_chief=self.info.is_chief,
+            verbose=self.verbose,
+            progress=self.progress,
+            log_every=log_every,
+            record_samples=self.record_samples,
+            accumulation_steps=accumulation_steps,
+        )
 
-        if mixed_precision in ("mixed_float16", "mixed_bfloat16"):
-            keras.mixed_precision.set_dtype_policy(mixed_precision)
-        with self.strategy.scope():
+        policy = mixed_precision if mixed_precision != "float32" else None
+        with _dtype_policy(policy), self.strategy.scope():
             self.model = _build(model)
             optimizer = _build(optimizer)
             if not isinstance(self.model, keras.Model):
@@ -236,15 +284,24 @@ class Trainer:
             self.optimizer = optimizer
             self._check_model_in_scope()
             self.optimizer.build(self.model.trainable_variables)
-            self.loss = PerExampleLoss(loss)
+            self.loss = per_example_loss(loss)
             self.train_loss = keras.metrics.Mean(name="loss")
             self.train_metrics = [
                 keras.metrics.get(m) if isinstance(m, str) else m for m in metrics
             ]
             self.evaluator = Evaluator(self.strategy, self.model, self.loss, self.train_metrics)
-        self._train_fns: dict[tuple[Any, ...], Any] = {}
-        self._grad_fn: Any = None
-        self._input_return_ids = False
+        self.train_step = TrainStep(
+            self.strategy,
+            self.model,
+            self.optimizer,
+            self.loss,
+            self.train_loss,
+            self.train_metrics,
+            clip_global_norm=clip_global_norm,
+            on_nonfinite=self.on_nonfinite,
+            jit_compile=jit_compile,
+            multi_worker=self.info.num_workers > 1,
+        )
         self._ckpt: Any = None
         self.state = TrainState()
 
@@ -263,264 +320,6 @@ class Trainer:
                     "outside strategy.scope(): build the model inside `with strategy.scope():`, "
                     "or pass a factory `lambda: build_model()` and tfdp builds it there"
                 )
-
-    # -- the step ---------------------------------------------------------------
-    def _step_rows(self, batches: tuple[Any, ...]) -> int | tf.Tensor:
-        """Rows of one optimizer step over all replicas and micro-batches: the loss divisor.
-
-        Static per-replica batch dimensions (``drop_remainder=True``) give a
-        Python int, ``B * replicas * micro-batches``, and no collective; a
-        dynamic one (a last, partial batch) costs one scalar all-reduce of the
-        local row count. Runs in replica context.
-        """
-        leaves = [tf.nest.flatten(unpack_batch(b)[0])[0] for b in batches]
-        sizes = [leaf.shape[0] if leaf.shape.rank else None for leaf in leaves]
-        if all(isinstance(s, int) for s in sizes):
-            return sum(sizes) * int(self.strategy.num_replicas_in_sync)
-        local = tf.add_n([tf.cast(tf.shape(leaf)[0], tf.float32) for leaf in leaves])
-        total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
-        return tf.cast(tf.round(total), tf.int64)
-
-    def _gradients(
-        self, batches: tuple[Any, ...], rows: Any
-    ) -> tuple[list[tf.Tensor], tf.Tensor, list[tuple[Any, ...]]]:
-        """This replica's summed gradients over the micro-batches, its loss share, and outputs.
-
-        Each micro-batch contributes ``sum(sample_weight * loss) / rows``, ``rows``
-        the rows of the whole optimizer step over all replicas and micro-batches
-        (see :meth:`_step_rows`), so the all-reduced gradient is that of the mean
-        over the step's rows; the regularisation losses are added once per step
-        (a ``1 / (replicas * micro-batches)`` share each). The outputs,
-        ``(y, predictions, sample_weight, per-example loss)`` per micro-batch,
-        feed the metrics once the step is known to be applied. Runs in replica
-        context and only reads the model's variables, so it can be XLA-compiled.
-        """
-        model = self.model
-        tvars = model.trainable_variables
-        lso = (
-            self.optimizer
-            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-            else None
-        )
-        group = len(batches)
-        grads_sum: list[Any] | None = None
-        total_loss = tf.constant(0.0)
-        outputs = []
-        for batch in batches:
-            x, y, w = unpack_batch(batch)
-            with tf.GradientTape() as tape:
-                pred = model(x, training=True)
-                per_ex = self.loss(y, pred)
-                weighted = per_ex if w is None else per_ex * tf.cast(w, per_ex.dtype)
-                loss = tf.nn.compute_average_loss(weighted, global_batch_size=rows)
-                if model.losses:
-                    reg = tf.add_n([tf.cast(v, tf.float32) for v in model.losses])
-                    loss += tf.nn.scale_regularization_loss(reg) / group
-                scaled = lso.scale_loss(loss) if lso is not None else loss
-            total_loss += tf.cast(loss, tf.float32)
-            grads = tape.gradient(scaled, tvars)
-            grads = [
-                tf.zeros_like(v) if g is None else g for g, v in zip(grads, tvars, strict=True)
-            ]
-            grads_sum = (
-                grads
-                if grads_sum is None
-                else [a + g for a, g in zip(grads_sum, grads, strict=True)]
-            )
-            outputs.append((y, pred, w, per_ex))
-        assert grads_sum is not None
-        return grads_sum, total_loss, outputs
-
-    def _update_metrics(self, outputs: list[tuple[Any, ...]]) -> None:
-        """The epoch's training metrics, from a step's outputs (replica context)."""
-        for y, pred, w, per_ex in outputs:
-            self.train_loss.update_state(per_ex, sample_weight=w)
-            for m in self.train_metrics:
-                m.update_state(y, pred, sample_weight=w)
-
-    def _replica_step(
-        self, batches: tuple[Any, ...], with_ids: bool = False, record_width: int = 0
-    ) -> Any:
-        """One optimizer step on this replica's micro-batches: gradients, clipping, update.
-
-        Returns this replica's loss share and the step's non-finite flags
-        (``[replicas with a non-finite loss, with a non-finite gradient]``,
-        summed over the replicas: the same on every replica; zeros with
-        ``on_nonfinite="ignore"``); with ``record_width`` (the per-replica
-        batch size) also the step's all-gathered ids, ``[micro-batches,
-        replicas * record_width]`` in global rank order, padded with -1 where
-        a batch is partial. A step with a non-finite flag is not applied and
-        does not update the metrics.
-        """
-        opt = self.optimizer
-        tvars = self.model.trainable_variables
-        lso = opt if isinstance(opt, keras.optimizers.LossScaleOptimizer) else None
-        ctx = tf.distribute.get_replica_context()
-        ids = None
-        if with_ids:  # elements are (example, {"index", "position"})
-            if record_width:
-                ids = tf.stack(
-                    [
-                        tf.pad(
-                            bt[1]["index"],
-                            [[0, record_width - tf.shape(bt[1]["index"])[0]]],
-                            constant_values=-1,
-                        )
-                        for bt in batches
-                    ]
-                )  # [k, B]
-                ids = ctx.all_gather(ids, axis=1)  # [k, W * B], in global rank order
-            batches = tuple(bt[0] for bt in batches)
-        rows = self._step_rows(batches)
-        grads_sum, total_loss, outputs = self._grad_fn(batches, rows)
-        check = self.on_nonfinite != "ignore"
-        local = nonfinite_local(total_loss, grads_sum) if check or lso is not None else None
-        local_flags = None
-        if check:
-            # Under mixed_float16 an overflowing gradient is the loss scaler's business
-            # (skip and rescale); the loss is checked in every case.
-            local_flags = local if lso is None else local * tf.constant([1.0, 0.0])
-        if lso is not None:
-            # Keras decides skip/apply from replica 0's local gradients: make every replica's
-            # gradients non-finite when any replica's are, so all replicas decide alike.
-            any_bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local[1]) > 0
-            grads_sum = [
-                tf.where(any_bad, tf.fill(tf.shape(g), float("nan")), g)
-                if g.dtype.is_floating
-                else g
-                for g in grads_sum
-            ]
-        if self.clip_global_norm is not None:
-            total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads_sum)
-            norm = tf.linalg.global_norm([tf.cast(t, tf.float32) for t in total])
-            if lso is not None:
-                norm = norm / tf.cast(lso.dynamic_scale, tf.float32)
-            factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
-            grads_sum = [g * tf.cast(factor, g.dtype) for g in grads_sum]
-            if local_flags is not None and lso is None:  # the summed gradient overflowed
-                overflow = tf.cast(tf.logical_not(tf.math.is_finite(norm)), tf.float32)
-                local_flags = tf.maximum(local_flags, tf.stack([0.0, overflow]))
-        if local_flags is None:
-            opt.apply_gradients(zip(grads_sum, tvars, strict=True))
-            self._update_metrics(outputs)
-            flags = tf.zeros([2])
-        else:
-            flags = apply_if_finite(
-                local_flags,
-                lambda g: opt.apply_gradients(zip(g, tvars, strict=True)),
-                grads_sum,
-                multi_worker=self.info.num_workers > 1,
-            )
-            if self.on_nonfinite == "skip":  # a skipped step leaves the metrics out too
-                ok = tf.reduce_sum(flags) == 0
-                tf.cond(ok, lambda: self._update_metrics(outputs), lambda: None)
-            else:  # "stop": a flagged step ends the run
-                self._update_metrics(outputs)
-        if record_width:
-            return total_loss, flags, ids
-        return total_loss, flags
-
-    # -- the compiled functions ------------------------------------------------------
-    def _train_function(self, spec: str, group: int, multi: bool, batch_size: int) -> Any:
-        """The compiled function for steps of ``group`` micro-batches, cached by what it needs.
-
-        A function depends on the element structure and shapes of the input
-        (``spec``: whether ids come along, a static or dynamic batch dimension), the
-        number of micro-batches per step, whether a call holds one step
-        (straight-line) or several (a ``tf.range`` loop), and, when recording
-        ids, the per-replica batch size; a second :meth:`fit` with another
-        input gets functions of its own. Every function returns, per step it
-        ran, ``[loss, replicas with a non-finite loss, with a non-finite
-        gradient]`` (``[n, 3]``, the loss reduced over the replicas; a call
-        with ``on_nonfinite="stop"`` ends at the first flagged step) and, when
-        ``record_samples`` is set, the steps' ids as a second output.
-        """
-        with_ids = bool(self._input_return_ids)
-        width = batch_size if self.record_samples else 0
-        key = (spec, with_ids, width, group, multi)
-        fn = self._train_fns.get(key)
-        if fn is None:
-            fn = self._build_train_function(group, multi, with_ids, width)
-            self._train_fns[key] = fn
-        return fn
-
-    def _build_train_function(self, group: int, multi: bool, with_ids: bool, width: int) -> Any:
-        if self._grad_fn is None:
-            self._grad_fn = self._gradients
-            if self.jit_compile:  # the forward/backward pass; the update stays outside XLA
-                self._grad_fn = tf.function(self._gradients, jit_compile=True)
-        strategy = self.strategy
-        record = bool(width)
-
-        def replica_step(batches: tuple[Any, ...]) -> Any:
-            return self._replica_step(batches, with_ids, width)
-
-        def one_step(iterator: Any) -> tuple[tf.Tensor, Any]:
-            """``[loss, flags...]`` of one step (and its ids when recording)."""
-            batches = tuple(next(iterator) for _ in range(group))
-            out = strategy.run(replica_step, args=(batches,))
-            local = strategy.experimental_local_results
-            loss = strategy.reduce(tf.distribute.ReduceOp.SUM, out[0], axis=None)
-            flags = local(out[1])[0]  # summed over the replicas in the step
-            step = tf.concat([tf.reshape(loss, [1]), flags], 0)
-            return step, (local(out[2])[0] if record else None)
-
-        if not multi:
-
-            @tf.function
-            def train_1(iterator: Any) -> Any:  # straight-line: no loop
-                step, ids = one_step(iterator)
-                step = tf.expand_dims(step, 0)
-                return (step, tf.expand_dims(ids, 0)) if record else step
-
-            return lambda iterator, n: train_1(iterator)
-
-        stop_early = self.on_nonfinite == "stop"
-
-        @tf.function
-        def train_loop(iterator: Any, n: tf.Tensor) -> Any:  # Orbit-style multi-step
-            steps = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
-            ids_out = tf.TensorArray(tf.int64, size=0, dynamic_size=True)
-            for i in tf.range(n):
-                step, ids = one_step(iterator)
-                j = tf.cast(i, tf.int32)
-                steps = steps.write(j, step)
-                if record:
-                    ids_out = ids_out.write(j, ids)
-                if stop_early and tf.reduce_sum(step[1:]) > 0:
-                    break  # every replica and worker breaks at the same step
-            return (steps.stack(), ids_out.stack()) if record else steps.stack()
-
-        constants: dict[int, tf.Tensor] = {}
-
-        def call(iterator: Any, n: int) -> Any:
-            if n not in constants:
-                constants[n] = tf.constant(n, tf.int64)
-            return train_loop(iterator, constants[n])
-
-        return call
-
-    def _write_records(self, ids: Any, first_step: int, world: int) -> None:
-        """Append ``record_samples`` lines: per step, micro-batch and global rank."""
-        if not self.info.is_chief or self.record_samples is None:
-            return
-        arr = ids.numpy()  # [n, k, W * B], -1 where a batch is partial
-        n, k, total = arr.shape
-        b = total // world
-        with open(self.record_samples, "a") as f:
-            for i in range(n):
-                for m in range(k):
-                    for r in range(world):
-                        row = arr[i, m, r * b : (r + 1) * b]
-                        rec = {
-                            "epoch": self.state.epoch,
-                            "step": first_step + i,
-                            "rank": r,
-                            "ids": row[row >= 0].tolist(),
-                        }
-                        if self.accumulation_steps > 1:
-                            rec["micro_batch"] = m
-                        f.write(json.dumps(rec) + "\n")
 
     def _nonfinite_error(self, i: int, losses: list[float], flags: Any) -> NonFiniteError:
         """The error for step ``i`` of the latest call (the steps before it were applied)."""
@@ -612,7 +411,7 @@ class Trainer:
             return False
         restored = mgr.restore(expected_config=self._data_config(train_input))
         if restored is None:
-            self._truncate_log(0)
+            self.logs.truncate(0)
             return False
         position, global_step = restored
         if position.step % self.accumulation_steps:
@@ -624,34 +423,45 @@ class Trainer:
         self.state.epoch = position.epoch
         self.state.step = position.step // self.accumulation_steps
         self.state.global_step = int(global_step)
-        self._truncate_log(self.state.global_step)
-        if self.verbose:
-            print(f"resumed from {mgr.restored}: epoch {position.epoch}, step {position.step}")
+        self.logs.truncate(self.state.global_step)
+        self.logs.print(
+            f"resumed from {mgr.restored}: epoch {position.epoch}, step {position.step}"
+        )
         return True
 
+    # -- stopping -------------------------------------------------------------------------
     def _agreed_stop(self) -> bool:
         """Whether any worker was asked to stop: all workers must stop at the same step.
 
-        Single-process jobs read the local flag; multi-worker jobs all-reduce
-        it (one scalar collective per call), so a SIGTERM to one worker stops
-        the whole group at one step, where every worker joins the save.
+        A stop is asked by :meth:`request_stop` (a signal handler) or by a
+        callback setting ``model.stop_training``. Single-process jobs read the
+        local flags; multi-worker jobs all-reduce them (one collective of two
+        scalars per call), so a SIGTERM to one worker, or one worker's
+        callback, stops the whole group at one step, where every worker joins
+        the save; a peer's callback stop sets ``model.stop_training`` here too.
         """
-        local = self._stop.is_set()
-        if self.info.num_workers == 1:
-            return local
-        if self._agree_fn is None:
+        requested = self._stop.is_set()
+        by_callback = bool(self.model.stop_training)
+        if self.info.num_workers > 1:
+            if self._agree_fn is None:
 
-            @tf.function
-            def agree(flag: tf.Tensor) -> tf.Tensor:
-                per_replica = self.strategy.run(tf.identity, args=(flag,))
-                return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+                @tf.function
+                def agree(flags: tf.Tensor) -> tf.Tensor:
+                    per_replica = self.strategy.run(tf.identity, args=(flags,))
+                    return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-            self._agree_fn = agree
-        agreed = float(self._agree_fn(tf.constant(1.0 if local else 0.0))) > 0
-        if agreed and not local:
-            self._stop.set()
-            self.state.stop_reason = self.state.stop_reason or "peer"
-        return agreed
+                self._agree_fn = agree
+            local = tf.constant([float(requested), float(by_callback)])
+            agreed = self._agree_fn(local).numpy() > 0
+            if agreed[0] and not requested:
+                self._stop.set()
+                self.state.stop_reason = self.state.stop_reason or "peer"
+            if agreed[1] and not by_callback:
+                self.model.stop_training = True
+            requested, by_callback = bool(agreed[0]), bool(agreed[1])
+        if by_callback and not requested:
+            self.state.stop_reason = self.state.stop_reason or "callback"
+        return requested or by_callback
 
     def request_stop(self, reason: str = "request") -> None:
         """Ask :meth:`fit` to save a checkpoint and return at the next step (thread-safe).
@@ -663,61 +473,9 @@ class Trainer:
         self._stop.set()
 
     # -- logging ------------------------------------------------------------------
-    def _truncate_log(self, global_step: int) -> None:
-        """Rewrite ``metrics.jsonl`` atomically without its lines past ``global_step`` (chief)."""
-        if not self.info.is_chief or self.run_dir is None:
-            return
-        path = os.path.join(self.run_dir, "metrics.jsonl")
-        if not os.path.exists(path):
-            return
-        with open(path) as f:
-            lines = f.read().splitlines()
-        kept = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:  # a line torn by a crash mid-write
-                continue
-            if isinstance(record, dict) and record.get("global_step", 0) <= global_step:
-                kept.append(line)
-        if len(kept) == len(lines):
-            return
-        log.warning(
-            "tfdp: %s: dropped %d line(s) past the restored step %d (written before a crash)",
-            path,
-            len(lines) - len(kept),
-            global_step,
-        )
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "w") as f:
-            f.write("".join(line + "\n" for line in kept))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-
-    def _log_epoch(self, record: dict[str, Any], writer: Any) -> None:
-        if not self.info.is_chief:
-            return
-        if self.verbose:
-            parts = [f"epoch {record['epoch'] + 1}", f"{record['time']:.1f}s"]
-            parts += [
-                f"{k} {v:.4f}"
-                for k, v in record.items()
-                if k not in ("epoch", "time", "step", "samples_per_s", "lr", "global_step")
-                and isinstance(v, float)
-            ]
-            parts.append(f"{record['samples_per_s']:.0f} samples/s")
-            print("  ".join(parts), flush=True)
-        if self.run_dir is not None:
-            os.makedirs(self.run_dir, exist_ok=True)
-            with open(os.path.join(self.run_dir, "metrics.jsonl"), "a") as f:
-                f.write(json.dumps(record) + "\n")
-        if writer is not None:
-            with writer.as_default(step=record["global_step"]):
-                for k, v in record.items():
-                    if isinstance(v, (int, float)) and k not in ("epoch", "step", "global_step"):
-                        tf.summary.scalar(k, v)
-            writer.flush()
+    def _log_epoch(self, record: dict[str, Any]) -> None:
+        """The epoch's line, metrics.jsonl record and TensorBoard scalars (:class:`TrainLogs`)."""
+        self.logs.epoch_end(record)
 
     def _learning_rate(self) -> float:
         try:
@@ -735,7 +493,8 @@ class Trainer:
         resume: bool = True,
         max_steps: int | None = None,
         on_step: Callable[[TrainState], None] | None = None,
-    ) -> list[dict[str, Any]]:
+        callbacks: Sequence[keras.callbacks.Callback] | None = None,
+    ) -> keras.callbacks.History:
         """Train for ``epochs`` epochs (resuming from ``run_dir`` when a checkpoint exists).
 
         Epoch ``e`` of the loop is exactly sampler epoch ``e`` of
@@ -756,9 +515,22 @@ class Trainer:
                 this -- a deliberate stop, as a preemption would cause.
             on_step: Called on every process after each ``tf.function`` call;
                 ``state.step_losses`` holds the losses of that call's steps.
+            callbacks: Keras callbacks, run on every worker as under
+                ``model.fit``: ``on_train_begin/end``,
+                ``on_epoch_begin/end`` (``logs``: ``loss``, the metrics and,
+                with ``eval_input``, the exact ``val_*``, computed before any
+                callback runs), ``on_train_batch_begin/end`` once per compiled
+                call (``batch``: the call's last step in the epoch; ``logs``:
+                the running mean ``loss`` of the epoch). A callback setting
+                ``model.stop_training`` stops training after that call (or
+                epoch): all workers agree and stop at the same step, save a
+                checkpoint, and ``state.stop_reason`` is ``"callback"``.
 
         Returns:
-            One record per epoch completed in this call (also in ``metrics.jsonl``).
+            A ``keras.callbacks.History`` of the epochs completed in this call
+            (``history.history["loss"]``, ..., as ``model.fit`` returns);
+            the full per-epoch records (time, samples/s, learning rate,
+            global step) are in ``state.history`` and ``metrics.jsonl``.
         """
         if train_input.strategy is not self.strategy:
             raise ValueError("train_input was built on another strategy than the trainer's")
@@ -775,12 +547,18 @@ class Trainer:
                 "record_samples needs the ids of each batch: build the training input with "
                 "DistributedInput(..., return_ids=True)"
             )
-        self._input_return_ids = train_input.return_ids
-        writer = None
-        if self.run_dir is not None and self.info.is_chief:
-            writer = tf.summary.create_file_writer(os.path.join(self.run_dir, "tensorboard"))
-        records: list[dict[str, Any]] = []
+        history = keras.callbacks.History()
+        cbs = keras.callbacks.CallbackList(
+            [*(callbacks or ()), history],
+            add_history=False,
+            add_progbar=False,
+            model=self.model,
+            verbose=self.verbose,
+            epochs=epochs,
+            steps=steps_per_epoch,
+        )
         self._stop.clear()
+        self.model.stop_training = False
         # One endless stream of reshuffled epochs, built once: each loop epoch consumes
         # exactly the S batches of its sampler epoch, so the two stay aligned.
         dataset = iterator = None
@@ -793,13 +571,46 @@ class Trainer:
             )
             iterator = iter(dataset)
             spec = str(dataset.element_spec)
+        width = train_input.batch_size if self.record_samples else 0
+        cbs.on_train_begin()
+        try:
+            self._epochs(
+                train_input,
+                epochs,
+                eval_input=eval_input,
+                max_steps=max_steps,
+                on_step=on_step,
+                callbacks=cbs,
+                iterator=iterator,
+                functions=lambda group, multi: self.train_step.function(
+                    spec, group, multi, train_input.return_ids, width
+                ),
+            )
+        finally:
+            self.logs.close()
+        cbs.on_train_end({key: values[-1] for key, values in history.history.items()})
+        return history
+
+    def _epochs(
+        self,
+        train_input: DistributedInput,
+        epochs: int,
+        *,
+        eval_input: DistributedInput | None,
+        max_steps: int | None,
+        on_step: Callable[[TrainState], None] | None,
+        callbacks: keras.callbacks.CallbackList,
+        iterator: Any,
+        functions: Callable[[int, bool], Any],
+    ) -> None:
+        """The epochs of :meth:`fit`, from ``state`` up to ``epochs`` or an agreed stop."""
+        k = self.accumulation_steps
+        full_steps, tail = divmod(train_input.steps_per_epoch, k)
+        steps_per_epoch = full_steps + (1 if tail else 0)
         while self.state.epoch < epochs:
             epoch = self.state.epoch
-            bar = (
-                keras.utils.Progbar(steps_per_epoch, stateful_metrics=["loss"])
-                if self.progress
-                else None
-            )
+            callbacks.on_epoch_begin(epoch)
+            self.logs.epoch_begin(epoch, steps_per_epoch)
             t0 = time.perf_counter()
             batches_done = skipped = 0
             loss_sum, loss_count = 0.0, 0
@@ -808,19 +619,18 @@ class Trainer:
                     group, n = k, min(self.steps_per_call, full_steps - self.state.step)
                 else:  # the epoch's last, shorter group
                     group, n = tail, 1
-                if self.checkpoint_every:
-                    n = min(
-                        n, self.checkpoint_every - self.state.global_step % self.checkpoint_every
-                    )
+                for every in (self.checkpoint_every, self.log_every):  # land on their steps
+                    if every:
+                        n = min(n, every - self.state.global_step % every)
                 if max_steps is not None:
                     n = min(n, max_steps - self.state.global_step)
                 if n <= 0:
                     break
-                fn = self._train_function(spec, group, n > 1, train_input.batch_size)
-                out = fn(iterator, n)
+                callbacks.on_train_batch_begin(self.state.step)
+                out = functions(group, n > 1)(iterator, n)
                 if self.record_samples:
                     out, ids = out
-                    self._write_records(ids, self.state.step, train_input.num_replicas)
+                    self.logs.write_ids(ids, epoch, self.state.step, train_input.num_replicas)
                 steps = out.numpy()  # [steps run, 3]: loss, non-finite flags
                 losses, flags = steps[:, 0].tolist(), steps[:, 1:]
                 bad = [i for i in range(len(losses)) if flags[i].any()]
@@ -844,11 +654,20 @@ class Trainer:
                 good = [v for i, v in enumerate(losses) if i not in bad]
                 loss_sum += sum(good)
                 loss_count += len(good)
-                if bar is not None:  # already-reduced step losses: no metric read, no collective
-                    mean = loss_sum / loss_count if loss_count else float("nan")
-                    bar.update(self.state.step, values=[("loss", mean)])
+                # Already-reduced step losses: no metric read, no collective.
+                mean = loss_sum / loss_count if loss_count else float("nan")
+                self.logs.steps_end(
+                    epoch=epoch,
+                    step=self.state.step,
+                    global_step=self.state.global_step,
+                    losses=good,
+                    samples=n * group * train_input.global_batch_size,
+                    lr=self._learning_rate() if self.log_every else float("nan"),
+                    epoch_loss=mean,
+                )
                 if on_step is not None:
                     on_step(self.state)
+                callbacks.on_train_batch_end(self.state.step - 1, {"loss": mean})
                 due = self.checkpoint_every and self.state.global_step % self.checkpoint_every == 0
                 stop = self._agreed_stop() or (
                     max_steps is not None and self.state.global_step >= max_steps
@@ -859,7 +678,7 @@ class Trainer:
                     break
             if self.state.step < steps_per_epoch:  # stopped mid-epoch
                 self.state.stopped_early = True
-                return records
+                return
             elapsed = time.perf_counter() - t0
             record: dict[str, Any] = {
                 "epoch": epoch,
@@ -884,21 +703,28 @@ class Trainer:
             skipped = getattr(train_input.source, "skipped_files", None)
             if skipped is not None and skipped():  # bad files read with weight 0: say so
                 record["skipped_files"] = len(skipped())
-                if self.verbose:
-                    print(train_input.source.report(), flush=True)
+                self.logs.print(train_input.source.report())
             self.state.epoch, self.state.step = epoch + 1, 0
             # The line first: a crash between the two re-runs (part of) the epoch from an
             # older checkpoint, and the resume drops the line (see restore).
-            self._log_epoch(record, writer)
+            self._log_epoch(record)
+            # Keras's epoch logs: the loss, the metrics and the exact validation, before any
+            # callback sees them (a callback may change the model: the save comes after).
+            logs = {
+                key: value
+                for key, value in record.items()
+                if key == "loss"
+                or key.startswith("val_")
+                or key in {m.name for m in self.train_metrics}
+            }
+            callbacks.on_epoch_end(epoch, logs)
             self._save(train_input)
-            records.append(record)
             self.state.history.append(record)
             if self._agreed_stop() or (
                 max_steps is not None and self.state.global_step >= max_steps
             ):
                 self.state.stopped_early = self.state.epoch < epochs
                 break
-        return records
 
     def evaluate(self, eval_input: DistributedInput) -> dict[str, float]:
         """Exact distributed evaluation (padding weighted 0): ``{"loss": ..., metric: ...}``."""

@@ -1,0 +1,363 @@
+"""Keras callbacks, step logs and TensorBoard of the Trainer and the fit path (issue 12).
+
+Callbacks under a real 2-replica MirroredStrategy (and 2 real worker processes for the stop
+agreement): EarlyStopping on ``val_loss``, CSVLogger and a custom callback see the exact
+validation, checked against a plain NumPy cross-entropy over the held-out set.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import warnings
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdp import ArraySource, DistributedInput
+from tfdp.train import Trainer, fit
+
+N, NE = 256, 37  # training rows; held-out rows (prime: the eval sampler pads)
+RNG = np.random.default_rng(3)
+X = RNG.normal(size=(N + NE, 6)).astype("float32")
+Y = (X[:, 0] - 0.5 * X[:, 2] > 0).astype("int64")
+XE, YE = X[N:], Y[N:]
+X, Y = X[:N], Y[:N]
+METRIC = "sparse_categorical_accuracy"
+
+
+def make_model() -> keras.Model:
+    keras.utils.set_random_seed(4)
+    return keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, "tanh"), keras.layers.Dense(2)]
+    )
+
+
+def numpy_val_loss(model: keras.Model) -> float:
+    """The held-out mean cross-entropy, computed in NumPy over every row once (the reference)."""
+    logits = np.asarray(model(XE, training=False), dtype="float64")
+    logits -= logits.max(axis=1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(NE), YE].mean())
+
+
+def inputs(strategy):
+    train = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps per epoch
+    held_out = DistributedInput(strategy, ArraySource((XE, YE)), sampler="eval", batch_size=4)
+    return train, held_out
+
+
+class Recorder(keras.callbacks.Callback):
+    """Records every hook call; at each epoch end checks val_loss against the NumPy reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple] = []
+        self.val_errors: list[float] = []
+
+    def on_train_begin(self, logs=None):
+        self.events.append(("train_begin",))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.events.append(("epoch_begin", epoch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.events.append(("batch_end", batch, sorted(logs or {})))
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        self.events.append(("epoch_end", epoch, sorted(logs)))
+        if "val_loss" in logs:
+            self.val_errors.append(abs(logs["val_loss"] - numpy_val_loss(self.model)))
+
+    def on_train_end(self, logs=None):
+        self.events.append(("train_end",))
+
+
+def early_stopping() -> keras.callbacks.EarlyStopping:
+    # min_delta=10: epoch 0 sets the best, epoch 1 cannot improve on it -> stop after epoch 1.
+    return keras.callbacks.EarlyStopping(monitor="val_loss", patience=1, min_delta=10.0)
+
+
+def check_csv(path: Path, epochs: int) -> list[dict[str, str]]:
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == epochs
+    assert {"val_loss", f"val_{METRIC}", "loss", METRIC} <= set(rows[0])
+    assert all("NA" not in row.values() for row in rows), rows
+    return rows
+
+
+def test_trainer_callbacks_see_exact_validation_and_stop(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)
+    train, held_out = inputs(strategy)
+    tr = Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),  # as compile takes it
+        metrics=[METRIC],
+        steps_per_call=3,
+        progress=False,
+        verbose=0,
+    )
+    rec = Recorder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = tr.fit(
+            train,
+            5,
+            eval_input=held_out,
+            callbacks=[early_stopping(), keras.callbacks.CSVLogger(tmp_path / "log.csv"), rec],
+        )
+    assert not [w for w in caught if "val_loss" in str(w.message)]  # EarlyStopping found it
+    # EarlyStopping stopped after epoch 1 (of 5), and the Trainer says why.
+    assert isinstance(hist, keras.callbacks.History) and hist.epoch == [0, 1]
+    assert tr.state.epoch == 2 and tr.state.stopped_early and tr.state.stop_reason == "callback"
+    assert hist.history["val_loss"] == [r["val_loss"] for r in tr.state.history]
+    assert hist.history["loss"] == [r["loss"] for r in tr.state.history]
+    # The exact validation was in the logs, equal to a NumPy pass over the held-out rows.
+    assert len(rec.val_errors) == 2 and max(rec.val_errors) < 1e-5
+    rows = check_csv(tmp_path / "log.csv", 2)
+    assert [float(r["val_loss"]) for r in rows] == pytest.approx(hist.history["val_loss"])
+    # Hooks: once per compiled call (3 steps each: batches 2, 5, ..., 14, then 15).
+    calls = [2, 5, 8, 11, 14, 15]
+    keys = ["loss", METRIC, "val_loss", f"val_{METRIC}"]
+    assert rec.events == [
+        ("train_begin",),
+        *[
+            e
+            for epoch in (0, 1)
+            for e in (
+                ("epoch_begin", epoch),
+                *[("batch_end", b, ["loss"]) for b in calls],
+                ("epoch_end", epoch, sorted(keys)),
+            )
+        ],
+        ("train_end",),
+    ]
+
+
+def test_trainer_callback_stop_mid_epoch_saves_and_resumes(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)
+    train, _ = inputs(strategy)
+
+    class StopAtStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 5:
+                self.model.stop_training = True
+
+    def make(run_dir):
+        return Trainer(
+            strategy,
+            make_model,
+            lambda: keras.optimizers.SGD(0.2),
+            "sparse_categorical_crossentropy_from_logits",
+            steps_per_call=3,
+            run_dir=run_dir,
+            progress=False,
+            verbose=0,
+        )
+
+    cut = make(tmp_path / "cut")
+    hist = cut.fit(train, 2, callbacks=[StopAtStep()])
+    assert hist.epoch == [] and (cut.state.epoch, cut.state.step) == (0, 6)
+    assert cut.state.stop_reason == "callback" and cut.state.stopped_early
+    assert tf.train.latest_checkpoint(str(tmp_path / "cut" / "checkpoints")).endswith("ckpt-6")
+    resumed = make(tmp_path / "cut")
+    assert resumed.fit(train, 2).epoch == [0, 1]
+    full = make(None)
+    full.fit(train, 2)
+    for a, b in zip(full.model.weights, resumed.model.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+
+
+def test_fit_path_callbacks_see_exact_validation(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)
+    train, held_out = inputs(strategy)
+    with strategy.scope():
+        model = make_model()
+        model.compile(
+            keras.optimizers.SGD(0.2),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[METRIC],
+        )
+    rec = Recorder()
+    tb = tmp_path / "tb"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = fit(
+            model,
+            train,
+            5,
+            eval_input=held_out,
+            verbose=0,
+            callbacks=[
+                early_stopping(),
+                keras.callbacks.CSVLogger(tmp_path / "log.csv"),
+                keras.callbacks.TensorBoard(tb),
+                rec,
+            ],
+        )
+    assert not [w for w in caught if "val_loss" in str(w.message)]
+    assert isinstance(hist, keras.callbacks.History) and hist.epoch == [0, 1]
+    assert model.history is hist
+    assert len(rec.val_errors) == 2 and max(rec.val_errors) < 1e-5
+    rows = check_csv(tmp_path / "log.csv", 2)
+    assert [float(r["val_loss"]) for r in rows] == pytest.approx(hist.history["val_loss"])
+    assert list((tb / "validation").glob("events.out.tfevents.*"))  # Keras wrote val_* there
+
+
+def test_two_workers_stop_together_when_one_callback_asks():
+    from mw import run_workers
+
+    script = Path(__file__).parent / "workers" / "callback_stop_worker.py"
+    outs = run_workers(script, 2, ["1", "5"], timeout=300)
+    results = [json.loads(re.search(r"RESULT (.*)", out).group(1)) for out in outs]
+    first, second = sorted(results, key=lambda r: r["task"])
+    assert not first["asked"] and second["asked"]  # only worker 1's callback asked ...
+    for r in (first, second):  # ... and both stopped at the same step, after the call of step 6
+        assert (r["epoch"], r["global_step"], r["epochs_done"]) == (0, 6, [])
+        assert r["stop_reason"] == "callback" and r["stopped_early"] and r["stop_training"]
+        assert r["batches"] == [1, 3, 5]
+    assert first["weights"] == second["weights"]
+
+
+# -- step lines, progress bar, TensorBoard --------------------------------------------------------
+
+
+def test_log_every_lines_and_no_escapes_when_redirected(mirrored_of, tmp_path, capfd):
+    strategy = mirrored_of(2)
+    train, held_out = inputs(strategy)
+    tr = Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        "sparse_categorical_crossentropy_from_logits",
+        metrics=[METRIC],
+        steps_per_call=3,
+        log_every=5,
+        run_dir=tmp_path,
+        progress=True,  # asked for, but stderr is not a terminal: no bar
+        verbose=1,
+    )
+    seen: list[int] = []
+    tr.fit(train, 2, eval_input=held_out, on_step=lambda s: seen.append(s.global_step))
+    out, err = capfd.readouterr()
+    for text in (out, err):
+        assert "\x1b" not in text and "\r" not in text and "\b" not in text
+    lines = [line for line in out.splitlines() if "global_step" in line]
+    assert [int(re.search(r"global_step (\d+)", x).group(1)) for x in lines] == [
+        5,
+        10,
+        15,
+        20,
+        25,
+        30,
+    ]
+    assert re.fullmatch(
+        r"epoch 1  step 5/16  global_step 5  loss \d\.\d{4}  lr 0\.2  \d+ samples/s", lines[0]
+    )
+    assert {5, 10, 15, 20, 25, 30} <= set(seen)  # calls were cut to land on the log steps
+    assert "epoch 2" in out and "val_loss" in out
+    events = read_events(tmp_path / "tensorboard")
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(events["train"]["batch_loss"]) == [5, 10, 15, 20, 25, 30]
+    # Keras's layout: epoch_* tags at step = epoch, validation in its own run
+    assert events["train"]["epoch_loss"] == {
+        0: pytest.approx(records[0]["loss"]),
+        1: pytest.approx(records[1]["loss"]),
+    }
+    assert events["validation"]["epoch_loss"] == {
+        0: pytest.approx(records[0]["val_loss"]),
+        1: pytest.approx(records[1]["val_loss"]),
+    }
+    assert set(events["validation"]) == {"epoch_loss", f"epoch_{METRIC}"}
+    assert events["train"]["epoch_learning_rate"][1] == pytest.approx(0.2)
+    # a step line's loss is the mean of its 5 steps' losses
+    losses = []
+    tr2 = Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        "sparse_categorical_crossentropy_from_logits",
+        steps_per_call=1,
+        progress=False,
+        verbose=0,
+    )
+    tr2.fit(train, 1, on_step=lambda s: losses.extend(s.step_losses))
+    first = float(re.search(r"loss (\d\.\d{4})", lines[0]).group(1))
+    assert first == pytest.approx(np.mean(losses[:5]), abs=6e-5)
+
+
+def read_events(root: Path) -> dict[str, dict[str, dict[int, float]]]:
+    """``{run: {tag: {step: value}}}`` from the TensorBoard event files under ``root``."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for run_dir in root.iterdir():
+        tags = out.setdefault(run_dir.name, {})
+        for path in sorted(run_dir.glob("events.out.tfevents.*")):
+            for event in tf.compat.v1.train.summary_iterator(str(path)):
+                for value in event.summary.value:
+                    number = float(tf.make_ndarray(value.tensor))
+                    tags.setdefault(value.tag, {})[int(event.step)] = number
+    return out
+
+
+class _Terminal:
+    """A stream that says it is a terminal (the bar's destination in the test)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_bar_goes_to_a_terminal_stderr_only(capsys):
+    import io
+
+    from tfdp.train.logs import TrainLogs
+
+    terminal, lines = _Terminal(), io.StringIO()
+    logs = TrainLogs(None, log_every=2, stream=lines, bar_stream=terminal)
+    logs.epoch_begin(0, 4)
+    for step in range(1, 5):
+        logs.steps_end(
+            epoch=0, step=step, global_step=step, losses=[1.0], samples=4, lr=0.1, epoch_loss=1.0
+        )
+    assert "4/4" in "".join(terminal.parts)  # the Keras bar, on the terminal
+    assert lines.getvalue() == ""  # no plain lines while a bar is shown
+    assert capsys.readouterr().out == ""  # and nothing on stdout
+    redirected = io.StringIO()  # not a terminal: no bar, plain lines every 2 steps
+    logs = TrainLogs(None, log_every=2, stream=lines, bar_stream=redirected)
+    logs.epoch_begin(0, 4)
+    for step in range(1, 5):
+        logs.steps_end(epoch=0, step=step, global_step=step, losses=[1.0], samples=4, lr=0.1)
+    assert redirected.getvalue() == ""
+    assert [x.split("  ")[1] for x in lines.getvalue().splitlines()] == ["step 2/4", "step 4/4"]
+
+
+def test_fit_path_auto_verbosity_writes_no_escapes_when_redirected(mirrored_of, capfd):
+    strategy = mirrored_of(2)
+    train, held_out = inputs(strategy)
+    with strategy.scope():
+        model = make_model()
+        model.compile(
+            keras.optimizers.SGD(0.2),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    fit(model, train, 1, eval_input=held_out)  # verbose="auto", stdout captured: not a terminal
+    out = capfd.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\b" not in out
+    assert re.search(r"16/16 - .* - loss: \d\.\d{4} - val_loss: \d\.\d{4}", out)  # one plain line
