@@ -296,9 +296,13 @@ def fit(
         )
         manager.check_writable()
         if resume:
-            restored = manager.restore(expected_config=input_config(train_input, path="fit"))
+            restored = manager.restore(
+                expected_config=input_config(train_input, path="fit"),
+                allow_world_size_change=True,
+            )
             if restored is not None:
                 start, global_step = restored
+                train_input.resume_from(start.sampler, start.step)  # another world size's epoch
     epoch, step = start.epoch, start.step
     cbs = list(callbacks)
     validation = None
@@ -342,8 +346,8 @@ def fit(
             # Keras ends an epoch cut by stop_training with on_epoch_end too: drop that entry.
             history.setdefault(k, []).extend(v[:-1] if stopper.partial else v)
         done = stopper.global_step - global_step
-        absolute = start.epoch * steps + start.step + done
-        start = DataPosition(absolute // steps, absolute % steps)
+        reached = DataPosition.from_input(train_input, start.epoch, start.step + done)
+        start = DataPosition(reached.epoch, reached.step)
         global_step = stopper.global_step
         return not stopper.stopped
 
@@ -352,7 +356,8 @@ def fit(
     try:
         if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
             # finish the interrupted epoch first
-            if not run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step):
+            interrupted = train_input.epoch_steps(epoch)  # another world size's, when resumed so
+            if not run(train_input.epoch(epoch, step), epoch, epoch + 1, interrupted - step):
                 return history
             epoch += 1
         if epoch < epochs and (max_steps is None or global_step < max_steps):

@@ -591,7 +591,7 @@ class Trainer:
         position = DataPosition.from_input(  # the batch position in the sampler epoch
             train_input,
             self.state.epoch,
-            min(self.state.step * k, train_input.steps_per_epoch),
+            min(self.state.step * k, train_input.epoch_steps(self.state.epoch)),
             accumulation_steps=k,
             seed=train_input.seed,
         )
@@ -600,8 +600,11 @@ class Trainer:
     def restore(self, train_input: DistributedInput) -> bool:
         """Restore the latest checkpoint of ``run_dir``; True if there was one.
 
-        The saved data position must match ``train_input`` (world size, batch
-        size, sampler configuration), else a ValueError names what differs.
+        The saved data position must match ``train_input`` (global batch size,
+        sampler configuration), else a ValueError names what differs. A
+        checkpoint of another world size continues its epoch exactly: the
+        rest of that epoch's list is dealt over this input's replicas
+        (:meth:`tfdp.DistributedInput.resume_from`).
         The epoch's training-metric accumulators come back too, and
         ``metrics.jsonl`` keeps only the lines up to the restored step (a line
         written just before a crash, for steps the resumed run trains again,
@@ -610,11 +613,14 @@ class Trainer:
         mgr = self._checkpoint_manager()
         if mgr is None:
             return False
-        restored = mgr.restore(expected_config=self._data_config(train_input))
+        restored = mgr.restore(
+            expected_config=self._data_config(train_input), allow_world_size_change=True
+        )
         if restored is None:
             self._truncate_log(0)
             return False
         position, global_step = restored
+        train_input.resume_from(position.sampler, position.step)  # another world size's epoch
         if position.step % self.accumulation_steps:
             raise ValueError(
                 f"checkpoint {mgr.latest} stores batch {position.step} of epoch "
@@ -763,13 +769,11 @@ class Trainer:
         if train_input.strategy is not self.strategy:
             raise ValueError("train_input was built on another strategy than the trainer's")
         k = self.accumulation_steps
-        batches_per_epoch = train_input.steps_per_epoch
-        full_steps, tail = divmod(batches_per_epoch, k)
-        steps_per_epoch = full_steps + (1 if tail else 0)
         if self.run_dir is not None:
             self._checkpoint_manager()  # fails before the first step if the directory is unwritable
         if resume:
             self.restore(train_input)
+        batches_per_epoch = train_input.epoch_steps(self.state.epoch)
         if self.record_samples and not train_input.return_ids:
             raise ValueError(
                 "record_samples needs the ids of each batch: build the training input with "
@@ -795,6 +799,9 @@ class Trainer:
             spec = str(dataset.element_spec)
         while self.state.epoch < epochs:
             epoch = self.state.epoch
+            # An epoch resumed from another world size has its plan's number of steps.
+            full_steps, tail = divmod(train_input.epoch_steps(epoch), k)
+            steps_per_epoch = full_steps + (1 if tail else 0)
             bar = (
                 keras.utils.Progbar(steps_per_epoch, stateful_metrics=["loss"])
                 if self.progress
