@@ -93,9 +93,7 @@ def test_global_indices_is_the_interleaved_rank_lists(kind, n, w, seed, epoch):
     new_w=st.integers(1, 6),
     data=st.data(),
 )
-def test_a_state_loaded_at_another_world_size_deals_the_rest_exactly_once(
-    kind, n, w, new_w, data
-):
+def test_a_state_loaded_at_another_world_size_deals_the_rest_exactly_once(kind, n, w, new_w, data):
     if kind == "drop_last" and n < max(w, new_w):
         return
     epoch = data.draw(st.integers(0, 3))
@@ -179,7 +177,7 @@ def test_same_world_size_state_of_version_1_loads_as_before(kind, n, w, data):
         a, b = make_sampler(kind, n, w, r, seed=1), make_sampler(kind, n, w, r, seed=1)
         a.load_state_dict(v1)
         b.load_state_dict(v2)
-        expected = a.with_rank(r).indices()[min(position, len(a)):].tolist()
+        expected = a.with_rank(r).indices()[min(position, len(a)) :].tolist()
         assert list(a) == list(b) == expected
         assert a.plan is None and b.plan is None
 
@@ -212,7 +210,8 @@ def test_refusals_name_the_fix():
 
 # -- the Trainer on 1, 2 and 4 replicas ---------------------------------------------------------
 
-N, GLOBAL_BATCH, REPEATS = 44, 8, 2
+# 46 examples, 2 copies each, a global batch of 8: 5 steps per epoch on 1 or 2 replicas, 6 on 4.
+N, GLOBAL_BATCH, REPEATS = 46, 8, 2
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(N, 4)).astype("float32")
 Y = (X[:, 0] > 0).astype("int64")
@@ -280,7 +279,7 @@ def test_trainer_resumed_on_another_replica_count(mirrored_of, stopped, tmp_path
     inp = _input(mirrored_of(new_w))
     tr = _trainer(mirrored_of(new_w), tmp_path / "run", tmp_path / "ids.jsonl")
     tr.fit(inp, 2)
-    records = _records(tmp_path / "ids.jsonl")[len(before):]
+    records = _records(tmp_path / "ids.jsonl")[len(before) :]
     old_steps = _input(mirrored_of(w)).steps_per_epoch
     # global step, optimizer iterations (the schedule) continue where the run stopped
     assert tr.state.global_step == old_steps + inp.steps_per_epoch
@@ -307,6 +306,31 @@ def test_trainer_resumed_on_another_replica_count(mirrored_of, stopped, tmp_path
     got = [[rec["ids"] for rec in records if (rec["epoch"], rec["step"]) == (1, s)]
            for s in range(inp.steps_per_epoch)]  # fmt: skip
     assert got == fresh
+
+
+def test_keras_fit_path_resumed_on_another_replica_count(mirrored_of, tmp_path):
+    from tfdp.train import fit
+
+    def compiled(strategy):
+        with strategy.scope():
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+            model.compile(
+                keras.optimizers.SGD(0.1),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+        return model
+
+    old, new = _input(mirrored_of(4)), _input(mirrored_of(2))
+    assert (old.steps_per_epoch, new.steps_per_epoch) == (6, 5)
+    fit(compiled(mirrored_of(4)), old, 2, run_dir=tmp_path, max_steps=4, verbose=0)
+    model = compiled(mirrored_of(2))
+    hist = fit(model, new, 2, run_dir=tmp_path, checkpoint_every=1, verbose=0)
+    assert len(hist["loss"]) == 2  # the interrupted epoch (its 2 last steps), then a whole one
+    assert int(model.optimizer.iterations.numpy()) == 6 + 5
+    position, step = CheckpointManager(tmp_path / "checkpoints", model=model,
+                                       optimizer=model.optimizer).restore(partial=True)  # fmt: skip
+    assert (position.epoch, position.step, step) == (2, 0, 11)
 
 
 def test_trainer_refuses_a_global_batch_that_changed(mirrored_of, stopped, tmp_path):
@@ -351,9 +375,10 @@ def test_checkpoint_of_version_1_restores_at_the_same_world_size(mirrored_of, tm
 # -- the CLI: 2 workers stopped by SIGTERM, resumed on 3 through `tfdp launch` -------------------
 
 CLI_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-TRAIN = ["train", "--sampler", "distributed", "--batch-size", "12", "--epochs", "2",
-         "--model", "elastic_model:tiny", "--checkpoint-every", "1",
-         "--steps-per-call", "1", "--seed", "4"]  # fmt: skip
+# One epoch of the digits at a global batch of 60 (2 and 3 divide it): about 26 steps.
+TRAIN = ["train", "--sampler", "distributed", "--batch-size", "60", "--epochs", "1",
+         "--model", "elastic_model:tiny", "--steps-per-call", "1", "--seed", "4",
+         "--no-progress"]  # fmt: skip
 
 
 def _launch(workers, *args):
@@ -368,8 +393,8 @@ def test_two_workers_stopped_by_sigterm_resume_on_three_through_launch(tmp_path)
     workers = Path(__file__).resolve().parent / "workers"  # elastic_model.py
     env = {**CLI_ENV, "PYTHONPATH": f"{workers}{os.pathsep}{CLI_ENV.get('PYTHONPATH', '')}",
            "TFDP_ELASTIC_SLOW": "1"}  # fmt: skip
-    first = subprocess.Popen(_launch(2, "--run-dir", run, "--record-samples", ids), env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=repo)  # fmt: skip
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "env": env, "cwd": repo}
+    first = subprocess.Popen(_launch(2, "--run-dir", run, "--record-samples", ids), **pipes)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and first.poll() is None:  # a few steps in, then stop
@@ -387,21 +412,47 @@ def test_two_workers_stopped_by_sigterm_resume_on_three_through_launch(tmp_path)
     assert stopped, out[-3000:]  # the fault happened: the group stopped mid-run
     epoch, step = int(stopped.group(1)), int(stopped.group(2))
     before = _records(ids)
-    second = subprocess.run(_launch(3, "--resume", "--run-dir", run), env=env, cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)  # fmt: skip
+    second = subprocess.run(_launch(3, "--resume", "--run-dir", run), **pipes, timeout=600)
     out2 = second.stdout.decode(errors="replace")
     assert second.returncode == 0, out2[-3000:]
-    records = _records(ids)[len(before):]
+    records = _records(ids)[len(before) :]
     assert {r["rank"] for r in records} == {0, 1, 2}
     # the interrupted epoch: every entry of the 2-worker plan exactly once
     n = int(re.search(r"(\d+) training /", out).group(1))
     plan = DistributedSampler(n, 2, 0, seed=4)
     plan.set_epoch(epoch)
-    steps = plan.global_length // 12
+    steps = plan.global_length // 60
     consumed = [i for r in before + records if r["epoch"] == epoch for i in r["ids"]]
-    assert Counter(consumed) == Counter(plan.global_indices(np.arange(steps * 12)).tolist())
+    assert Counter(consumed) == Counter(plan.global_indices(np.arange(steps * 60)).tolist())
     assert sorted({r["step"] for r in records if r["epoch"] == epoch}) == list(range(step, steps))
     config = json.loads((run / "config.json").read_text())
     assert config["history"][-1]["event"] == "resume"
     hashes = set(re.findall(r"weights sha256 (\w+)", out2))
     assert len(hashes) == 1  # the three workers hold the same weights
+
+
+def test_streaming_source_changes_world_size_only_at_an_epoch_end(mirrored_of, tmp_path):
+    from tfdp.sources import TFRecordSource, write_tfrecords
+
+    source = TFRecordSource(write_tfrecords((X, Y), tmp_path, num_shards=4))
+    old = DistributedInput(mirrored_of(4), source, global_batch_size=8)
+    new = DistributedInput(mirrored_of(2), source, global_batch_size=8)
+    mid = DataPosition.from_input(old, 0, 2)
+    with pytest.raises(StateError, match=r"until the epoch ends[\s\S]*random-access source"):
+        new.resume_from(mid.sampler, mid.step)
+    end = DataPosition.from_input(old, 0, old.steps_per_epoch)  # stored as (1, 0)
+    new.resume_from(end.sampler, end.step)  # an epoch end: the next epoch is the new plan's
+    assert (end.epoch, end.step) == (1, 0) and new.epoch_steps(1) == new.steps_per_epoch
+
+
+def test_cli_names_the_replica_counts_that_divide_the_global_batch(tmp_path, capsys):
+    from tfdp.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"batch_size": 6, "replicas": 2, "epochs": 1}))
+    argv = ["train", "--resume", "--run-dir", str(run), "--replicas", "4", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size 6 (the global batch) must be a multiple of the 4 replicas" in err
+    assert "(1, 2, 3, 6)" in err

@@ -48,7 +48,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp.augment import split_window
-from tfdp.errors import StateError
+from tfdp.elastic import epoch_plan, plan_steps
 from tfdp.indices import round_keys
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 from tfdp.sources.windows import WindowSource
@@ -321,24 +321,14 @@ class DistributedInput:
 
     # -- elastic resume -----------------------------------------------------------
     def resume_from(self, state: dict[str, Any] | None, step: int) -> None:
-        """Continue the epoch of a sampler state, saved at this or another world size.
+        """Continue the epoch of a checkpoint's sampler state, saved at this or another world size.
 
-        ``state`` is a checkpoint's sampler state (:class:`tfdp.checkpoint.DataPosition`'s
-        ``sampler``) after ``step`` steps of its epoch. Saved at this world size,
-        nothing changes (``epochs(e, start_step=step)`` continues as before).
-        Saved at another one with the same global batch, that epoch deals the
-        rest of the saved world size's global list over this input's ranks --
-        every remaining entry exactly once, ``epoch_steps(e)`` steps in all --
-        and the next epochs follow this world size's own plan.
-
-        Raises:
-            StateError: for a state of another sampler configuration, a step that
-                is not the state's global position, a streaming source stopped
-                mid-epoch on another world size, or (``drop_remainder=False``) a
-                last step too small to give every replica a sample.
+        At another world size (same global batch) that epoch deals the rest of
+        the saved world size's list over this input's ranks; see
+        :func:`tfdp.elastic.epoch_plan`, which also says what is refused.
 
         Example:
-            >>> import numpy as np, tensorflow as tf
+            >>> import numpy as np
             >>> from tfdp.samplers import DistributedSampler
             >>> from tfdp.sources import ArraySource
             >>> old = DistributedSampler(64, 2, 0)  # a run on 2 replicas, stopped after 3 steps
@@ -348,48 +338,8 @@ class DistributedInput:
             >>> inp.epoch_steps(1), inp.rank_sampler(0, 1).positions(3 * 8, 3 * 8 + 2).tolist()
             (8, [24, 25])
         """
-        self._plans = {}
-        if state is None:
-            return
-        epoch, position = int(state.get("epoch", 0)), int(state.get("global_position", -1))
-        if self.streaming:
-            if state.get("config", {}).get("num_replicas") == self.num_replicas:
-                return  # same world size: the stream resumes as before
-            if position == 0 or step == 0:
-                return  # nothing of the epoch consumed: it follows this world size's plan
-            raise StateError(
-                f"a streaming source ({type(self.source).__name__}) cannot change the world "
-                f"size in the middle of an epoch (its epoch's stream depends on it): the "
-                f"checkpoint stopped after step {step} of epoch {epoch} on "
-                f"{state.get('config', {}).get('num_replicas')} replica(s). Resume on that "
-                "world size until the epoch ends (a checkpoint is saved at every epoch end), "
-                "then on the new one; or convert the records to a random-access source "
-                "(arrays, an image folder, ArrayRecord), which can change it at any step"
-            )
-        sampler = self.sampler.with_rank(0)
-        sampler.load_state_dict(dict(state), allow_world_size_change=True)
-        plan = sampler.plan
-        if plan is None:
-            return
-        if position != step * self.global_batch_size:
-            raise StateError(
-                f"the sampler state is at global position {position} of epoch {epoch}, not at "
-                f"step {step} of {self.global_batch_size} (the global batch): a state saved "
-                "with another global batch size cannot continue here"
-            )
-        if not self.drop_remainder:
-            last = plan.global_length - (self._plan_steps(plan) - 1) * self.global_batch_size
-            if last < self.num_replicas:
-                raise StateError(
-                    f"the last step of epoch {epoch} holds {last} sample(s), fewer than the "
-                    f"{self.num_replicas} replicas: resume on at most {last} replica(s) until "
-                    "the epoch ends, or use drop_remainder=True"
-                )
-        self._plans[epoch] = plan
-
-    def _plan_steps(self, plan: Sampler) -> int:
-        total, b = plan.global_length, self.global_batch_size
-        return total // b if self.drop_remainder else -(-total // b)
+        plan = epoch_plan(self, state, step)
+        self._plans = {} if plan is None else {plan.epoch: plan}
 
     def epoch_steps(self, epoch: int) -> int:
         """Steps (global batches) of ``epoch``: ``steps_per_epoch``, or an elastic epoch's plan's.
@@ -401,7 +351,9 @@ class DistributedInput:
             2
         """
         plan = self._plans.get(int(epoch))
-        return self.steps_per_epoch if plan is None else self._plan_steps(plan)
+        if plan is None:
+            return self.steps_per_epoch
+        return plan_steps(plan, self.global_batch_size, self.drop_remainder)
 
     def rank_sampler(self, rank: int, epoch: int) -> Sampler:
         """The sampler of global rank ``rank`` at ``epoch`` (dealing a plan in an elastic epoch).

@@ -949,6 +949,7 @@ def _train(
                 "event": "resume",
                 "time": _now(),
                 "global_step": trainer.state.global_step,
+                "world_size": w,
             }
             if resumed.changed:
                 entry["changed"] = {
@@ -972,7 +973,8 @@ def _train(
                 )
             _write_run_config(run_dir, cfg, [*resumed.history, entry])
     elif info.is_chief:
-        start = {"event": "start", "time": _now(), "steps_per_epoch": train_in.steps_per_epoch}
+        start = {"event": "start", "time": _now(), "world_size": w}
+        start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
         _write_run_config(run_dir, cfg, [start])
     if info.is_chief and resumed is None:
         print(

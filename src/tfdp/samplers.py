@@ -72,7 +72,9 @@ def _plain_number(value: Any) -> int | float:
     return int(value) if float(value).is_integer() else float(value)
 
 
-def _config_diffs(saved: dict[str, Any], mine: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
+def _config_diffs(
+    saved: dict[str, Any], mine: dict[str, Any], ignore: tuple[str, ...]
+) -> list[str]:
     """``"field: saved X, this sampler Y"`` for each differing configuration field."""
     mine = json.loads(json.dumps(mine))
     return [
@@ -129,7 +131,9 @@ class Sampler:
     def __len__(self) -> int:
         """Entries of this rank in the current epoch (of the dealt rest in an elastic epoch)."""
         if self._plan is not None:
-            return len(range(self._deal_start + self.rank, self._plan.global_length, self.num_replicas))
+            return len(
+                range(self._deal_start + self.rank, self._plan.global_length, self.num_replicas)
+            )
         return self._length()
 
     def _compute(self, start: int, stop: int) -> np.ndarray:  # pragma: no cover - abstract
@@ -203,7 +207,7 @@ class Sampler:
 
     @property
     def plan(self) -> Sampler | None:
-        """In an elastic epoch (see :meth:`follow`), the rank-0 sampler whose list it deals; else None.
+        """In an elastic epoch (:meth:`follow`), the rank-0 sampler whose list it deals, else None.
 
         Example:
             >>> DistributedSampler(10, 2, 0).plan is None
@@ -440,9 +444,7 @@ class Sampler:
         saved_w = theirs.get("num_replicas")
         try:
             saved_w = _check_int("state['config']['num_replicas']", saved_w, 1)
-            plan_w = _check_int(
-                "state['plan_replicas']", state.get("plan_replicas", saved_w), 1
-            )
+            plan_w = _check_int("state['plan_replicas']", state.get("plan_replicas", saved_w), 1)
             epoch = _check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
         except ValueError as e:
             raise StateError(str(e)) from None

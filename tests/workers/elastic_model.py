@@ -1,6 +1,6 @@
 """A tiny model for the elastic-resume CLI test: ``--model elastic_model:tiny``.
 
-With ``TFDP_ELASTIC_SLOW=1`` every forward pass sleeps 40 ms, so that a test can stop the group
+With ``TFDP_ELASTIC_SLOW=1`` every forward pass sleeps 100 ms, so that a test can stop the group
 by SIGTERM in the middle of a run on any machine.
 """
 
@@ -15,7 +15,7 @@ import tensorflow as tf
 
 
 def _sleep(x: np.ndarray) -> np.ndarray:
-    time.sleep(0.04)
+    time.sleep(0.1)
     return x
 
 

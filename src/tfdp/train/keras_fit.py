@@ -245,7 +245,9 @@ def fit(
         run_dir: Checkpoints under ``run_dir/checkpoints``.
         checkpoint_every: Save every N steps (and at every epoch end).
         max_to_keep: Checkpoints kept.
-        resume: Continue from the latest checkpoint in ``run_dir``.
+        resume: Continue from the latest checkpoint in ``run_dir`` (saved at this
+            or another world size with the same global batch: the interrupted epoch
+            continues exactly).
         max_steps: Stop (saving a checkpoint) at this global step.
         callbacks: More Keras callbacks.
         verbose: Passed to ``model.fit`` (quiet on non-chief workers).

@@ -757,7 +757,8 @@ class Trainer:
             train_input: The training input (built on the same strategy).
             epochs: Total epochs (a resumed run continues up to this number).
             eval_input: Exact evaluation after every epoch (``sampler="eval"``).
-            resume: Restore the latest checkpoint of ``run_dir`` first.
+            resume: Restore the latest checkpoint of ``run_dir`` first; one saved
+                at another world size (same global batch) continues its epoch exactly.
             max_steps: Stop (saving a checkpoint) once the global step reaches
                 this -- a deliberate stop, as a preemption would cause.
             on_step: Called on every process after each ``tf.function`` call;
