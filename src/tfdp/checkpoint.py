@@ -921,7 +921,7 @@ class CheckpointManager:
         if "streaming" in expected:
             saved.setdefault("streaming", expected["streaming"])
         diffs = _config_diffs(saved, expected)
-        if elastic:
+        if elastic and saved.get("num_replicas") != expected.get("num_replicas"):
             world = _WORLD_FIELDS | (_STREAM_WORLD_FIELDS if expected.get("streaming") else set())
             diffs = [d for d in diffs if d.split(":", 1)[0] not in world]
         if not diffs:
