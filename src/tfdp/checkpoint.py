@@ -14,6 +14,14 @@ stores ``DataPosition(e, s)``; the resumed run rebuilds its input with
 ``DistributedInput.epochs(e, start_step=s)`` (``model.fit``) and continues
 with exactly the batches the interrupted run would have seen next.
 
+Elastic resume: the global batch ``B`` is the same at every world size, so
+step ``s`` means global position ``s * B`` of the epoch's global list (stored
+in the sampler state, with the world size whose list the epoch follows).
+``restore(..., allow_world_size_change=True)`` accepts a checkpoint saved at
+another world size with the same global batch, and
+``DistributedInput.resume_from`` deals the rest of that epoch over the new
+ranks. Data positions of version 1 (before elastic resume) still load.
+
 Multi-worker (``MultiWorkerMirroredStrategy``), as TensorFlow's multi-worker
 guide prescribes: every worker calls :meth:`CheckpointManager.save` (saving
 may run collectives, e.g. to read sync-on-read variables), but only the chief
@@ -56,6 +64,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp.distribute import resolver_role
+from tfdp.errors import StateError
 
 __all__ = [
     "CheckpointCallback",
@@ -72,7 +81,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _FORMAT = "tfdp.DataPosition"
-_VERSION = 1
+_VERSION = 2  # 2: sampler states with a global position; configs with global_batch_size
+_READS_VERSIONS = (1, 2)
+# Configuration fields that follow the world size: an elastic resume lets them change (the
+# global batch must not); a stream's epoch length (sampler.num_examples) does too.
+_WORLD_FIELDS = frozenset({"num_replicas", "batch_size", "steps_per_epoch", "sampler.num_replicas"})
+_STREAM_WORLD_FIELDS = frozenset({"sampler.num_examples"})
 _STEP_NAME = "step"
 _DATA_NAME = "data_position"
 _RESERVED = frozenset({_STEP_NAME, _DATA_NAME, "save_counter"})
@@ -208,10 +222,10 @@ class DataPosition:
             raise ValueError(f"data position is not valid JSON: {e}") from e
         if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
             raise ValueError(f"not a tfdp data position: {text[:80]!r}")
-        if obj.get("version") != _VERSION:
+        if obj.get("version") not in _READS_VERSIONS:
             raise ValueError(
                 f"data position version {obj.get('version')!r} is not supported "
-                f"(this tfdp reads version {_VERSION})"
+                f"(this tfdp reads versions {list(_READS_VERSIONS)})"
             )
         return cls(
             epoch=obj["epoch"], step=obj["step"], sampler=obj["sampler"], config=obj["config"]
@@ -221,10 +235,11 @@ class DataPosition:
     def from_input(cls, inp: Any, epoch: int, step: int, **extra_config: Any) -> DataPosition:
         """The position after ``step`` steps of ``epoch`` of a :class:`tfdp.DistributedInput`.
 
-        A ``step`` of ``inp.steps_per_epoch`` or more rolls over into the next
-        epoch(s), so the end of epoch ``e`` is stored as ``(e + 1, 0)``. The
-        sampler state is rank 0's, ``step * batch_size`` entries into the
-        epoch (every rank shares epoch and position).
+        A ``step`` of ``inp.epoch_steps(epoch)`` or more rolls over into the
+        next epoch(s), so the end of epoch ``e`` is stored as ``(e + 1, 0)``.
+        The sampler state is rank 0's, ``step * batch_size`` entries into the
+        epoch (every rank shares epoch and position; in an epoch resumed from
+        another world size, rank 0's share of the dealt rest).
 
         Args:
             inp: A ``DistributedInput`` (anything with ``sampler``,
@@ -244,10 +259,11 @@ class DataPosition:
             (1, 0, 1, 0)
         """
         epoch, step = _check_count("epoch", epoch), _check_count("step", step)
+        while step >= inp.epoch_steps(epoch) != inp.steps_per_epoch:  # an elastic epoch
+            epoch, step = epoch + 1, step - inp.epoch_steps(epoch)
         steps_per_epoch = int(inp.steps_per_epoch)
         epoch, step = epoch + step // steps_per_epoch, step % steps_per_epoch
-        sampler = inp.sampler.with_rank(inp.sampler.rank)
-        sampler.set_epoch(epoch)
+        sampler = inp.rank_sampler(0, epoch)
         state = sampler.state_dict(position=min(step * int(inp.batch_size), len(sampler)))
         return cls(epoch, step, state, input_config(inp, **extra_config))
 
@@ -273,8 +289,9 @@ def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:
 def input_config(inp: Any, **extra: Any) -> dict[str, Any]:
     """The configuration of a :class:`tfdp.DistributedInput` that must match on resume.
 
-    World size, per-replica batch size, steps per epoch and the sampler's kind
-    and configuration (number of examples, seed, repeats, ...), plus ``extra``.
+    World size, per-replica and global batch size, steps per epoch, whether
+    the source streams, and the sampler's kind and configuration (number of
+    examples, seed, repeats, ...), plus ``extra``.
 
     Example:
         >>> import numpy as np
@@ -291,6 +308,8 @@ def input_config(inp: Any, **extra: Any) -> dict[str, Any]:
         "num_replicas": int(inp.num_replicas),
         "batch_size": int(inp.batch_size),
         "steps_per_epoch": int(inp.steps_per_epoch),
+        "global_batch_size": int(inp.batch_size) * int(inp.num_replicas),
+        "streaming": bool(inp.streaming),
         "sampler": {"kind": state["sampler"], **state["config"]},
     }
     config.update(extra)
@@ -793,7 +812,11 @@ class CheckpointManager:
         return position, int(reader.get_tensor(_STEP_KEY))
 
     def restore(
-        self, expected_config: Mapping[str, Any] | None = None, *, partial: bool = False
+        self,
+        expected_config: Mapping[str, Any] | None = None,
+        *,
+        partial: bool = False,
+        allow_world_size_change: bool = False,
     ) -> tuple[DataPosition, int] | None:
         """Restore the newest readable checkpoint into the trackables.
 
@@ -814,6 +837,10 @@ class CheckpointManager:
                 :func:`input_config`); must equal the saved one.
             partial: Restore only the trackables given (e.g. the model for
                 evaluation) from a checkpoint that holds more (e.g. an optimizer).
+            allow_world_size_change: Accept a checkpoint saved at another world
+                size with the same global batch (an elastic resume: the fields
+                that follow the world size may differ; see
+                ``DistributedInput.resume_from`` for the data).
 
         Returns:
             ``(position, global_step)`` of the restored checkpoint, or None
@@ -821,9 +848,10 @@ class CheckpointManager:
 
         Raises:
             CheckpointError: when checkpoints exist but none is readable (lists them).
-            ValueError: when ``expected_config`` differs from the saved
-                configuration (names each field, saved vs now), or the
-                checkpoint does not match the trackables.
+            StateError: when ``expected_config`` differs from the saved
+                configuration (names each field, saved vs now; a global batch
+                that changed with the world size names the valid replica counts).
+            ValueError: when the checkpoint does not match the trackables.
 
         Example:
             >>> import tempfile
@@ -832,7 +860,7 @@ class CheckpointManager:
             >>> m.restore({"batch_size": 16})  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            ValueError: checkpoint /tmp/.../ckpt-13 was saved with another data configuration:
+            tfdp.errors.StateError: checkpoint /tmp/.../ckpt-13 was saved with another data ...
               batch_size: saved 8, now 16
             ...
         """
@@ -857,7 +885,7 @@ class CheckpointManager:
                 )
                 continue
             if expected_config is not None:
-                self._check_config(path, position.config, expected_config)
+                self._check_config(path, position.config, expected_config, allow_world_size_change)
             status = self.checkpoint.restore(path)
             if partial:
                 status.expect_partial()
@@ -880,16 +908,43 @@ class CheckpointManager:
         )
 
     @staticmethod
-    def _check_config(path: str, saved: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
-        diffs = _config_diffs(dict(saved), _json_plain(dict(expected), "expected_config"))
-        if diffs:
-            raise ValueError(
-                f"checkpoint {path} was saved with another data configuration:\n  "
-                + "\n  ".join(diffs)
-                + "\nResuming would not continue the same data order. Resume with the same "
-                "world size, per-replica batch size and sampler settings, or start a new run "
-                "in a new checkpoint directory."
+    def _check_config(
+        path: str, saved: Mapping[str, Any], expected: Mapping[str, Any], elastic: bool = False
+    ) -> None:
+        saved = dict(saved)
+        expected = _json_plain(dict(expected), "expected_config")
+        # Fields newer than the checkpoint (data position version 1): derived, or not compared.
+        batch, replicas = saved.get("batch_size"), saved.get("num_replicas")
+        old = "global_batch_size" in expected and "global_batch_size" not in saved
+        if old and isinstance(batch, int) and isinstance(replicas, int):
+            saved["global_batch_size"] = batch * replicas
+        if "streaming" in expected:
+            saved.setdefault("streaming", expected["streaming"])
+        diffs = _config_diffs(saved, expected)
+        if elastic and saved.get("num_replicas") != expected.get("num_replicas"):
+            world = _WORLD_FIELDS | (_STREAM_WORLD_FIELDS if expected.get("streaming") else set())
+            diffs = [d for d in diffs if d.split(":", 1)[0] not in world]
+        if not diffs:
+            return
+        hint = (
+            "Resume with the same world size, per-replica batch size and sampler settings, or "
+            "start a new run in a new checkpoint directory."
+        )
+        batch = saved.get("global_batch_size")
+        if elastic and isinstance(batch, int) and batch > 0:
+            counts = ", ".join(str(w) for w in range(1, batch + 1) if batch % w == 0)
+            hint = (
+                f"The global batch size is kept when the world size changes: resume with a "
+                f"global batch of {batch} (per replica: {batch} / the replica count) on a "
+                f"replica count that divides it ({counts}) and the same sampler settings, or "
+                "start a new run in a new checkpoint directory."
             )
+        raise StateError(
+            f"checkpoint {path} was saved with another data configuration:\n  "
+            + "\n  ".join(diffs)
+            + "\nResuming would not continue the same data order. "
+            + hint
+        )
 
     def __repr__(self) -> str:
         role = "chief" if self.is_chief else f"{self.task_type} {self.task_id}"
@@ -941,8 +996,7 @@ class CheckpointCallback(keras.callbacks.Callback):
         self.manager = manager
         self.inp = inp
         self.every_n_steps = _check_count("every_n_steps", every_n_steps)
-        start = start if start is not None else DataPosition(0, 0)
-        self._start = start.epoch * int(inp.steps_per_epoch) + start.step
+        self._start = start if start is not None else DataPosition(0, 0)
         self._step0 = _check_count("global_step", global_step)
         self.save_at_end = bool(save_at_end)
         self.extra_config = extra_config
@@ -957,9 +1011,10 @@ class CheckpointCallback(keras.callbacks.Callback):
 
     def position(self) -> DataPosition:
         """The data position reached so far."""
-        absolute = self._start + self._done_before + self._in_epoch
-        epoch, step = divmod(absolute, int(self.inp.steps_per_epoch))
-        return DataPosition.from_input(self.inp, epoch, step, **self.extra_config)
+        done = self._done_before + self._in_epoch
+        return DataPosition.from_input(
+            self.inp, self._start.epoch, self._start.step + done, **self.extra_config
+        )
 
     def _save(self) -> None:
         self.manager.save(self.position(), self.global_step)

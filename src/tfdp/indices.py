@@ -35,12 +35,14 @@ __all__ = [
     "KeyedPermutation",
     "PermutationFn",
     "array_permutation",
+    "distributed_entries",
     "distributed_indices",
     "distributed_num_samples",
     "eval_indices",
     "eval_num_samples",
     "identity_permutation",
     "random_padding_ids",
+    "repeat_aug_entries",
     "repeat_aug_indices",
     "repeat_aug_sizes",
     "repeated_length",
@@ -356,17 +358,39 @@ def distributed_indices(
     length = distributed_num_samples(n, num_replicas, rank, drop_last=drop_last, padding=padding)
     start, stop = _slice_bounds(length, start, stop)
     q = rank + num_replicas * np.arange(start, stop, dtype=np.int64)
-    if padding == "random" and not drop_last:
-        total = length * num_replicas
-        shortfall = total - n
-        if shortfall >= n:
-            out = np.empty(q.shape, dtype=np.int64)
-            real = q < n
-            out[real] = perm(q[real])
-            if extra_ids is None or len(extra_ids) != shortfall:
-                raise ValueError(f"padding='random' needs {shortfall} extra_ids")
-            out[~real] = perm(np.asarray(extra_ids, dtype=np.int64)[q[~real] - n])
-            return out
+    total = length * num_replicas if padding == "random" and not drop_last else n
+    return distributed_entries(perm, n, q, total=total, extra_ids=extra_ids)
+
+
+def distributed_entries(
+    perm: PermutationFn,
+    n: int,
+    q: np.ndarray,
+    *,
+    total: int,
+    extra_ids: np.ndarray | None = None,
+) -> np.ndarray:
+    """Entries at global positions ``q`` of :func:`distributed_indices`' padded list.
+
+    Entry ``q`` is ``perm[q mod n]`` (the list wrapped), except under random
+    padding of more than ``n`` entries (``total - n >= n``), where entry
+    ``q >= n`` is ``perm[extra_ids[q - n]]``. ``total`` is the padded length
+    (only random padding reads it).
+
+    Example:
+        >>> distributed_entries(identity_permutation, 5, np.array([4, 5, 6]), total=6).tolist()
+        [4, 0, 1]
+    """
+    q = np.asarray(q, dtype=np.int64)
+    shortfall = total - n
+    if shortfall >= n:
+        out = np.empty(q.shape, dtype=np.int64)
+        real = q < n
+        out[real] = perm(q[real])
+        if extra_ids is None or len(extra_ids) != shortfall:
+            raise ValueError(f"padding='random' needs {shortfall} extra_ids")
+        out[~real] = perm(np.asarray(extra_ids, dtype=np.int64)[q[~real] - n])
+        return out
     return perm(q % n)
 
 
@@ -448,8 +472,24 @@ def repeat_aug_indices(
     num_samples, _, _ = repeat_aug_sizes(n, num_replicas, num_repeats, 0, 1)
     start, stop = _slice_bounds(num_samples, start, stop)
     q = rank + num_replicas * np.arange(start, stop, dtype=np.int64)
+    return repeat_aug_entries(perm, n, num_repeats, q)
+
+
+def repeat_aug_entries(
+    perm: PermutationFn, n: int, num_repeats: float, q: np.ndarray
+) -> np.ndarray:
+    """Entries at global positions ``q`` of :func:`repeat_aug_indices`' repeated, padded list.
+
+    Entry ``q`` is ``perm[floor((q mod ceil(R * n)) / R)]``: the ``R`` copies
+    of a sample are consecutive positions.
+
+    Example:
+        >>> repeat_aug_entries(identity_permutation, 4, 3, np.array([0, 2, 3, 12])).tolist()
+        [0, 0, 1, 0]
+    """
+    q = np.array(q, dtype=np.int64)
     length = repeated_length(n, num_repeats)
-    if q.size and q[-1] >= length:
+    if q.size and q.max() >= length:
         q %= length
     if float(num_repeats).is_integer():
         pos = q // int(num_repeats)

@@ -48,6 +48,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp.augment import split_window
+from tfdp.elastic import epoch_plan, plan_steps
 from tfdp.indices import round_keys
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 from tfdp.sources.windows import WindowSource
@@ -181,6 +182,9 @@ class DistributedInput:
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
         self.streaming = bool(getattr(source, "streaming", False))
+        # Elastic resume (see resume_from): epoch -> the rank-0 sampler of another world size
+        # whose global list that epoch deals over this input's ranks.
+        self._plans: dict[int, Sampler] = {}
         # A stream is indexed by its position in the epoch's stream (see
         # tfdp.sources.TFRecordSource): the samplers run on the stream's length.
         if self.streaming:
@@ -315,12 +319,67 @@ class DistributedInput:
             )
         return sampler.replace(shuffle=False)
 
-    # -- per-rank pipelines -----------------------------------------------------
-    def _epoch_arrays(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
+    # -- elastic resume -----------------------------------------------------------
+    def resume_from(self, state: dict[str, Any] | None, step: int) -> None:
+        """Continue the epoch of a checkpoint's sampler state, saved at this or another world size.
+
+        At another world size (same global batch) that epoch deals the rest of
+        the saved world size's list over this input's ranks; see
+        :func:`tfdp.elastic.epoch_plan`, which also says what is refused.
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.samplers import DistributedSampler
+            >>> from tfdp.sources import ArraySource
+            >>> old = DistributedSampler(64, 2, 0)  # a run on 2 replicas, stopped after 3 steps
+            >>> old.set_epoch(1)
+            >>> inp = DistributedInput(None, ArraySource(np.arange(64)), global_batch_size=8)
+            >>> inp.resume_from(old.state_dict(position=3 * 4), step=3)
+            >>> inp.epoch_steps(1), inp.rank_sampler(0, 1).positions(3 * 8, 3 * 8 + 2).tolist()
+            (8, [24, 25])
+        """
+        plan = epoch_plan(self, state, step)
+        self._plans = {} if plan is None else {plan.epoch: plan}
+
+    def epoch_steps(self, epoch: int) -> int:
+        """Steps (global batches) of ``epoch``: ``steps_per_epoch``, or an elastic epoch's plan's.
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.sources import ArraySource
+            >>> DistributedInput(None, ArraySource(np.arange(10)), batch_size=5).epoch_steps(3)
+            2
+        """
+        plan = self._plans.get(int(epoch))
+        if plan is None:
+            return self.steps_per_epoch
+        return plan_steps(plan, self.global_batch_size, self.drop_remainder)
+
+    def rank_sampler(self, rank: int, epoch: int) -> Sampler:
+        """The sampler of global rank ``rank`` at ``epoch`` (dealing a plan in an elastic epoch).
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.sources import ArraySource
+            >>> inp = DistributedInput(None, ArraySource(np.arange(10)), batch_size=5)
+            >>> inp.rank_sampler(0, 2).epoch
+            2
+        """
         sampler = self.sampler.with_rank(rank)
         sampler.set_epoch(int(epoch))
-        idx = sampler.indices(int(start))
-        pos = sampler.positions(int(start))
+        plan = self._plans.get(int(epoch))
+        if plan is not None:
+            sampler.follow(plan)
+        return sampler
+
+    # -- per-rank pipelines -----------------------------------------------------
+    def _epoch_arrays(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
+        sampler = self.rank_sampler(rank, int(epoch))
+        stop = None  # an elastic epoch: every rank's share of the plan's whole steps
+        if sampler.plan is not None and self.drop_remainder:
+            stop = self.epoch_steps(int(epoch)) * self.batch_size
+        idx = sampler.indices(int(start), stop)
+        pos = sampler.positions(int(start), stop)
         if isinstance(sampler, DistributedEvalSampler):
             weight = sampler.mask(int(start)).astype(np.float32)
         else:
@@ -465,11 +524,11 @@ class DistributedInput:
         example = self._augment_one(example, key, pos)
         return self._finish(example, idx, pos, tf.constant(1.0))
 
-    def _check_start_step(self, start_step: int) -> None:
-        if start_step < 0 or start_step > self.steps_per_epoch:
+    def _check_start_step(self, start_step: int, epoch: int | None = None) -> None:
+        steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
+        if start_step < 0 or start_step > steps:
             raise ValueError(
-                f"start_step must be in [0, steps_per_epoch={self.steps_per_epoch}], "
-                f"got {start_step}"
+                f"start_step must be in [0, steps_per_epoch={steps}], got {start_step}"
             )
 
     def rank_dataset(
@@ -493,7 +552,7 @@ class DistributedInput:
         """
         if not 0 <= rank < self.num_replicas:
             raise ValueError(f"rank must be in [0, {self.num_replicas}), got {rank}")
-        self._check_start_step(start_step)
+        self._check_start_step(start_step, first_epoch)
         if self.streaming:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)
         elif self._windows is not None:
@@ -522,7 +581,7 @@ class DistributedInput:
         local = self.num_replicas // workers
         ranks = [worker * local + j for j in range(local)]
         if self._windows is not None:  # all local ranks together: one read per file per chunk
-            self._check_start_step(start_step)
+            self._check_start_step(start_step, first_epoch)
             ds = self._windows.dataset(ranks, first_epoch, num_epochs, start_step)
             return _deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
         parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]

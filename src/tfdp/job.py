@@ -121,7 +121,8 @@ class TrainConfig:
     )
     replicas: int = _opt(
         2,
-        "logical CPU replicas when no GPU is present (a resumed run needs the same world size)",
+        "logical CPU replicas when no GPU is present (a resumed run may change it: the global "
+        "batch is kept, the interrupted epoch continues exactly)",
         resume="record",
     )
     model: str = _opt(
@@ -890,7 +891,13 @@ def _train(
         for note in data.notes:
             print(f"tfdp train: {note}", file=sys.stderr, flush=True)
     if cfg.batch_size % w:
-        raise ValueError(f"--batch-size {cfg.batch_size} must be a multiple of the {w} replicas")
+        from tfdp.errors import ConfigError
+
+        counts = ", ".join(str(d) for d in range(1, cfg.batch_size + 1) if cfg.batch_size % d == 0)
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} (the global batch) must be a multiple of the {w} "
+            f"replicas: use a replica or worker count that divides it ({counts})"
+        )
     sampler = "repeat_aug" if cfg.sampler == "repeat-aug" else "distributed"
     options = (
         {"num_repeats": cfg.repeats, "selected_round": cfg.selected_round}
@@ -919,7 +926,8 @@ def _train(
     trainer = Trainer(
         strategy,
         model_fn,
-        lambda: _optimizer(cfg, train_in.steps_per_epoch),
+        # The schedule keeps the run's first steps/epoch when the world size changes on resume.
+        lambda: _optimizer(cfg, _first(resumed, "steps_per_epoch", train_in.steps_per_epoch)),
         "sparse_categorical_crossentropy_from_logits",
         metrics=["sparse_categorical_accuracy"],
         steps_per_call=cfg.steps_per_call,
@@ -941,6 +949,7 @@ def _train(
                 "event": "resume",
                 "time": _now(),
                 "global_step": trainer.state.global_step,
+                "world_size": w,
             }
             if resumed.changed:
                 entry["changed"] = {
@@ -964,7 +973,9 @@ def _train(
                 )
             _write_run_config(run_dir, cfg, [*resumed.history, entry])
     elif info.is_chief:
-        _write_run_config(run_dir, cfg, [{"event": "start", "time": _now()}])
+        start = {"event": "start", "time": _now(), "world_size": w}
+        start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
+        _write_run_config(run_dir, cfg, [start])
     if info.is_chief and resumed is None:
         print(
             f"tfdp train: {w} replica(s) ({type(strategy).__name__}), "
@@ -1044,6 +1055,14 @@ def _train(
                 flush=True,
             )
     return result
+
+
+def _first(resumed: Resumed | None, key: str, default: Any) -> Any:
+    """``key`` of the run's start entry in ``config.json``'s history, else ``default``."""
+    history = resumed.history if resumed is not None else []
+    start = history[0] if history and isinstance(history[0], dict) else {}
+    value = start.get(key)
+    return value if isinstance(value, int) and value > 0 else default
 
 
 def _check_one_step(cfg: TrainConfig, data: JobData, w: int) -> None:

@@ -9,6 +9,13 @@ Every sampler takes ``num_examples``, ``num_replicas`` and ``rank``; has
 array (``indices(start, stop)`` computes only that slice, O(stop - start));
 ``__len__``; ``__iter__`` (which resumes from a loaded position); a readable
 ``__repr__``; and JSON-serialisable ``state_dict()`` / ``load_state_dict()``.
+
+Elastic resume: rank ``r``'s ``k``-th entry is position ``r + k * W`` of the
+epoch's *global* list (``global_indices``), so a state stores the global
+position reached, and ``load_state_dict(state, allow_world_size_change=True)``
+at another world size ``W'`` deals the rest of that epoch's list over the
+``W'`` ranks (:meth:`Sampler.follow`): every remaining entry exactly once. The
+next epoch follows ``W'``'s own plan.
 Every sampler accepts ``permutation=`` -- a callable ``epoch -> permutation of
 range(num_examples)`` that replaces the built-in shuffle -- so its output can
 be checked element for element against PyTorch given torch's own permutation.
@@ -30,10 +37,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tfdp import indices as _ix
+from tfdp.errors import StateError
 
 __all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "Sampler"]
 
-_STATE_VERSION = 1
+# Version 2 adds "global_position" (entries of the epoch's global list consumed, a prefix) and
+# "plan_replicas" (the world size whose global list the epoch follows); version 1 still loads.
+_STATE_VERSION = 2
+_READS_VERSIONS = (1, 2)
 PermutationCallable = Callable[[int], Any]
 
 
@@ -61,10 +72,22 @@ def _plain_number(value: Any) -> int | float:
     return int(value) if float(value).is_integer() else float(value)
 
 
+def _config_diffs(
+    saved: dict[str, Any], mine: dict[str, Any], ignore: tuple[str, ...]
+) -> list[str]:
+    """``"field: saved X, this sampler Y"`` for each differing configuration field."""
+    mine = json.loads(json.dumps(mine))
+    return [
+        f"{k}: saved {saved.get(k)!r}, this sampler {mine.get(k)!r}"
+        for k in sorted(set(mine) | set(saved))
+        if k not in ignore and saved.get(k) != mine.get(k)
+    ]
+
+
 class Sampler:
     """The API shared by tfdp's samplers (not instantiated directly).
 
-    Subclasses define :meth:`__len__`, :meth:`_compute` and :meth:`_config`.
+    Subclasses define ``_length``, :meth:`_compute`, ``_global_entries`` and :meth:`_config`.
     """
 
     _KIND: ClassVar[str] = "Sampler"
@@ -93,10 +116,25 @@ class Sampler:
         self.epoch = 0
         self._resume_position = 0
         self._yielded = 0
+        # Elastic epoch (see follow): the sampler whose global list this epoch deals, and from
+        # which global position; None outside such an epoch.
+        self._plan: Sampler | None = None
+        self._deal_start = 0
 
     # -- subclass hooks -------------------------------------------------------
-    def __len__(self) -> int:  # pragma: no cover - abstract
+    def _length(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _global_entries(self, positions: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        """Entries of this rank in the current epoch (of the dealt rest in an elastic epoch)."""
+        if self._plan is not None:
+            return len(
+                range(self._deal_start + self.rank, self._plan.global_length, self.num_replicas)
+            )
+        return self._length()
 
     def _compute(self, start: int, stop: int) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -109,9 +147,39 @@ class Sampler:
             "permutation": "custom" if self.permutation is not None else None,
         }
 
-    def _global_length(self) -> int:
-        """Entries of all ranks together (the padded list, or what is kept of it)."""
-        return len(self) * self.num_replicas
+    @property
+    def global_length(self) -> int:
+        """Entries of the epoch's global list: all ranks together (padded, or what is kept).
+
+        Example:
+            >>> DistributedSampler(10, 4, 0).global_length  # padded to 12
+            12
+        """
+        return self._length() * self.num_replicas
+
+    def global_indices(self, positions: Any) -> np.ndarray:
+        """The entries at ``positions`` of the current epoch's global list (this sampler's own).
+
+        Rank ``r``'s entry ``k`` is global position ``r + k * num_replicas``.
+
+        Raises:
+            ValueError: for a position outside ``[0, global_length)``.
+
+        Example:
+            >>> s = DistributedSampler(10, 4, 0, shuffle=False)
+            >>> s.global_indices([0, 5, 10, 11]).tolist()
+            [0, 5, 0, 1]
+            >>> s.global_indices([1, 5, 9]).tolist() == s.with_rank(1).indices().tolist()
+            True
+        """
+        q = np.asarray(positions, dtype=np.int64).reshape(-1)
+        total = self.global_length
+        if q.size and (q.min() < 0 or q.max() >= total):
+            raise ValueError(
+                f"global positions must lie in [0, global_length={total}), got "
+                f"{int(q.min())}..{int(q.max())}"
+            )
+        return self._global_entries(q)
 
     # -- the permutation of the current epoch --------------------------------
     def _epoch_permutation(self, shuffle: bool = True) -> _ix.PermutationFn:
@@ -132,7 +200,63 @@ class Sampler:
             >>> DistributedSampler(10, 4, 0, shuffle=False).with_rank(3).indices().tolist()
             [3, 7, 1]
         """
-        return self.replace(rank=rank)
+        other = self.replace(rank=rank)
+        if self._plan is not None:
+            other.follow(self._plan, self._deal_start)
+        return other
+
+    @property
+    def plan(self) -> Sampler | None:
+        """In an elastic epoch (:meth:`follow`), the rank-0 sampler whose list it deals, else None.
+
+        Example:
+            >>> DistributedSampler(10, 2, 0).plan is None
+            True
+        """
+        return self._plan
+
+    def follow(self, plan: Sampler, start: int = 0) -> None:
+        """Deal the rest of ``plan``'s epoch over this sampler's ranks (an elastic epoch).
+
+        ``plan`` is a sampler of the same kind and configuration at another
+        world size (e.g. the one a run was stopped on). From now until the
+        epoch changes, rank ``r`` of this sampler's ``W`` takes positions
+        ``start + r + k * W`` of ``plan``'s global list for the epoch: the
+        ranks together take every position in ``[start, plan.global_length)``
+        exactly once. :meth:`indices`, :meth:`positions` (in ``plan``'s list,
+        which keys augmentation seeds), ``len`` and :meth:`state_dict` follow
+        the deal; :meth:`set_epoch` to another epoch ends it.
+        :meth:`load_state_dict` calls this when a state's epoch follows another
+        world size.
+
+        Raises:
+            StateError: for a plan of another kind or configuration, or a
+                ``start`` outside ``[0, plan.global_length]``.
+
+        Example:
+            >>> plan = DistributedSampler(12, 2, 0, shuffle=False)  # stopped on 2 replicas
+            >>> s = DistributedSampler(12, 3, 1, shuffle=False)
+            >>> s.follow(plan, start=6)  # 6 entries consumed: [6, 12) dealt over 3
+            >>> s.indices().tolist(), s.positions().tolist()
+            ([7, 10], [7, 10])
+        """
+        if isinstance(self, DistributedEvalSampler):
+            raise StateError(
+                "a DistributedEvalSampler has no position to continue: exact evaluation "
+                "runs whole at any world size"
+            )
+        diffs = _config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
+        if type(plan) is not type(self) or diffs:
+            raise StateError(
+                f"cannot follow a {plan._KIND} of another configuration: "
+                + ("; ".join(diffs) or f"kind {plan._KIND} vs {self._KIND}")
+            )
+        _check_int("start", start, 0, plan.global_length, " (a global position of the plan)")
+        self.set_epoch(plan.epoch)
+        self._plan = plan.replace(rank=0)
+        self._deal_start = int(start)
+        self._resume_position = 0
+        self._yielded = 0
 
     def replace(self, **changes: Any) -> Sampler:
         """A sampler of the same kind, rank and epoch with some constructor arguments changed.
@@ -167,6 +291,8 @@ class Sampler:
         if epoch != self.epoch:
             self._resume_position = 0
             self._yielded = 0
+            self._plan = None  # an elastic epoch ends with it
+            self._deal_start = 0
         self.epoch = epoch
 
     def indices(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -182,6 +308,8 @@ class Sampler:
         length = len(self)
         stop = length if stop is None else max(0, min(int(stop), length))
         start = max(0, min(int(start), stop))
+        if self._plan is not None:
+            return self._plan.global_indices(self.positions(start, stop))
         return self._compute(start, stop)
 
     def positions(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -199,7 +327,8 @@ class Sampler:
         length = len(self)
         stop = length if stop is None else max(0, min(int(stop), length))
         start = max(0, min(int(start), stop))
-        return self.rank + self.num_replicas * np.arange(start, stop, dtype=np.int64)
+        first = self._deal_start + self.rank
+        return first + self.num_replicas * np.arange(start, stop, dtype=np.int64)
 
     def __iter__(self) -> Iterator[int]:
         """Iterate this rank's epoch as Python ints, from a loaded position onward."""
@@ -215,6 +344,12 @@ class Sampler:
     def state_dict(self, position: int | None = None) -> dict[str, Any]:
         """A JSON-serialisable state: configuration, epoch and position in the epoch.
 
+        ``position`` counts this rank's entries; the state also holds the
+        ``global_position`` they amount to (the prefix of the epoch's global
+        list all ranks together consumed) and ``plan_replicas``, the world size
+        whose global list the epoch follows (this sampler's own, unless the
+        epoch was resumed on another world size: see :meth:`follow`).
+
         Args:
             position: Entries of this epoch already consumed. Defaults to what
                 :meth:`__iter__` has yielded so far (or a loaded position not yet
@@ -223,69 +358,119 @@ class Sampler:
         Example:
             >>> s = DistributedSampler(10, 2, 0)
             >>> s.set_epoch(3)
-            >>> s.state_dict(position=2)["epoch"], s.state_dict(position=2)["position"]
-            (3, 2)
+            >>> st = s.state_dict(position=2)
+            >>> st["epoch"], st["position"], st["global_position"], st["plan_replicas"]
+            (3, 2, 4, 2)
         """
         if position is None:
             position = self._yielded or self._resume_position
+        limit = -(-(self._plan_list_length() - self._deal_start) // self.num_replicas)
+        position = _check_int("position", position, 0, max(len(self), limit))
+        plan = self._plan if self._plan is not None else self
         return {
             "sampler": self._KIND,
             "version": _STATE_VERSION,
             "config": self._config(),
             "rank": self.rank,
             "epoch": self.epoch,
-            "position": _check_int("position", position, 0, len(self)),
+            "position": position,
+            "global_position": min(
+                self._deal_start + position * self.num_replicas, self._plan_list_length()
+            ),
+            "plan_replicas": plan.num_replicas,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def _plan_list_length(self) -> int:
+        """Length of the global list the current epoch follows (the plan's in an elastic one)."""
+        return (self._plan if self._plan is not None else self).global_length
+
+    def load_state_dict(
+        self, state: dict[str, Any], *, allow_world_size_change: bool = False
+    ) -> None:
         """Restore epoch and position from :meth:`state_dict`; the next iteration resumes there.
 
         A state saved by another rank of the same job loads (every rank shares
         epoch and position). A state from a sampler of another kind or
-        configuration is refused.
+        configuration is refused. A state saved at another world size
+        (``num_replicas``) is refused too unless ``allow_world_size_change``:
+        then the rest of the saved epoch's global list is dealt over this
+        sampler's ranks (:meth:`follow`), every remaining entry exactly once;
+        the next epoch follows this world size's own plan. States of version 1
+        (before elastic resume) load as before.
 
         Raises:
-            ValueError: naming each field that differs, or a malformed state.
+            StateError: naming each field that differs, or a malformed state.
 
         Example:
             >>> a = DistributedSampler(10, 2, 0); a.set_epoch(4)
             >>> b = DistributedSampler(10, 2, 1); b.load_state_dict(a.state_dict(position=1))
             >>> b.epoch, list(b)[:1] == b.indices(1, 2).tolist()
             (4, True)
+            >>> c = DistributedSampler(10, 3, 2)  # resumed on 3 replicas
+            >>> c.load_state_dict(a.state_dict(position=1), allow_world_size_change=True)
+            >>> c.positions().tolist()  # positions 0, 1 were consumed on 2 replicas
+            [4, 7]
         """
         if not isinstance(state, dict):
-            raise ValueError(f"sampler state must be a dict, got {type(state).__name__}")
+            raise StateError(f"sampler state must be a dict, got {type(state).__name__}")
         missing = {"sampler", "version", "config", "epoch", "position"} - set(state)
         if missing:
-            raise ValueError(f"sampler state is missing field(s) {sorted(missing)}")
+            raise StateError(f"sampler state is missing field(s) {sorted(missing)}")
         if state["sampler"] != self._KIND:
-            raise ValueError(
+            raise StateError(
                 f"sampler state was saved by a {state['sampler']}, cannot load into a {self._KIND}"
             )
-        if state["version"] != _STATE_VERSION:
-            raise ValueError(
+        if state["version"] not in _READS_VERSIONS:
+            raise StateError(
                 f"sampler state version {state['version']!r} is not supported "
-                f"(this tfdp reads version {_STATE_VERSION})"
+                f"(this tfdp reads versions {list(_READS_VERSIONS)})"
             )
-        mine = json.loads(json.dumps(self._config()))
         theirs = state["config"]
-        diffs = [
-            f"{k}: saved {theirs.get(k)!r}, this sampler {mine.get(k)!r}"
-            for k in sorted(set(mine) | set(theirs))
-            if theirs.get(k) != mine.get(k)
-        ]
+        if not isinstance(theirs, dict):
+            raise StateError(f"sampler state's config must be a dict, got {theirs!r}")
+        ignore = ("num_replicas",) if allow_world_size_change else ()
+        diffs = _config_diffs(theirs, self._config(), ignore=ignore)
         if diffs:
-            raise ValueError(
+            hint = ""
+            if any(d.startswith("num_replicas:") for d in diffs):
+                hint = (
+                    " (to continue the saved epoch at this world size, dealing its rest over "
+                    "this sampler's ranks, pass allow_world_size_change=True)"
+                )
+            raise StateError(
                 f"sampler state was saved with another {self._KIND} configuration; "
-                "differing field(s): " + "; ".join(diffs)
+                "differing field(s): " + "; ".join(diffs) + hint
             )
-        epoch = _check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
-        # Ranks of an uneven sampler (padding=None) differ in length by one: a position saved
-        # by a longer rank at its end means "epoch done" for a shorter one.
-        limit = -(-self._global_length() // self.num_replicas)
-        position = _check_int("state['position']", state["position"], 0, limit)
+        saved_w = theirs.get("num_replicas")
+        try:
+            saved_w = _check_int("state['config']['num_replicas']", saved_w, 1)
+            plan_w = _check_int("state['plan_replicas']", state.get("plan_replicas", saved_w), 1)
+            epoch = _check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
+        except ValueError as e:
+            raise StateError(str(e)) from None
+        plan = self if plan_w == self.num_replicas else self.replace(num_replicas=plan_w, rank=0)
+        total = plan.global_length
+        try:
+            # Ranks of an uneven sampler (padding=None) differ in length by one: a position
+            # saved by a longer rank at its end means "epoch done" for a shorter one.
+            limit = -(-total // saved_w)
+            position = _check_int("state['position']", state["position"], 0, limit)
+            if "global_position" in state:
+                reached = _check_int("state['global_position']", state["global_position"], 0, total)
+            else:  # version 1: every rank at the same position of a list of saved_w ranks
+                reached = min(position * saved_w, total)
+        except ValueError as e:
+            raise StateError(str(e)) from None
+        self._plan, self._deal_start = None, 0
         self.set_epoch(epoch)
-        self._resume_position = min(position, len(self))
+        w = self.num_replicas
+        if reached == 0:  # nothing consumed: the epoch follows this world size's own plan
+            self._resume_position = 0
+        elif plan is self and (reached % w == 0 or reached >= total):
+            self._resume_position = min(-(-reached // w), len(self))  # this world size's list
+        else:
+            plan.set_epoch(epoch)
+            self.follow(plan, reached)
         self._yielded = 0
 
     def __repr__(self) -> str:
@@ -371,10 +556,11 @@ class DistributedSampler(Sampler):
             "padding": self.padding,
         }
 
-    def __len__(self) -> int:
+    def _length(self) -> int:
         return self._len
 
-    def _global_length(self) -> int:
+    @property
+    def global_length(self) -> int:  # noqa: D102 - Sampler.global_length
         return self.total_size
 
     @property
@@ -400,6 +586,18 @@ class DistributedSampler(Sampler):
             extra_ids=extra,
             start=start,
             stop=stop,
+        )
+
+    def _global_entries(self, positions: np.ndarray) -> np.ndarray:
+        perm = self._epoch_permutation(self.shuffle)
+        shortfall = self.total_size - self.num_examples
+        random_pad = self.padding == "random" and not self.drop_last
+        extra = None
+        if random_pad and shortfall >= self.num_examples:
+            extra = _ix.random_padding_ids(self.num_examples, shortfall, self.seed, self.epoch)
+        total = self.total_size if random_pad else self.num_examples
+        return _ix.distributed_entries(
+            perm, self.num_examples, positions, total=total, extra_ids=extra
         )
 
 
@@ -500,8 +698,12 @@ class RepeatAugSampler(Sampler):
             "selected_ratio": self.selected_ratio,
         }
 
-    def __len__(self) -> int:
+    def _length(self) -> int:
         return self.num_selected
+
+    def _global_entries(self, positions: np.ndarray) -> np.ndarray:
+        perm = self._epoch_permutation(self.shuffle)
+        return _ix.repeat_aug_entries(perm, self.num_examples, self.num_repeats, positions)
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
         perm = self._epoch_permutation(self.shuffle)
@@ -560,8 +762,11 @@ class DistributedEvalSampler(Sampler):
         cfg.pop("seed")
         return {**cfg, "multiple_of": self.multiple_of}
 
-    def __len__(self) -> int:
+    def _length(self) -> int:
         return self._len
+
+    def _global_entries(self, positions: np.ndarray) -> np.ndarray:
+        return self._epoch_permutation(shuffle=False)(positions % self.num_examples)
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
         return self.indices_and_mask(start, stop)[0]

@@ -244,7 +244,9 @@ def fit(
         run_dir: Checkpoints under ``run_dir/checkpoints``.
         checkpoint_every: Save every N steps (and at every epoch end).
         max_to_keep: Checkpoints kept.
-        resume: Continue from the latest checkpoint in ``run_dir``.
+        resume: Continue from the latest checkpoint in ``run_dir`` (saved at this
+            or another world size with the same global batch: the interrupted epoch
+            continues exactly).
         max_steps: Stop (saving a checkpoint) at this global step.
         callbacks: More Keras callbacks. They run after tfdp's own (the
             exact validation first), so ``EarlyStopping(monitor="val_loss")``,
@@ -301,9 +303,13 @@ def fit(
         )
         manager.check_writable()
         if resume:
-            restored = manager.restore(expected_config=input_config(train_input, path="fit"))
+            restored = manager.restore(
+                expected_config=input_config(train_input, path="fit"),
+                allow_world_size_change=True,
+            )
             if restored is not None:
                 start, global_step = restored
+                train_input.resume_from(start.sampler, start.step)  # another world size's epoch
     epoch, step = start.epoch, start.step
     cbs = list(callbacks or ())
     validation = None
@@ -351,8 +357,8 @@ def fit(
             history.setdefault(k, []).extend(v[:-1] if stopper.partial else v)
         epochs_done.extend(hist.epoch[:-1] if stopper.partial else hist.epoch)
         done = stopper.global_step - global_step
-        absolute = start.epoch * steps + start.step + done
-        start = DataPosition(absolute // steps, absolute % steps)
+        reached = DataPosition.from_input(train_input, start.epoch, start.step + done)
+        start = DataPosition(reached.epoch, reached.step)
         global_step = stopper.global_step
         return not stopper.stopped and not model.stop_training
 
@@ -361,7 +367,8 @@ def fit(
     try:
         if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
             # finish the interrupted epoch first
-            go_on = run(train_input.epoch(epoch, step), epoch, epoch + 1, steps - step)
+            interrupted = train_input.epoch_steps(epoch)  # another world size's, when resumed so
+            go_on = run(train_input.epoch(epoch, step), epoch, epoch + 1, interrupted - step)
             epoch += 1
         else:
             go_on = True

@@ -390,7 +390,7 @@ class Trainer:
         position = DataPosition.from_input(  # the batch position in the sampler epoch
             train_input,
             self.state.epoch,
-            min(self.state.step * k, train_input.steps_per_epoch),
+            min(self.state.step * k, train_input.epoch_steps(self.state.epoch)),
             accumulation_steps=k,
             seed=train_input.seed,
         )
@@ -399,8 +399,11 @@ class Trainer:
     def restore(self, train_input: DistributedInput) -> bool:
         """Restore the latest checkpoint of ``run_dir``; True if there was one.
 
-        The saved data position must match ``train_input`` (world size, batch
-        size, sampler configuration), else a ValueError names what differs.
+        The saved data position must match ``train_input`` (global batch size,
+        sampler configuration), else a ValueError names what differs. A
+        checkpoint of another world size continues its epoch exactly: the
+        rest of that epoch's list is dealt over this input's replicas
+        (:meth:`tfdp.DistributedInput.resume_from`).
         The epoch's training-metric accumulators come back too, and
         ``metrics.jsonl`` keeps only the lines up to the restored step (a line
         written just before a crash, for steps the resumed run trains again,
@@ -409,11 +412,14 @@ class Trainer:
         mgr = self._checkpoint_manager()
         if mgr is None:
             return False
-        restored = mgr.restore(expected_config=self._data_config(train_input))
+        restored = mgr.restore(
+            expected_config=self._data_config(train_input), allow_world_size_change=True
+        )
         if restored is None:
             self.logs.truncate(0)
             return False
         position, global_step = restored
+        train_input.resume_from(position.sampler, position.step)  # another world size's epoch
         if position.step % self.accumulation_steps:
             raise ValueError(
                 f"checkpoint {mgr.latest} stores batch {position.step} of epoch "
@@ -510,7 +516,8 @@ class Trainer:
             train_input: The training input (built on the same strategy).
             epochs: Total epochs (a resumed run continues up to this number).
             eval_input: Exact evaluation after every epoch (``sampler="eval"``).
-            resume: Restore the latest checkpoint of ``run_dir`` first.
+            resume: Restore the latest checkpoint of ``run_dir`` first; one saved
+                at another world size (same global batch) continues its epoch exactly.
             max_steps: Stop (saving a checkpoint) once the global step reaches
                 this -- a deliberate stop, as a preemption would cause.
             on_step: Called on every process after each ``tf.function`` call;
@@ -535,13 +542,11 @@ class Trainer:
         if train_input.strategy is not self.strategy:
             raise ValueError("train_input was built on another strategy than the trainer's")
         k = self.accumulation_steps
-        batches_per_epoch = train_input.steps_per_epoch
-        full_steps, tail = divmod(batches_per_epoch, k)
-        steps_per_epoch = full_steps + (1 if tail else 0)
         if self.run_dir is not None:
             self._checkpoint_manager()  # fails before the first step if the directory is unwritable
         if resume:
             self.restore(train_input)
+        batches_per_epoch = train_input.epoch_steps(self.state.epoch)
         if self.record_samples and not train_input.return_ids:
             raise ValueError(
                 "record_samples needs the ids of each batch: build the training input with "
@@ -555,7 +560,7 @@ class Trainer:
             model=self.model,
             verbose=self.verbose,
             epochs=epochs,
-            steps=steps_per_epoch,
+            steps=-(-batches_per_epoch // k),
         )
         self._stop.clear()
         self.model.stop_training = False
@@ -605,10 +610,11 @@ class Trainer:
     ) -> None:
         """The epochs of :meth:`fit`, from ``state`` up to ``epochs`` or an agreed stop."""
         k = self.accumulation_steps
-        full_steps, tail = divmod(train_input.steps_per_epoch, k)
-        steps_per_epoch = full_steps + (1 if tail else 0)
         while self.state.epoch < epochs:
             epoch = self.state.epoch
+            # An epoch resumed from another world size has its plan's number of steps.
+            full_steps, tail = divmod(train_input.epoch_steps(epoch), k)
+            steps_per_epoch = full_steps + (1 if tail else 0)
             callbacks.on_epoch_begin(epoch)
             self.logs.epoch_begin(epoch, steps_per_epoch)
             t0 = time.perf_counter()
