@@ -247,10 +247,15 @@ def _print_outcome(result: dict[str, Any]) -> None:
         return
     if result["stopped_early"]:
         # Epochs are counted from 1, as in the epoch lines of the log.
+        where = (
+            f"after epoch {result['epoch']} of {result['epochs']}"
+            if result["step"] == 0
+            else f"in epoch {result['epoch'] + 1} of {result['epochs']}, after its step "
+            f"{result['step']}"
+        )
         _say(
             "info",
-            f"stopped in epoch {result['epoch'] + 1} of {result['epochs']} after its step "
-            f"{result['step']} (global step {result['global_step']}); checkpoint saved. "
+            f"stopped {where} (global step {result['global_step']}); checkpoint saved. "
             f"Resume with: {_resume_hint(result['run_dir'])}",
         )
     elif not result["trained"]:
