@@ -46,7 +46,12 @@ def read_run_config(path: str) -> tuple[dict[str, Any], list[Any]]:
     """The options saved in a run's ``config.json`` (type-checked) and its history."""
     from tfdp.rundir import read_json_object
 
-    raw = read_json_object(path, "run config")
+    try:
+        raw = read_json_object(path, "run config")
+    except StateError:
+        raise
+    except ValueError as exc:  # documented: not JSON, not an object, not text -- the file's
+        raise StateError(str(exc)) from exc
     fields = TrainConfig.fields()
     options = {k: coerce(k, v, f"run config {path}") for k, v in raw.items() if k in fields}
     history = raw.get("history")
