@@ -257,3 +257,42 @@ def test_ctrl_c_hint_pasted_as_printed_continues_the_run(tmp_path):
 
     model = keras.models.load_model(saved)
     assert model.output_shape == (None, 10)
+
+
+# -- tfdp sampler --png ------------------------------------------------------------------------
+
+
+def test_sampler_picture_title_fits_colours_differ_padding_marked(tmp_path, monkeypatch):
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from tfdp.cli.sampler import draw_layout, id_colour, padding_mask
+
+    colours = np.array([id_colour(i) for i in range(2000)])
+    gaps = np.abs(colours[1:] - colours[:-1]).max(axis=1)
+    assert gaps.min() > 0.1  # neighbouring ids are told apart (tab20 repeated every 20)
+    assert len({tuple(c) for c in colours.round(6)}) == len(colours)
+
+    drawn = []
+    original = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        drawn.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    samplers = [tfdp.DistributedSampler(10, 4, r, shuffle=False) for r in range(4)]
+    # Positions 10 and 11 of the padded 12 (ranks 2 and 3, third entry) are copies of 0 and 1.
+    assert [padding_mask(s).tolist() for s in samplers] == [[False] * 3] * 2 + [
+        [False, False, True]
+    ] * 2
+    draw_layout(samplers, 1, str(tmp_path / "layout.svg"))
+    fig = drawn[0]
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    title = ax.title.get_window_extent(renderer)
+    assert fig.bbox.x0 <= title.x0 and title.x1 <= fig.bbox.x1  # the title fits
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 2
+    assert ax.get_legend().get_texts()[0].get_text() == "padding copy (2)"
+    assert (tmp_path / "layout.svg").read_text().lstrip().startswith("<?xml")

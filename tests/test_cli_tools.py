@@ -349,3 +349,37 @@ def test_register_adds_plot_and_data():
     assert (args.run_dir, args.out) == ("run", "c.png")
     with pytest.raises(SystemExit):
         parser.parse_args(["data", "inspect", "x", "--examples", "-1"])
+
+
+def test_plot_svg_integer_epochs_and_first_epoch_speed_left_out(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    run = tmp_path / "run"
+    _write_metrics(run, epochs=3)
+    path = Path(cli_plot.plot_metrics(run, tmp_path / "curves.svg"))
+    text = path.read_text()
+    ET.fromstring(text)  # an SVG document, not a PNG with another name
+    assert text.lstrip().startswith("<?xml") and "<svg" in text
+    assert "epoch 1 left out: it includes tracing" in text
+
+
+def test_plot_axes_use_integer_epochs_and_skip_epoch_one_speed(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    run = tmp_path / "run"
+    _write_metrics(run, epochs=3)
+    drawn = []
+    original = Figure.savefig
+
+    def keep(self, *args, **kwargs):  # look at the real figure as it is written
+        drawn.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    cli_plot.plot_metrics(run)
+    loss, _, speed = drawn[0].axes
+    assert all(float(t).is_integer() for t in loss.get_xticks())
+    (line,) = speed.get_lines()
+    ys = line.get_ydata()
+    assert np.isnan(ys[0]) and list(ys[1:]) == [1010.0, 1020.0]
+    assert "epoch 1 left out" in speed.get_title()
