@@ -146,3 +146,11 @@ def test_guide_python_sampler_example_runs():
 
 def test_guide_keeps_the_elastic_resume_heading():
     assert "## Changing the number of workers\n\n(see README)\n" in GUIDE
+
+
+def test_cluster_paragraphs_name_what_the_tests_run():
+    tests = (ROOT / "tests/test_cluster_envs.py").read_text()
+    assert "`TFDP_SLURM_PORT_BASE` (default 8888)" in README and "TFDP_SLURM_PORT_BASE" in tests
+    assert "srun`'s environment train to identical weights" in README
+    assert "def test_slurm_job_step_trains_to_identical_weights" in tests
+    assert "def test_kubeflow_tfjob_with_a_chief_trains_to_identical_weights" in tests
