@@ -19,8 +19,8 @@ all run :func:`main`. Importing the package loads no TensorFlow.
 
 Example:
     >>> main(["sampler", "--num-examples", "4", "--replicas", "2", "--sampler", "eval"])
-    ... # doctest: +NORMALIZE_WHITESPACE
-    DistributedEvalSampler(num_examples=4, num_replicas=2, epoch=0, len=2)
+    ... # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+    DistributedEvalSampler(num_examples=4, num_replicas=2, ...)
     step  rank 0  rank 1
     0     0       1
     1     2       3

@@ -9,7 +9,7 @@ a healthy job).
 
 Example:
     >>> opt = build_optimizer(TrainConfig(optimizer="sgd", schedule="constant"), 10)
-    >>> type(opt).__name__, float(opt.learning_rate)
+    >>> type(opt).__name__, round(float(opt.learning_rate), 6)
     ('SGD', 0.003)
 """
 
