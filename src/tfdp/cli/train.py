@@ -26,7 +26,7 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfdp.cli.args import quiet_tf, require
@@ -144,29 +144,19 @@ def _say(level: str, message: str) -> None:
         print(f"{PREFIX}: {message}", flush=True)
 
 
-@contextlib.contextmanager
-def stop_on_signals(stop: Any) -> Iterator[None]:
-    """While inside, SIGINT / SIGTERM call ``stop(name)`` once; a second signal ends the process.
+class _SignalHandlers:
+    """SIGINT / SIGTERM handlers that call ``stop(name)`` once; a second signal ends the process."""
 
-    The first signal prints what happens and asks the run to save a
-    checkpoint and stop; the handlers are then reset to the default action, so
-    a second signal ends the process at once, saving nothing more. The
-    previous handlers come back on exit. Off the main thread, nothing is
-    installed (Python delivers signals to the main thread only).
-
-    Example:
-        >>> with stop_on_signals(print):
-        ...     signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        True
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.getsignal(s) for s in handled}
 
-    def on_signal(signum: int, frame: Any) -> None:
-        for s in handled:  # a second signal takes the default action: the process ends at once
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop
+        self.previous: dict[int, Any] | None = None
+        self.fired = False
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        self.fired = True
+        for s in self.handled:  # a second signal takes the default action: the process ends
             signal.signal(s, signal.SIG_DFL)
         name = signal.Signals(signum).name
         again = "Ctrl-C" if signum == signal.SIGINT else name
@@ -176,15 +166,46 @@ def stop_on_signals(stop: Any) -> Iterator[None]:
             file=sys.stderr,
             flush=True,
         )
-        stop(name)
+        self.stop(name)
 
-    for s in handled:
-        signal.signal(s, on_signal)
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
+    def install(self) -> None:
+        """Install (again: TensorFlow's runtime may have set its own handlers meanwhile)."""
+        if threading.current_thread() is not threading.main_thread() or self.fired:
+            return
+        if self.previous is None:
+            self.previous = {s: signal.getsignal(s) for s in self.handled}
+        for s in self.handled:
+            signal.signal(s, self.on_signal)
+
+    def restore(self) -> None:
+        """Put the handlers found by the first :meth:`install` back."""
+        for s, handler in (self.previous or {}).items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Any) -> Iterator[Callable[[], None]]:
+    """While inside, SIGINT / SIGTERM call ``stop(name)`` once; a second signal ends the process.
+
+    The first signal prints what happens and asks the run to save a
+    checkpoint and stop; the handlers are then reset to the default action, so
+    a second signal ends the process at once, saving nothing more. The
+    previous handlers come back on exit. Off the main thread, nothing is
+    installed (Python delivers signals to the main thread only). Yields a
+    function that installs the handlers again, for after TensorFlow's runtime
+    has started (it may install its own).
+
+    Example:
+        >>> with stop_on_signals(print):
+        ...     signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        True
+    """
+    handlers = _SignalHandlers(stop)
+    handlers.install()
+    try:
+        yield handlers.install
+    finally:
+        handlers.restore()
 
 
 def _resume_hint(run_dir: str) -> str:
@@ -208,9 +229,11 @@ def train(
     quiet_tf()
     from tfdp.recipe.run import StopRequest, run_train
 
-    stop = StopRequest()
+    reinstall: list[Callable[[], None]] = []
+    stop = StopRequest(on_attach=lambda: [f() for f in reinstall])
     try:
-        with stop_on_signals(stop):
+        with stop_on_signals(stop) as install:
+            reinstall.append(install)
             result = run_train(cfg, given=given, on_step=on_step, stop=stop, report=_say)
     except Exception as exc:
         if not _diverged(exc):

@@ -68,10 +68,11 @@ class StopRequest:
         stopping: SIGINT
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_attach: Callable[[], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._target: Callable[[str], None] | None = None
         self._pending: str | None = None
+        self._on_attach = on_attach
 
     def __call__(self, reason: str) -> None:
         """Ask the run to stop, saying why (e.g. ``"SIGTERM"``)."""
@@ -83,12 +84,25 @@ class StopRequest:
             target(reason)
 
     def attach(self, target: Callable[[str], None]) -> None:
-        """Deliver requests to ``target`` from now on (and a pending one at once)."""
+        """Deliver requests to ``target`` from now on (and a pending one at once).
+
+        ``on_attach`` (given to the constructor) runs first: the run is about to
+        start its loop, everything that might have installed handlers of its own
+        (TensorFlow's runtime) is set up.
+        """
+        if self._on_attach is not None:
+            self._on_attach()
         with self._lock:
             self._target = target
             pending, self._pending = self._pending, None
         if pending is not None:
             target(pending)
+
+    def detach(self) -> None:
+        """Ignore requests from now on (the loop is over)."""
+        with self._lock:
+            self._target = lambda reason: None
+            self._pending = None
 
 
 def _cores() -> int:
@@ -315,7 +329,7 @@ def _train(
         raise
     finally:
         if stop is not None:
-            stop.attach(lambda reason: None)  # the loop is over: later requests do nothing
+            stop.detach()  # the loop is over: later requests do nothing
     state = trainer.state
     result: dict[str, Any] = {
         "epoch": state.epoch,
