@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfdp.cli.launch import add_parser as register
@@ -137,6 +137,7 @@ def test_ports_from_base():
         ports_from_base(0, 1)
 
 
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ports=st.lists(st.integers(1, 65535), min_size=1, max_size=12, unique=True),
     restart=st.integers(0, 100),
@@ -148,6 +149,8 @@ def test_plan_properties(ports, restart):
     assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
     assert [c["task"]["index"] for c in configs] == list(range(len(ports)))
     assert [int(a.rsplit(":", 1)[1]) for a in configs[0]["cluster"]["worker"]] == ports
+    assert [int(s.env["RANK"]) for s in specs] == list(range(len(ports)))
+    assert {s.env["MASTER_PORT"] for s in specs} == {str(ports[0])}
     assert {s.env["TFDP_RESTART"] for s in specs} == {str(restart)}
 
 
