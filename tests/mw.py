@@ -6,19 +6,37 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from conftest import free_ports
 
 
-def run_workers(script: Path, n: int, args: list[str], timeout: float = 240) -> list[str]:
-    """Start n workers of ``script`` with TF_CONFIG each; return their outputs, fail on error."""
+def run_workers(
+    script: Path,
+    n: int,
+    args: list[str],
+    timeout: float = 240,
+    cluster_env: Callable[[int, list[int]], dict[str, str]] | None = None,
+) -> list[str]:
+    """Start n workers of ``script`` with TF_CONFIG each; return their outputs, fail on error.
+
+    ``cluster_env(i, ports)``, when given, is worker i's cluster environment instead of the
+    TF_CONFIG of a plain ``worker`` cluster (e.g. Slurm's variables, or a TF_CONFIG with a chief).
+    """
     ports = free_ports(n)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs = []
     for i in range(n):
-        env = dict(os.environ)
-        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+        env = {
+            k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("SLURM_")
+        }
+        if cluster_env is None:
+            env["TF_CONFIG"] = json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": i}}
+            )
+        else:
+            env.update(cluster_env(i, ports))
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         env.pop("CUDA_VISIBLE_DEVICES", None)
         procs.append(

@@ -57,7 +57,10 @@ def test_sampler_table_shows_ra_copies_on_different_ranks(capsys):
         (["train", "--epochz", "3"], "did you mean --epochs"),
         (["train", "--batch-size", "abc"], "expected an integer"),
         (["train", "--sampler", "ra"], "must be one of"),
-        (["sampler", "--num-examples", "100", "--replicas", "4"], "smaller selected_round"),
+        (
+            ["sampler", "--num-examples", "100", "--replicas", "4", "--selected-round", "256"],
+            "smaller selected_round",
+        ),
     ],
 )
 def test_bad_flags_are_one_clear_line(args, message, capsys):
@@ -93,11 +96,14 @@ def test_config_files_yaml_toml_and_errors(tmp_path):
 
 
 def test_flags_win_over_the_config_file(tmp_path):
-    from tfdp.cli import _parser, _train_config
+    from tfdp.cli import build_parser, train_request
 
     (tmp_path / "c.toml").write_text("epochs = 7\nbatch-size = 32\n")
-    args = _parser().parse_args(["train", "--config", str(tmp_path / "c.toml"), "--epochs", "2"])
-    cfg = _train_config(args)
+    args = build_parser().parse_args(
+        ["train", "--config", str(tmp_path / "c.toml"), "--epochs", "2"]
+    )
+    cfg, given = train_request(args)
+    assert given == {"epochs", "batch_size"}
     assert (cfg.epochs, cfg.batch_size) == (2, 32)
     assert isinstance(cfg, TrainConfig)
 

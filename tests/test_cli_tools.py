@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfdp import cli_tools
-from tfdp.cli_tools import convert_data, inspect_data, main, read_metrics
+from tfdp.cli import main
+from tfdp.cli import plot as cli_plot
+from tfdp.cli.convert import convert_data
+from tfdp.cli.inspect import inspect_data
+from tfdp.cli.plot import read_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -80,7 +83,7 @@ def test_plot_without_accuracy_or_speed_still_draws(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"epoch": 0, "loss": 1.0}\n{"epoch": 1, "loss": 0.5}\n')
-    assert Path(cli_tools.plot_metrics(run)).read_bytes()[:8] == PNG_MAGIC
+    assert Path(cli_plot.plot_metrics(run)).read_bytes()[:8] == PNG_MAGIC
 
 
 @pytest.mark.parametrize(
@@ -107,15 +110,15 @@ def test_plot_names_the_bad_line(tmp_path, capsys, text, needle):
 
 def test_plot_missing_inputs(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="RUN_DIR"):
-        cli_tools.plot_metrics(tmp_path / "nope")
+        cli_plot.plot_metrics(tmp_path / "nope")
     (tmp_path / "run").mkdir()
     with pytest.raises(FileNotFoundError, match=r"metrics\.jsonl"):
-        cli_tools.plot_metrics(tmp_path / "run")
+        cli_plot.plot_metrics(tmp_path / "run")
     code, _, err = _run(capsys, "plot", str(tmp_path / "run"))
     assert code == 2 and "metrics.jsonl" in err
     _write_metrics(tmp_path / "run")
     with pytest.raises(FileNotFoundError, match="--out"):
-        cli_tools.plot_metrics(tmp_path / "run", tmp_path / "no" / "dir" / "x.png")
+        cli_plot.plot_metrics(tmp_path / "run", tmp_path / "no" / "dir" / "x.png")
 
 
 # -- tfdp data convert -----------------------------------------------------------------------
@@ -317,19 +320,66 @@ def test_inspect_npz_folder_and_tfrecord(tmp_path):
 
 
 def test_manifest_suffix_matches_the_writer():
-    from tfdp.sources.tfrecord import MANIFEST_SUFFIX
+    from tfdp import dataspec
+    from tfdp.sources import tfrecord
 
-    assert cli_tools.MANIFEST_SUFFIX == MANIFEST_SUFFIX
+    assert dataspec.MANIFEST_SUFFIX == tfrecord.MANIFEST_SUFFIX
+
+
+def test_old_module_names_still_work():
+    from tfdp import cli_tools, job, recipe
+
+    assert cli_tools.convert_data is convert_data
+    assert cli_tools.plot_metrics is cli_plot.plot_metrics
+    assert job.TrainConfig is recipe.TrainConfig and job.run_train is recipe.run_train
 
 
 def test_register_adds_plot_and_data():
     import argparse
 
+    from tfdp.cli import data as cli_data
+
     parser = argparse.ArgumentParser(prog="tfdp")
-    cli_tools.register(parser.add_subparsers(dest="command"))
+    sub = parser.add_subparsers(dest="command")
+    cli_plot.add_parser(sub)
+    cli_data.add_parser(sub)
     args = parser.parse_args(["data", "inspect", "x", "--examples", "0"])
     assert (args.command, args.data_command, args.src, args.examples) == ("data", "inspect", "x", 0)
     args = parser.parse_args(["plot", "run", "--out", "c.png"])
     assert (args.run_dir, args.out) == ("run", "c.png")
     with pytest.raises(SystemExit):
         parser.parse_args(["data", "inspect", "x", "--examples", "-1"])
+
+
+def test_plot_svg_integer_epochs_and_first_epoch_speed_left_out(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    run = tmp_path / "run"
+    _write_metrics(run, epochs=3)
+    path = Path(cli_plot.plot_metrics(run, tmp_path / "curves.svg"))
+    text = path.read_text()
+    ET.fromstring(text)  # an SVG document, not a PNG with another name
+    assert text.lstrip().startswith("<?xml") and "<svg" in text
+    assert "epoch 1 left out: it includes tracing" in text
+
+
+def test_plot_axes_use_integer_epochs_and_skip_epoch_one_speed(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    run = tmp_path / "run"
+    _write_metrics(run, epochs=3)
+    drawn = []
+    original = Figure.savefig
+
+    def keep(self, *args, **kwargs):  # look at the real figure as it is written
+        drawn.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    cli_plot.plot_metrics(run)
+    loss, _, speed = drawn[0].axes
+    assert all(float(t).is_integer() for t in loss.get_xticks())
+    (line,) = speed.get_lines()
+    ys = line.get_ydata()
+    assert np.isnan(ys[0]) and list(ys[1:]) == [1010.0, 1020.0]
+    assert "epoch 1 left out" in speed.get_title()

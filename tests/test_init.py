@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import tfdp
 
@@ -14,6 +16,7 @@ def test_every_public_name_and_submodule_resolves():
     for module in (
         "augment",
         "checkpoint",
+        "cli",
         "datasets",
         "dataspec",
         "distribute",
@@ -21,6 +24,7 @@ def test_every_public_name_and_submodule_resolves():
         "input",
         "launch",
         "models",
+        "recipe",
         "rundir",
         "sources",
         "train",
@@ -34,10 +38,67 @@ def test_every_public_name_and_submodule_resolves():
 def test_import_tfdp_does_not_load_tensorflow():
     code = (
         "import sys, tfdp; tfdp.RepeatAugSampler(10, 2, 0, selected_round=0); "
-        "import tfdp.dataspec, tfdp.errors, tfdp.rundir, tfdp.cli_tools; "
+        "import tfdp.dataspec, tfdp.errors, tfdp.rundir, tfdp.cli_tools, tfdp.cli, tfdp.recipe, "
+        "tfdp.job, tfdp.launch, tfdp.cli.app; "
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "False"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_dir_shows_the_submodules_the_readme_uses():
+    readme = (ROOT / "README.md").read_text()
+    used = set(re.findall(r"(?<![\w./])tfdp\.([a-z_]+)", readme))
+    assert {"augment", "distribute", "train", "sources", "dataspec"} <= used
+    assert used <= set(dir(tfdp)), used - set(dir(tfdp))
+
+
+def _pyproject() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_declared_tensorflow_and_keras_floors_are_what_is_tested():
+    """The range declared starts at the versions this suite runs on (CI installs the floor's
+    release line): a floor below them would promise versions nobody tested."""
+    import importlib.metadata
+
+    project = _pyproject()["project"]
+    for extra in ("cpu", "gpu", "dev"):
+        floors = {}
+        for req in project["optional-dependencies"][extra]:
+            m = re.match(r"([a-z\-]+)(?:\[[a-z\-]+\])?>=([0-9.]+)", req)
+            if m and m.group(1) in ("tensorflow-cpu", "tensorflow", "keras"):
+                floors["keras" if m.group(1) == "keras" else "tensorflow"] = m.group(2)
+        assert set(floors) == {"tensorflow", "keras"}, extra
+        for module, floor in floors.items():
+            installed = importlib.metadata.version("keras" if module == "keras" else "tensorboard")
+            if module == "tensorflow":
+                installed = __import__("tensorflow").__version__
+            assert installed.split(".")[:2] == floor.split(".")[:2], (extra, module, installed)
+
+
+def test_license_file_matches_the_declared_license_and_the_package_is_typed():
+    project = _pyproject()["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "Typing :: Typed" in project["classifiers"]
+    assert "py.typed" in _pyproject()["tool"]["setuptools"]["package-data"]["tfdp"]
+    assert (Path(tfdp.__file__).parent / "py.typed").is_file()
+
+
+def test_python_m_tfdp_and_version():
+    out = subprocess.run(
+        [sys.executable, "-m", "tfdp", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"tfdp {tfdp.__version__}"
+    assert tfdp.__version__ == _pyproject()["project"]["version"]

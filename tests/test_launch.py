@@ -13,19 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfdp.launch import (
-    LaunchError,
-    WorkerSpec,
-    free_ports,
-    main,
-    plan,
-    ports_from_base,
-    register,
-    run_from_args,
-)
+from tfdp.cli.launch import add_parser as register
+from tfdp.cli.launch import main
+from tfdp.cli.launch import run as run_from_args
+from tfdp.launch import LaunchError, WorkerSpec, free_ports, plan, ports_from_base
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 PY = sys.executable
@@ -64,9 +58,38 @@ def test_plan_env_vars_and_parent_env():
             "10.0.0.7:5001",
         ]
         extra = set(spec.env) - set(parent)
-        assert extra == {"TFDP_WORKER_INDEX", "TFDP_NUM_WORKERS", "TFDP_RESTART"}
+        assert extra == {"TFDP_WORKER_INDEX", "TFDP_NUM_WORKERS", "TFDP_RESTART", *TORCHRUN}
     # Python workers print line by line through the pipe unless the parent says otherwise.
     assert plan(["x"], [1], env={})[0].env["PYTHONUNBUFFERED"] == "1"
+
+
+TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_plan_sets_torchruns_variables_beside_tf_config(host):
+    """A script written for torchrun finds its rank, world size and master in every worker."""
+    parent = {"RANK": "7", "WORLD_SIZE": "99"}  # stale values from an outer launcher
+    specs = plan(["python", "t.py"], [6000, 6001, 6002], host=host, env=parent)
+    for i, spec in enumerate(specs):
+        task = json.loads(spec.env["TF_CONFIG"])["task"]
+        assert {k: spec.env[k] for k in TORCHRUN} == {
+            "RANK": str(task["index"]),  # torch's rank is TF's task index
+            "WORLD_SIZE": "3",
+            "LOCAL_RANK": str(i),  # one host: local rank = rank
+            "LOCAL_WORLD_SIZE": "3",
+            "MASTER_ADDR": host,  # unbracketed, as torch wants it
+            "MASTER_PORT": "6000",  # the chief's port
+        }
+    assert parent == {"RANK": "7", "WORLD_SIZE": "99"}
+
+
+def test_nproc_per_node_is_workers():
+    parser = argparse.ArgumentParser(prog="tfdp")
+    register(parser.add_subparsers(dest="command"))
+    a = parser.parse_args(["launch", "--nproc-per-node", "3", "--", "python", "t.py"])
+    b = parser.parse_args(["launch", "--workers", "3", "--", "python", "t.py"])
+    assert a == b and a.workers == 3
 
 
 def test_plan_argv_passthrough():
@@ -114,6 +137,7 @@ def test_ports_from_base():
         ports_from_base(0, 1)
 
 
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ports=st.lists(st.integers(1, 65535), min_size=1, max_size=12, unique=True),
     restart=st.integers(0, 100),
@@ -125,6 +149,8 @@ def test_plan_properties(ports, restart):
     assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
     assert [c["task"]["index"] for c in configs] == list(range(len(ports)))
     assert [int(a.rsplit(":", 1)[1]) for a in configs[0]["cluster"]["worker"]] == ports
+    assert [int(s.env["RANK"]) for s in specs] == list(range(len(ports)))
+    assert {s.env["MASTER_PORT"] for s in specs} == {str(ports[0])}
     assert {s.env["TFDP_RESTART"] for s in specs} == {str(restart)}
 
 
@@ -159,7 +185,7 @@ def launcher_cmd(*args: str, sigint: str = "") -> list[str]:
         return [PY, "-m", "tfdp.launch", *args]
     code = (
         f"import signal, sys; signal.signal(signal.SIGINT, {sigint}); "
-        "from tfdp.launch import main; sys.exit(main(sys.argv[1:]))"
+        "from tfdp.cli.launch import main; sys.exit(main(sys.argv[1:]))"
     )
     return [PY, "-c", code, *args]
 
@@ -463,7 +489,11 @@ def test_second_signal_kills_at_once(tmp_path):
     [
         (["--workers", "2", "--"], "give the command after --", 2),
         (["--workers", "2"], "give the command after --", 2),
-        (["--workers", "0", "--", "true"], "argument --workers: expected an integer >= 1", 2),
+        (
+            ["--workers", "0", "--", "true"],
+            "argument --workers/--nproc-per-node: expected an integer >= 1",
+            2,
+        ),
         (["--", "true"], "the following arguments are required: --workers", 2),
         (["--workers", "2", "--port-base", "70000", "--", "true"], "1..65535", 2),
         (["--workers", "2", "--port-base", "65535", "--", "true"], "past 65535", 2),

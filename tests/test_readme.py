@@ -19,6 +19,7 @@ SKIP = {
     "bash scripts/run-tests.sh": "it is the command running this test (CI runs it)",
     "pip install -e '.[cpu]'": "scripts/setup.sh installs tfdp before the tests run",
     "pip install -e '.[gpu]'": "needs CUDA wheels; no GPU here",
+    "pip install -e '.[cpu,plot]'": "scripts/setup.sh installs tfdp[dev], which holds both",
     "pip install -e .": "scripts/setup.sh installs tfdp before the tests run",
 }
 
@@ -83,3 +84,73 @@ def test_readme_block_runs(tmp_path, index):
 def test_install_block_is_skipped_for_a_stated_reason():
     for cmd in bash_blocks()[1]:
         assert cmd in SKIP, cmd
+
+
+def _pyproject() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_install_lines_name_real_extras_and_the_declared_floors():
+    project = _pyproject()["project"]
+    extras = set(project["optional-dependencies"])
+    named = {e for c in bash_blocks()[1] for e in re.findall(r"\[([a-z,]+)\]", c)}
+    assert {"cpu", "gpu", "cpu,plot"} <= named
+    assert {e for group in named for e in group.split(",")} <= extras
+    assert "matplotlib>=3.7" in project["optional-dependencies"]["plot"]
+    floors = dict(re.findall(r"(tensorflow-cpu|keras)>=([0-9.]+)", " ".join(
+        project["optional-dependencies"]["cpu"])))  # fmt: skip
+    assert f"TensorFlow >= {floors['tensorflow-cpu']}, Keras >= {floors['keras']}" in README
+
+
+def test_readme_statements_about_the_command_hold(tmp_path):
+    """The prose lines about `python -m tfdp`, --version, JSON configs, the batch flags,
+    model.keras, the Ctrl-C hint and --nproc-per-node (each exercised in tests/test_cli_habits.py
+    and tests/test_launch.py): here, the names they use exist."""
+    from tfdp.cli import build_parser
+    from tfdp.recipe import MODEL_FILE, load_config_file
+
+    assert MODEL_FILE == "model.keras" and "`runs/<name>/model.keras`" in README
+    for flag in ("--batch-size-per-replica", "--config", "--resume", "--run-dir"):
+        assert flag in build_parser().commands["train"].format_help() and flag in README
+    assert "--nproc-per-node" in build_parser().commands["launch"].format_help()
+    (tmp_path / "c.json").write_text('{"epochs": 2}')
+    assert load_config_file(tmp_path / "c.json") == {"epochs": 2}
+    out = run("python -m tfdp --version", tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("tfdp ")
+    assert "docs/guide.md" in README and (ROOT / "docs/guide.md").is_file()
+
+
+GUIDE = (ROOT / "docs/guide.md").read_text()
+
+
+def test_guide_sample_config_is_a_valid_config(tmp_path):
+    from tfdp.recipe import TrainConfig, check_config, load_config_file
+
+    (block,) = re.findall(r"```yaml\n(.*?)```", GUIDE, flags=re.S)
+    (tmp_path / "train.yaml").write_text(block)
+    values = load_config_file(tmp_path / "train.yaml")
+    assert values["batch_size"] == 64 and values["sampler"] == "repeat-aug"
+    check_config(TrainConfig(**values))
+
+
+def test_guide_python_sampler_example_runs():
+    (block,) = re.findall(r"```python\n(.*?)```", GUIDE, flags=re.S)
+    scope: dict = {}
+    exec(block, scope)
+    assert len(scope["s"].indices()) == 3  # ceil(12 / 4)
+
+
+def test_guide_keeps_the_elastic_resume_heading():
+    assert "## Changing the number of workers\n\n(see README)\n" in GUIDE
+
+
+def test_cluster_paragraphs_name_what_the_tests_run():
+    tests = (ROOT / "tests/test_cluster_envs.py").read_text()
+    assert "`TFDP_SLURM_PORT_BASE` (default 8888)" in README and "TFDP_SLURM_PORT_BASE" in tests
+    assert "srun`'s environment train to identical weights" in README
+    assert "def test_slurm_job_step_trains_to_identical_weights" in tests
+    assert "def test_kubeflow_tfjob_with_a_chief_trains_to_identical_weights" in tests

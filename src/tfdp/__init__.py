@@ -31,6 +31,7 @@ _LAZY: dict[str, str] = {
 _SUBMODULES = {
     "augment",
     "checkpoint",
+    "cli",
     "datasets",
     "dataspec",
     "distribute",
@@ -39,6 +40,7 @@ _SUBMODULES = {
     "input",
     "launch",
     "models",
+    "recipe",
     "rundir",
     "samplers",
     "sources",
@@ -67,4 +69,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted({*__all__, *_SUBMODULES})

@@ -308,6 +308,27 @@ def _configure_logical_cpus(n: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(n)]
 
 
+def _slurm_options() -> dict[str, Any]:
+    """SlurmClusterResolver's options: the port base, and CPU nodes (no nvidia-smi) handled.
+
+    The resolver counts GPUs with ``nvidia-smi`` unless ``CUDA_VISIBLE_DEVICES``
+    is set (a CPU node without it fails), and gives a node only as many tasks
+    as it has GPU slots. On a CPU node: one nominal slot per task of the step,
+    and ``CUDA_VISIBLE_DEVICES`` left alone. ``TFDP_SLURM_PORT_BASE`` (default
+    8888, the resolver's) is the port of a node's first task.
+    """
+    import os
+    import shutil
+
+    options: dict[str, Any] = {
+        "port_base": int(os.environ.get("TFDP_SLURM_PORT_BASE", "8888") or 8888)
+    }
+    if "CUDA_VISIBLE_DEVICES" not in os.environ and shutil.which("nvidia-smi") is None:
+        tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or "1"
+        options.update(gpus_per_node=int(tasks), gpus_per_task=1, auto_set_gpu=False)
+    return options
+
+
 def make_strategy(
     kind: str = "auto",
     *,
@@ -390,7 +411,7 @@ def make_strategy(
                     "strategy 'multi_worker' needs TF_CONFIG (set by tfdp launch, Kubeflow's "
                     "TFJob or Ray) or a Slurm job step"
                 )
-            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(**_slurm_options())
         done = _startup_watchdog(startup_timeout)
         try:
             strategy = tf.distribute.MultiWorkerMirroredStrategy(

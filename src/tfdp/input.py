@@ -60,6 +60,7 @@ SamplerSpec = str | Sampler | Callable[[int, int, int], Sampler]
 _SAMPLER_NAMES = {
     "distributed": DistributedSampler,
     "repeat_aug": RepeatAugSampler,
+    "repeat-aug": RepeatAugSampler,  # the CLI's spelling, accepted here too
     "eval": DistributedEvalSampler,
 }
 _INF_EPOCHS = 2**62

@@ -13,8 +13,8 @@ Three layers, each usable on its own:
   group, prefix their output lines with ``[worker i]``, forward SIGINT/SIGTERM,
   stop the group when a worker fails, and restart it up to ``max_restarts``
   times with fresh ports and ``TFDP_RESTART`` incremented.
-* :func:`register` / :func:`run_from_args` / :func:`main`: the command line,
-  ``tfdp launch`` or ``python -m tfdp.launch``.
+* the command line, ``tfdp launch`` or ``python -m tfdp.launch``, lives in
+  :mod:`tfdp.cli.launch`.
 
 POSIX only (process groups and signals).
 
@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -44,11 +43,8 @@ __all__ = [
     "WorkerSpec",
     "free_ports",
     "launch",
-    "main",
     "plan",
     "ports_from_base",
-    "register",
-    "run_from_args",
 ]
 
 PROG = "tfdp launch"
@@ -108,6 +104,19 @@ def _check_workers(workers: int) -> None:
         raise LaunchError(f"need at least 1 worker, got --workers {workers!r}")
 
 
+def _torchrun_env(index: int, workers: int, host: str, chief_port: int) -> dict[str, str]:
+    """Torchrun's variables for worker ``index`` of ``workers``, all on one host."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return {
+        "RANK": str(index),
+        "WORLD_SIZE": str(workers),
+        "LOCAL_RANK": str(index),
+        "LOCAL_WORLD_SIZE": str(workers),
+        "MASTER_ADDR": bare,
+        "MASTER_PORT": str(chief_port),
+    }
+
+
 def plan(
     command: Sequence[str],
     ports: Sequence[int],
@@ -122,7 +131,10 @@ def plan(
     ``host:ports[i]``; every worker gets the same cluster in ``TF_CONFIG`` and its
     own task index, plus ``TFDP_WORKER_INDEX``, ``TFDP_NUM_WORKERS`` and
     ``TFDP_RESTART`` (how many times the group has been restarted, so a training
-    script can tell a restart from a first start). ``PYTHONUNBUFFERED=1`` is added
+    script can tell a restart from a first start), and torchrun's variables:
+    ``RANK`` and ``LOCAL_RANK`` (the task index: every worker is on ``host``),
+    ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE`` (the number of workers),
+    ``MASTER_ADDR`` / ``MASTER_PORT`` (the chief's address, worker 0's port). ``PYTHONUNBUFFERED=1`` is added
     unless ``env`` sets it, so Python workers' lines reach the launcher as they are
     printed. Everything else in ``env`` passes through; ``env`` is not modified.
 
@@ -148,6 +160,8 @@ def plan(
         {'cluster': {'worker': ['127.0.0.1:2222', '127.0.0.1:2223']}, 'task': {'type': 'worker', 'index': 1}}
         >>> {k: v for k, v in specs[1].env.items() if k.startswith(("TFDP_", "HOME"))}
         {'HOME': '/root', 'TFDP_WORKER_INDEX': '1', 'TFDP_NUM_WORKERS': '2', 'TFDP_RESTART': '0'}
+        >>> [specs[1].env[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")]
+        ['1', '2', '127.0.0.1', '2222']
     """  # noqa: E501
     argv = [str(a) for a in command]
     if not argv:
@@ -178,6 +192,7 @@ def plan(
         worker_env["TFDP_WORKER_INDEX"] = str(i)
         worker_env["TFDP_NUM_WORKERS"] = str(len(ports))
         worker_env["TFDP_RESTART"] = str(restart)
+        worker_env.update(_torchrun_env(i, len(ports), host, ports[0]))
         worker_env.setdefault("PYTHONUNBUFFERED", "1")
         specs.append(WorkerSpec(index=i, argv=list(argv), env=worker_env))
     return specs
@@ -591,172 +606,7 @@ def launch(
             signal.signal(signum, handler)
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+if __name__ == "__main__":  # pragma: no cover - ``python -m tfdp.launch``: the command line
+    from tfdp.cli.launch import main
 
-
-def _positive_int(text: str) -> int:
-    value = _nonnegative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _nonnegative_int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
-    if not value >= 0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
-    return value
-
-
-_DESCRIPTION = """\
-Run COMMAND as N local tf.distribute workers (TF_CONFIG set for
-MultiWorkerMirroredStrategy), print their output as '[worker i] ...', and stop
-(or, with --max-restarts, restart) the whole group when one fails. Each worker
-also gets TFDP_WORKER_INDEX, TFDP_NUM_WORKERS and TFDP_RESTART. SIGINT and
-SIGTERM are forwarded to every worker (a second one: SIGKILL at once).
-Exit status: 0, the failing worker's code (128+N if killed by signal N),
-130 on SIGINT, 143 on SIGTERM."""
-_EPILOG = """\
-example:
-  tfdp launch --workers 2 --max-restarts 3 -- python train.py --epochs 10"""
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--workers", type=_positive_int, required=True, metavar="N", help="number of workers"
-    )
-    parser.add_argument(
-        "--max-restarts",
-        type=_nonnegative_int,
-        default=0,
-        metavar="K",
-        help="restart the whole group up to K times after a failure (default 0)",
-    )
-    parser.add_argument(
-        "--port-base",
-        type=_port,
-        default=None,
-        metavar="P",
-        help="worker i listens on port P+i (default: free ports chosen at each start)",
-    )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="the workers' address (default 127.0.0.1)"
-    )
-    parser.add_argument(
-        "--grace-seconds",
-        type=_seconds,
-        default=DEFAULT_GRACE_SECONDS,
-        metavar="S",
-        help=f"seconds between SIGTERM and SIGKILL when stopping workers "
-        f"(default {DEFAULT_GRACE_SECONDS:g})",
-    )
-    parser.add_argument(
-        "worker_command",
-        nargs=argparse.REMAINDER,
-        metavar="-- COMMAND ...",
-        help="the worker command and its arguments",
-    )
-    parser.set_defaults(func=run_from_args)
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``launch`` subcommand to a ``tfdp`` argparse subparsers object.
-
-    Args:
-        subparsers: What ``ArgumentParser.add_subparsers()`` returned.
-
-    Example:
-        >>> parser = argparse.ArgumentParser(prog="tfdp")
-        >>> register(parser.add_subparsers(dest="command"))
-        >>> args = parser.parse_args(["launch", "--workers", "2", "--", "python", "t.py"])
-        >>> args.workers, args.worker_command, args.func is run_from_args
-        (2, ['--', 'python', 't.py'], True)
-    """
-    parser = subparsers.add_parser(
-        "launch",
-        help="run a command as N local tf.distribute workers",
-        description=_DESCRIPTION,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_arguments(parser)
-
-
-def run_from_args(args: argparse.Namespace) -> int:
-    """Run ``tfdp launch`` from parsed arguments; returns the exit status.
-
-    Errors are printed as one ``tfdp launch: error: ...`` line: status 2 for bad
-    arguments, 127 (126) when the command is not found (not executable).
-
-    Args:
-        args: Parsed by a parser set up with :func:`register`.
-
-    Example:
-        >>> args = argparse.Namespace(workers=2, max_restarts=0, port_base=None,
-        ...     host="127.0.0.1", grace_seconds=30.0, worker_command=["--"])
-        >>> run_from_args(args)
-        2
-    """
-    command = list(args.worker_command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    try:
-        return launch(
-            command,
-            args.workers,
-            max_restarts=args.max_restarts,
-            port_base=args.port_base,
-            host=args.host,
-            grace_seconds=args.grace_seconds,
-        )
-    except LaunchError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
-        cause = exc.__cause__
-        if isinstance(cause, FileNotFoundError):
-            return 127
-        if isinstance(cause, PermissionError):
-            return 126
-        return 2
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``tfdp launch`` standalone (``python -m tfdp.launch``); returns the exit status.
-
-    Args:
-        argv: The arguments after the program name (default ``sys.argv[1:]``).
-
-    Example:
-        >>> main(["--workers", "1", "--", sys.executable, "-c", "print('hi')"])
-        [worker 0] hi
-        0
-    """
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description=_DESCRIPTION,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_arguments(parser)
-    args = parser.parse_args(argv)
-    return run_from_args(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -21,8 +21,8 @@ import sys
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.ops import gen_io_ops
 
-from tfdp.cli import _parser, _train_request
-from tfdp.job import run_train
+from tfdp.cli import build_parser, train_request
+from tfdp.recipe import run_train
 
 POINT, NUMBER = sys.argv[1], int(sys.argv[2])
 TARGET = f"ckpt-{NUMBER}"
@@ -74,8 +74,8 @@ checkpoint_management._delete_file_if_exists = _delete_file_if_exists
 
 
 def main() -> int:
-    args = _parser().parse_args(["train", *sys.argv[4:]])
-    cfg, given = _train_request(args)
+    args = build_parser().parse_args(["train", *sys.argv[4:]])
+    cfg, given = train_request(args)
     result = run_train(cfg, given=given)
     print(f"RESULT {result['weights_sha256']} step {result['global_step']}", flush=True)
     return 0

@@ -10,17 +10,17 @@ import os
 import signal
 import sys
 
-from tfdp.cli import _parser, _train_config
-from tfdp.job import run_train
+from tfdp.cli import build_parser
+from tfdp.cli.train import train, train_request
 
 
 def main() -> int:
     fault, step = sys.argv[1], int(sys.argv[2])
-    args = _parser().parse_args(["train", *sys.argv[4:]])
+    args = build_parser().parse_args(["train", *sys.argv[4:]])
     first_run = os.environ.get("TFDP_RESTART", "0") == "0"
     me = int(os.environ.get("TFDP_WORKER_INDEX", "0"))
 
-    cfg = _train_config(args)
+    cfg, _ = train_request(args)
     lock = os.path.join(cfg.run_dir or "", ".tfdp.lock")
     shown = []
 
@@ -36,7 +36,7 @@ def main() -> int:
             print(f"FAULT {fault} worker {me} at step {state.global_step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGTERM)
 
-    result = run_train(cfg, on_step=on_step)
+    _, result = train(cfg, on_step=on_step)  # as `tfdp train`: SIGTERM saves and stops
     print(
         f"RESULT stopped_early={result['stopped_early']} reason={result['stop_reason']} "
         f"step={result['global_step']}",

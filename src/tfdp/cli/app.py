@@ -1,0 +1,117 @@
+"""The ``tfdp`` command: its sub-commands assembled, and every outcome turned into a status.
+
+This module owns :func:`build_parser` (each sub-command comes from its own
+module's ``add_parser``) and :func:`main`, the one place where exceptions
+become exit statuses: bad input -- :class:`tfdp.errors.TfdpError`, a missing
+optional dependency, a run directory in use, a named path that is missing or
+not writable -- prints one ``tfdp: error: ...`` line and exits 2; a closed
+pipe (``tfdp sampler ... | head``) exits quietly; anything else is a bug,
+reported as one line asking for a report (the traceback with
+``TFDP_DEBUG=1``), exit 1.
+
+Example:
+    $ tfdp --version
+    $ python -m tfdp sampler --num-examples 12 --replicas 4
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from tfdp.cli import data, evaluate, launch, plot, sampler, train
+from tfdp.cli.args import MissingExtraError, Parser, quiet_tf
+from tfdp.errors import TfdpError, user_message
+
+__all__ = ["BAD_INPUT", "build_parser", "main"]
+
+#: Exceptions reported as bad input (exit 2). OSErrors about a named path (a file that does not
+#: exist, a directory that cannot be written) are the user's to fix too.
+BAD_INPUT: tuple[type[BaseException], ...] = (
+    TfdpError,
+    MissingExtraError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+)
+#: Exit status after a closed pipe: 128 + SIGPIPE, as a process killed by SIGPIPE reports.
+CLOSED_PIPE_STATUS = 141
+
+
+def build_parser() -> Parser:
+    """The ``tfdp`` parser with every sub-command.
+
+    Example:
+        >>> build_parser().parse_args(["plot", "runs/x"]).run_dir
+        'runs/x'
+    """
+    from tfdp import __version__
+
+    parser = Parser(prog="tfdp", description="Synchronous data-parallel training for TF/Keras.")
+    parser.add_argument("--version", action="version", version=f"tfdp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in (train, evaluate, launch, plot, data, sampler):
+        module.add_parser(sub)
+    return parser
+
+
+def _bad_input(exc: BaseException) -> bool:
+    if isinstance(exc, BAD_INPUT):
+        return not isinstance(exc, OSError) or exc.filename is not None or bool(exc.args)
+    from tfdp.rundir import RunLockedError
+
+    return isinstance(exc, RunLockedError)
+
+
+def _quiet_after_closed_pipe() -> int:
+    """Point stdout at /dev/null, so that Python's final flush does not complain again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (tests, notebooks)
+        pass
+    return CLOSED_PIPE_STATUS
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tfdp`` command; returns the exit status.
+
+    Example:
+        >>> main(["sampler", "--num-examples", "4", "--replicas", "2",
+        ...       "--sampler", "distributed", "--no-shuffle"])  # doctest: +NORMALIZE_WHITESPACE
+        DistributedSampler(num_examples=4, num_replicas=2, seed=0, shuffle=False,
+          drop_last=False, padding='wrap', epoch=0, len=2)
+        step  rank 0  rank 1
+        0     0       1
+        1     2       3
+        0
+    """
+    quiet_tf()  # before TensorFlow loads
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    try:
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        return _quiet_after_closed_pipe()
+    except KeyboardInterrupt:
+        print("tfdp: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if _bad_input(exc):
+            print(f"tfdp: error: {exc}", file=sys.stderr)
+            return 2
+        if os.environ.get("TFDP_DEBUG"):
+            raise
+        print(
+            f"tfdp: internal error: {user_message(exc)}. This is a bug in tfdp: please report "
+            "it with the command you ran (TFDP_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1

@@ -1,0 +1,118 @@
+"""``tfdp data convert`` and ``tfdp data inspect``: the command-line half of the data tools.
+
+This module owns the ``data`` command's parsers and handlers; the work is
+done by :func:`tfdp.cli.convert.convert_data` and
+:func:`tfdp.cli.inspect.inspect_data`. A progress bar is drawn on stderr
+only when stderr is a terminal.
+
+Example:
+    $ tfdp data convert digits shards --shards 10
+    $ tfdp data inspect shards
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tfdp.cli.args import int_at_least
+
+__all__ = ["add_parser", "run_convert", "run_inspect"]
+
+_NUM_CLASSES_HELP = (
+    "number of classes, when some have no example (default: the class names, else the "
+    "largest label + 1, and then every label below it must occur)"
+)
+_SRC_HELP = "'digits', a .npz file, an image folder, or TFRecord"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``tfdp data`` (with ``convert`` and ``inspect``) to a ``tfdp`` sub-command set."""
+    from tfdp.cli.convert import FORMATS
+
+    dp = subparsers.add_parser(
+        "data",
+        help="convert or inspect data sets (digits, .npz, image folders, TFRecord)",
+        description="Data set tools. SRC is 'digits' (bundled), a .npz file (images "
+        "[N,H,W,C] uint8, labels [N]), an image folder root/<class>/<image>, or a TFRecord "
+        "directory (or manifest) written by tfdp data convert / write_tfrecords.",
+    )
+    actions = dp.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    cp = actions.add_parser(
+        "convert",
+        help="convert SRC to a .npz file, an image folder or TFRecord shards",
+        description="Convert SRC to DST. The format of DST is --to, else inferred: a .npz "
+        "name -> npz, anything else -> a directory of TFRecord shards (use --to folder for "
+        "an image folder DST/<class>/<index>.png). DST is written under a temporary name and "
+        "renamed when complete; an existing non-empty DST is never overwritten. Progress is "
+        "shown on stderr when it is a terminal.",
+    )
+    cp.add_argument("src", metavar="SRC", help=_SRC_HELP)
+    cp.add_argument("dst", metavar="DST", help="output .npz file or directory")
+    cp.add_argument("--to", choices=FORMATS, default=None, help="output format (default: from DST)")
+    cp.add_argument(
+        "--shards",
+        type=int_at_least(1),
+        default=None,
+        metavar="N",
+        help="TFRecord files to write (default: ~10,000 examples each, at least 8)",
+    )
+    cp.add_argument(
+        "--image-size",
+        type=int_at_least(1),
+        default=None,
+        metavar="S",
+        help="stretch every image to S x S (needed for .npz when sizes differ)",
+    )
+    cp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cp.add_argument(
+        "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP
+    )
+    cp.set_defaults(func=run_convert)
+
+    ip = actions.add_parser(
+        "inspect",
+        help="describe SRC: kind, size, classes, image shapes, a few examples",
+        description="Print what SRC holds: its kind, number of examples, classes (with counts "
+        "when the labels are known without decoding: digits, .npz, image folders), image "
+        "shape and dtype, and a few examples (index, label, shape, min/max pixel).",
+    )
+    ip.add_argument("src", metavar="SRC", help=_SRC_HELP)
+    ip.add_argument(
+        "--examples",
+        type=int_at_least(0),
+        default=5,
+        metavar="K",
+        help="examples to show (default 5)",
+    )
+    ip.add_argument(
+        "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP
+    )
+    ip.set_defaults(func=run_inspect)
+    return dp
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    """Run ``tfdp data convert`` from parsed arguments; returns the exit status."""
+    from tfdp.cli.convert import convert_data
+
+    print(
+        convert_data(
+            args.src,
+            args.dst,
+            to=args.to,
+            shards=args.shards,
+            image_size=args.image_size,
+            num_classes=args.num_classes,
+            progress=not args.no_progress,
+        )
+    )
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """Run ``tfdp data inspect`` from parsed arguments; returns the exit status."""
+    from tfdp.cli.inspect import inspect_data
+
+    print(inspect_data(args.src, args.examples, args.num_classes))
+    return 0

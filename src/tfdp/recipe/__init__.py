@@ -1,0 +1,72 @@
+"""The main training job behind ``tfdp train`` and ``tfdp evaluate``: a config in, a run out.
+
+This package owns the job that the command line runs, in four modules read
+in the order the data flows:
+
+* :mod:`tfdp.recipe.config` -- :class:`TrainConfig` (every option: type,
+  default, help, resume policy), config files, cheap checks, the run directory;
+* :mod:`tfdp.recipe.resume` -- a run's ``config.json`` and the resume policy;
+* :mod:`tfdp.recipe.data` -- the data, the held-out split and the augmentation;
+* :mod:`tfdp.recipe.model` -- the model, the optimizer, the saved ``model.keras``;
+* :mod:`tfdp.recipe.run` -- :func:`run_train` and :func:`run_evaluate`.
+
+Importing it loads no TensorFlow.
+
+Example:
+    >>> cfg = TrainConfig(epochs=1)
+    >>> cfg.sampler, cfg.repeats, cfg.replicas
+    ('repeat-aug', 3.0, 2)
+"""
+
+from __future__ import annotations
+
+from tfdp.recipe.config import (
+    OPTIONS_HELP,
+    RESUME_POLICIES,
+    TrainConfig,
+    check_config,
+    check_paths,
+    coerce,
+    default_run_dir,
+    flag,
+    load_config_file,
+)
+from tfdp.recipe.data import JobData, build_augment, build_data, check_one_step, eval_input
+from tfdp.recipe.model import (
+    MODEL_FILE,
+    build_optimizer,
+    model_factory,
+    save_model,
+    weights_fingerprint,
+)
+from tfdp.recipe.resume import Resumed, resolve_resume
+from tfdp.recipe.run import Report, StopRequest, replicas_warning, run_evaluate, run_train
+
+__all__ = [
+    "MODEL_FILE",
+    "OPTIONS_HELP",
+    "RESUME_POLICIES",
+    "JobData",
+    "Report",
+    "Resumed",
+    "StopRequest",
+    "TrainConfig",
+    "build_augment",
+    "build_data",
+    "build_optimizer",
+    "check_config",
+    "check_one_step",
+    "check_paths",
+    "coerce",
+    "default_run_dir",
+    "eval_input",
+    "flag",
+    "load_config_file",
+    "model_factory",
+    "replicas_warning",
+    "resolve_resume",
+    "run_evaluate",
+    "run_train",
+    "save_model",
+    "weights_fingerprint",
+]

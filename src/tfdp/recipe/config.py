@@ -1,0 +1,418 @@
+"""The training job's options: :class:`TrainConfig`, config files, checks and the run directory.
+
+This module owns every option of the main job (``tfdp train``) in one
+dataclass -- its type, default, help and what may change on resume -- so
+that flags, YAML / TOML / JSON config files and a run's saved
+``config.json`` are one thing; :func:`load_config_file` and :func:`coerce`
+read and check values (an unknown key gets a "did you mean");
+:func:`check_config` refuses values no run can use before anything is
+built; :func:`check_paths` refuses a data path that does not exist; and
+:func:`default_run_dir` names the run directory. Importing it loads no
+TensorFlow, and nothing here does.
+
+The options are the job's vocabulary: messages name them as the command
+line spells them (``--batch-size``), which is also how config files may
+spell them (``batch-size`` or ``batch_size``).
+
+Example:
+    >>> cfg = TrainConfig(epochs=1, sampler="repeat_aug")
+    >>> cfg.sampler, cfg.repeats, cfg.replicas
+    ('repeat-aug', 3.0, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import glob
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfdp.errors import ConfigError, DataError
+
+__all__ = [
+    "OPTIONS_HELP",
+    "RESUME_POLICIES",
+    "TrainConfig",
+    "check_config",
+    "check_paths",
+    "coerce",
+    "default_run_dir",
+    "flag",
+    "load_config_file",
+]
+
+OPTIONS_HELP = "see `tfdp train --help`"
+#: What an option may do when a run is resumed: "refuse" a change (it is the run's identity:
+#: the data, the model, the optimizer's state...), "record" a change in config.json's history,
+#: or nothing for the options that only locate the run.
+RESUME_POLICIES = ("refuse", "record", "locate")
+
+
+def _opt(
+    default: Any, help: str, choices: tuple[Any, ...] | None = None, *, resume: str = "refuse"
+) -> Any:
+    if resume not in RESUME_POLICIES:
+        raise ValueError(f"resume policy must be one of {RESUME_POLICIES}, got {resume!r}")
+    return field(default=default, metadata={"help": help, "choices": choices, "resume": resume})
+
+
+@dataclass
+class TrainConfig:
+    """Every option of the training job (flags, config files and ``config.json`` share it).
+
+    Example:
+        >>> TrainConfig(batch_size=32).batch_size
+        32
+    """
+
+    data: str = _opt(
+        "digits",
+        "training data: 'digits' (bundled), an image folder, a .npz "
+        "file (arrays 'images'/'x' and 'labels'/'y'), or TFRecord files (a glob or "
+        "a manifest written by `tfdp data convert`)",
+    )
+    eval_data: str | None = _opt(
+        None,
+        "held-out data in the same forms (default: the digits' "
+        "held-out split, or --eval-fraction of --data)",
+    )
+    eval_fraction: float = _opt(
+        0.1,
+        "fraction of --data held out for evaluation when --eval-data is not given: of a .npz's "
+        "examples (seeded), of each class's files of an image folder (seeded), or the last "
+        "ceil(fraction * F) of F TFRecord shards by name (read into memory)",
+    )
+    image_size: int | None = _opt(
+        None,
+        "resize images to this square size (image folders: required, their images are read at "
+        "their own size; TFRecord shards of varying sizes: required)",
+    )
+    num_classes: int | None = _opt(
+        None,
+        "number of classes (default: the data's class names, else the largest label + 1, and "
+        "then every label below it must occur: a stray label is refused)",
+    )
+    on_bad_file: str = _opt(
+        "error",
+        "image folders: a file that cannot be decoded stops the run naming it (error), or is "
+        "replaced by a placeholder with weight 0 and reported at every epoch end (skip)",
+        ("error", "skip"),
+        resume="record",
+    )
+    sampler: str = _opt(
+        "repeat-aug",
+        "training sampler: Repeated Augmentation (DeiT / timm; 'repeat_aug' is the same) or "
+        "torch's DistributedSampler",
+        ("repeat-aug", "distributed"),
+    )
+    repeats: float = _opt(3.0, "repeat-aug: copies of each sample per epoch")
+    selected_round: int = _opt(
+        0,
+        "repeat-aug: round the per-epoch count down to a multiple "
+        "of this (DeiT: 256; 0 keeps ceil(N / replicas))",
+    )
+    strategy: str = _opt(
+        "auto",
+        "distribution strategy",
+        ("auto", "mirrored", "cpu", "multi_worker", "one_device"),
+        resume="record",
+    )
+    replicas: int = _opt(
+        2,
+        "logical CPU replicas when no GPU is present (a resumed run may change it: the global "
+        "batch is kept, the interrupted epoch continues exactly)",
+        resume="record",
+    )
+    model: str = _opt(
+        "cnn",
+        "'cnn', 'resnet' or 'module:function' returning a keras.Model "
+        "(called with input_shape, num_classes)",
+    )
+    epochs: int = _opt(
+        15, "epochs to train (a resumed run continues up to this number)", resume="record"
+    )
+    batch_size: int = _opt(
+        64,
+        "global batch size: all replicas of all workers together (a timm/torch '-b' is per "
+        "process: use --batch-size-per-replica for that)",
+    )
+    batch_size_per_replica: int | None = _opt(
+        None,
+        "batch size of each replica; the global batch is this times the number of replicas "
+        "(instead of --batch-size)",
+    )
+    lr: float = _opt(3e-3, "learning rate", resume="record")
+    optimizer: str = _opt("adam", "optimizer", ("adam", "adamw", "sgd"))
+    schedule: str = _opt(
+        "cosine",
+        "learning-rate schedule: cosine decay to 0 over the run "
+        "(after a one-epoch linear warm-up), or constant",
+        ("cosine", "constant"),
+    )
+    weight_decay: float = _opt(0.0, "decoupled weight decay (adamw, sgd)", resume="record")
+    augment: str = _opt(
+        "auto",
+        "augmentation: 'shift' (random shifts, digits), 'crop-flip' "
+        "(random crop with padding + horizontal flip), 'resized-crop' (ImageNet's "
+        "RandomResizedCrop to --image-size + horizontal flip; held-out: centre crop), "
+        "'none'; auto picks shift for digits, resized-crop with --image-size, crop-flip "
+        "otherwise",
+        ("auto", "shift", "crop-flip", "resized-crop", "none"),
+    )
+    seed: int = _opt(0, "seed of the sampler, the augmentation and the model's initial weights")
+    run_dir: str | None = _opt(None, "run directory (default runs/<name>)", resume="locate")
+    name: str | None = _opt(None, "run name (default: <data>-<model>)", resume="locate")
+    resume: bool = _opt(
+        False,
+        "continue the run in --run-dir from its last checkpoint; its config.json supplies every "
+        "option not given (learning rate, epochs, schedule and the like may change and are "
+        "recorded in config.json's history; the data, model, optimizer and batch may not)",
+        resume="locate",
+    )
+    deterministic: bool = _opt(
+        False, "enable TensorFlow op determinism (bit-exact reruns)", resume="record"
+    )
+    record_samples: str | None = _opt(
+        None,
+        "write, per step and per replica (global rank), "
+        "the example ids consumed, as JSON lines, to this file",
+        resume="record",
+    )
+    checkpoint_every: int | None = _opt(
+        50, "save a checkpoint every N steps (and at epoch end)", resume="record"
+    )
+    steps_per_call: int = _opt(4, "optimizer steps per tf.function call", resume="record")
+    mixed_precision: str | None = _opt(
+        None, "mixed precision policy", (None, "mixed_float16", "mixed_bfloat16")
+    )
+    progress: bool = _opt(True, "show a progress bar (chief only)", resume="record")
+    log_every: int = _opt(
+        0,
+        "print a plain line every N steps (step, loss, lr, samples/s) when the output is not a "
+        "terminal, like timm's --log-interval; 0: the progress bar on a terminal only",
+        resume="record",
+    )
+
+    def __post_init__(self) -> None:
+        if self.sampler == "repeat_aug":  # the Python spelling names the same sampler
+            self.sampler = "repeat-aug"
+
+    @classmethod
+    def fields(cls) -> dict[str, dataclasses.Field[Any]]:
+        """The options by name."""
+        return {f.name: f for f in dataclasses.fields(cls)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+
+def _type_name(f: dataclasses.Field[Any]) -> str:
+    return str(f.type).replace("'", "")
+
+
+def coerce(name: str, value: Any, where: str) -> Any:
+    """Check one option's value against its declared type; return it converted.
+
+    Raises:
+        ConfigError: naming the option and where it came from.
+
+    Example:
+        >>> coerce("epochs", 3, "config.toml")
+        3
+    """
+    fields = TrainConfig.fields()
+    if name not in fields:
+        close = difflib.get_close_matches(name, list(fields), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}: unknown option {name!r}{hint} ({OPTIONS_HELP})")
+    f = fields[name]
+    t = _type_name(f)
+    ok = True
+    if value is None:
+        ok = "None" in t
+    elif t.startswith("bool"):
+        ok = isinstance(value, bool)
+    elif t.startswith("int"):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif t.startswith("float"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif t.startswith("str"):
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(
+            f"{where}: option {name!r} must be of type {t}, got {value!r} ({type(value).__name__})"
+        )
+    if name == "sampler" and value == "repeat_aug":
+        value = "repeat-aug"
+    choices = f.metadata.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{where}: option {name!r} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    r"""Read a YAML (.yaml/.yml), TOML (.toml) or JSON (.json) config file into checked options.
+
+    A run's ``config.json`` is a valid config file (its ``history`` is skipped).
+
+    Keys may use dashes or underscores (``batch-size`` or ``batch_size``).
+
+    Raises:
+        ConfigError: for a missing file, a parse error, an unknown key (with the
+            nearest valid one) or a value of the wrong type, naming the file.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.toml"
+        >>> _ = p.write_text("epochs = 2\nbatch-size = 32\n")
+        >>> load_config_file(p)
+        {'epochs': 2, 'batch_size': 32}
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
+        raise ConfigError(f"config file {str(p)!r}: use a .yaml, .yml, .toml or .json file")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(p)!r} is not a text file (byte {exc.start} is not UTF-8)"
+        ) from None
+    try:
+        if p.suffix == ".toml":
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            raw = tomllib.loads(text)
+        elif p.suffix == ".json":
+            import json
+
+            raw = json.loads(text)
+            if isinstance(raw, dict):
+                raw.pop("history", None)  # a run's config.json: its events are not options
+        else:
+            import yaml
+
+            raw = yaml.safe_load(text) or {}
+    except Exception as exc:  # parse errors of any of the libraries (TOML's is a ValueError)
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"config file {str(p)!r} could not be parsed: {detail}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of option: value")
+    out = {}
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        out[name] = coerce(name, value, f"config file {str(p)!r}")
+    return out
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Refuse option values no run can use, naming the option and what would be valid.
+
+    Cheap (no TensorFlow): called before anything is built.
+
+    Raises:
+        ConfigError: for the first bad value.
+
+    Example:
+        >>> check_config(TrainConfig(image_size=-4))
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: --image-size must be an integer >= 1, got -4
+    """
+    for name in ("epochs", "batch_size", "replicas", "steps_per_call"):
+        value = getattr(cfg, name)
+        if value < 1:
+            raise ConfigError(f"{flag(name)} must be an integer >= 1, got {value}")
+    for name in ("image_size", "checkpoint_every", "num_classes", "batch_size_per_replica"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag(name)} must be an integer >= 1, got {value}")
+    for name in ("seed", "selected_round", "log_every"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{flag(name)} must be an integer >= 0, got {getattr(cfg, name)}")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ConfigError(f"--lr must be a finite number > 0, got {cfg.lr}")
+    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+        raise ConfigError(f"--weight-decay must be a finite number >= 0, got {cfg.weight_decay}")
+    if not (math.isfinite(cfg.repeats) and cfg.repeats >= 1):
+        raise ConfigError(f"--repeats must be a finite number >= 1, got {cfg.repeats}")
+    if not 0 < cfg.eval_fraction < 1:
+        raise ConfigError(f"--eval-fraction must be in (0, 1), got {cfg.eval_fraction}")
+    for name in ("data", "eval_data", "run_dir", "name", "record_samples", "model"):
+        value = getattr(cfg, name)
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"{flag(name)} is empty")
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of option ``name``.
+
+    Example:
+        >>> flag("batch_size")
+        '--batch-size'
+    """
+    return "--" + name.replace("_", "-")
+
+
+def check_paths(cfg: TrainConfig) -> None:
+    """Refuse a ``data`` / ``eval_data`` path that does not exist (cheap: no TensorFlow).
+
+    ``"digits"`` is the bundled data set; a glob must match at least one file.
+
+    Raises:
+        DataError: naming the option and the path.
+
+    Example:
+        >>> check_paths(TrainConfig(data="/no/such/data.npz"))
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.DataError: --data '/no/such/data.npz' does not exist
+    """
+    for name in ("data", "eval_data"):
+        spec = getattr(cfg, name)
+        if spec is None or spec == "digits":
+            continue
+        path = os.path.expanduser(spec)
+        if glob.has_magic(path):
+            if not glob.glob(path):
+                raise DataError(f"{flag(name)} {spec!r} matches no file")
+        elif not os.path.exists(path):
+            raise DataError(f"{flag(name)} {spec!r} does not exist")
+
+
+def default_run_dir(cfg: TrainConfig, now: str | None = None) -> str:
+    """The run directory: ``--run-dir``, else ``runs/<name>``.
+
+    The name defaults to ``<data>-<model>-<date-time>`` (a new directory per
+    run, like timm's output folders). With ``--resume`` and no name, the
+    newest ``runs/<data>-<model>-*`` is continued. Multi-worker jobs (TF_CONFIG
+    set) need the same directory on every worker, so they drop the time stamp.
+
+    Example:
+        >>> default_run_dir(TrainConfig(), now="20261130-101500")
+        'runs/digits-cnn-20261130-101500'
+        >>> default_run_dir(TrainConfig(name="demo"))
+        'runs/demo'
+    """
+    if cfg.run_dir:
+        return cfg.run_dir
+    if cfg.name:
+        return os.path.join("runs", cfg.name)
+    base = f"{Path(cfg.data).stem or 'data'}-{cfg.model.replace(':', '.')}"
+    if os.environ.get("TF_CONFIG"):
+        return os.path.join("runs", base)
+    if cfg.resume:
+        previous = sorted(Path("runs").glob(f"{base}-*"))
+        if previous:
+            return str(previous[-1])
+    return os.path.join("runs", f"{base}-{now or time.strftime('%Y%m%d-%H%M%S')}")

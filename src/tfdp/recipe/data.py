@@ -1,0 +1,370 @@
+"""The training job's data: sources opened from the options, the held-out split, augmentation.
+
+This module owns how :class:`tfdp.recipe.config.TrainConfig` becomes data:
+:func:`build_data` opens ``data`` / ``eval_data`` through
+:func:`tfdp.dataspec.open_source` (the one data-opening layer, shared with
+``tfdp data``) and holds out a deterministic part of ``data`` when no
+``eval_data`` is given; :func:`build_augment` is the job's augmentation;
+:func:`eval_input` the held-out input (one construction, used by training
+and by ``tfdp evaluate``); :func:`check_one_step` refuses a batch no epoch
+can fill.
+
+Held-out data when ``eval_data`` is not given (deterministic: every run,
+resume and ``tfdp evaluate`` gets the same split): the digits' fixed split;
+a ``.npz`` file: a seeded random ``eval_fraction`` of its examples; an image
+folder: a seeded ``eval_fraction`` of each class's files; TFRecord shards:
+the last ``ceil(eval_fraction * F)`` of the ``F`` shards by name, read into
+memory for exact evaluation.
+
+Example:
+    >>> data = build_data(TrainConfig())
+    >>> data.train.num_examples, data.eval.num_examples, data.shape, data.num_classes
+    (1437, 360, (8, 8, 1), 10)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdp.errors import ConfigError, DataError, TfdpError
+from tfdp.recipe.config import TrainConfig
+
+__all__ = [
+    "JobData",
+    "build_augment",
+    "build_data",
+    "check_one_step",
+    "data_errors",
+    "eval_input",
+]
+
+
+@contextmanager
+def data_errors() -> Iterator[None]:
+    """Raise :mod:`tfdp.dataspec`'s refusals of the data as :class:`DataError` (bad input).
+
+    ``open_source`` and ``read_labels`` document ``ValueError`` as "the data
+    cannot be used as given"; wrapped around those calls only, this is where
+    the job classifies them as bad input (a ``TfdpError`` passes unchanged).
+
+    Example:
+        >>> with data_errors():
+        ...     raise ValueError("x.npz: labels must be integer class ids")
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.DataError: x.npz: labels must be integer class ids
+    """
+    try:
+        yield
+    except TfdpError:
+        raise
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+
+
+def _open(spec: str, **kwargs: Any) -> Any:
+    """:func:`tfdp.dataspec.open_source` under :func:`data_errors`."""
+    from tfdp.dataspec import open_source
+
+    with data_errors():
+        return open_source(spec, **kwargs)
+
+
+@dataclass
+class JobData:
+    """The training job's data: sources, image shape, classes and pixel scales.
+
+    Attributes:
+        train: The training source (random access or streaming).
+        eval: The held-out source (random access, for exact evaluation).
+        shape: The model's input shape ``(H, W, C)``.
+        num_classes: Classes of the model's output.
+        train_scale: Multiplier taking the training pixels to ``[0, 1]``.
+        eval_scale: The same for the held-out pixels.
+        held_out: How the held-out set was chosen, for the start line.
+        notes: Conversions and warnings about the data, one line each.
+        streaming: Whether ``train`` is a stream (TFRecord shards) rather than random access.
+    """
+
+    train: Any
+    eval: Any
+    shape: tuple[int, int, int]
+    num_classes: int
+    train_scale: float
+    eval_scale: float
+    held_out: str
+    notes: list[str] = field(default_factory=list)
+    streaming: bool = False
+
+
+def _split_arrays(source: Any, fraction: float, seed: int) -> tuple[Any, Any]:
+    import numpy as np
+
+    from tfdp.sources import ArraySource
+
+    x, y = source.numpy()
+    order = np.random.default_rng(seed).permutation(len(y))
+    cut = max(1, round(len(y) * fraction))
+    return ArraySource((x[order[cut:]], y[order[cut:]])), ArraySource(
+        (x[order[:cut]], y[order[:cut]])
+    )
+
+
+def _split_folder(source: Any, fraction: float, seed: int, spec: str) -> tuple[Any, Any]:
+    """A seeded split of each class's files: ``round(fraction * n)`` held out, at least one.
+
+    A class of one file stays in training; every class keeps at least one training file.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 0x5EED_F01D])
+    train_idx: list[Any] = []
+    eval_idx: list[Any] = []
+    labels = np.asarray(source.labels)
+    for k in range(len(source.classes)):
+        files = np.flatnonzero(labels == k)
+        files = files[rng.permutation(len(files))]
+        held = min(len(files) - 1, max(1, round(len(files) * fraction)))
+        eval_idx.append(files[:held])
+        train_idx.append(files[held:])
+    held_out = np.sort(np.concatenate(eval_idx))
+    if not len(held_out):
+        raise DataError(
+            f"--data {spec!r}: too few files to hold any out for evaluation (every class has one "
+            "file); give --eval-data"
+        )
+    return source.subset(np.sort(np.concatenate(train_idx))), source.subset(held_out)
+
+
+def _split_shards(data: Any, fraction: float, image_size: int | None, spec: str) -> tuple[Any, Any]:
+    """The last ``ceil(fraction * F)`` shards by name held out (in memory), the rest streamed."""
+    from tfdp.dataspec import in_memory
+    from tfdp.sources import ArraySource, TFRecordSource
+
+    files = sorted(data.stream.files, key=os.path.basename)
+    held = math.ceil(fraction * len(files))
+    if len(files) < 2 or held >= len(files):
+        raise DataError(
+            f"--data {spec!r} has {len(files)} TFRecord shard(s): holding out the last "
+            f"ceil({fraction:g} * {len(files)}) = {held} for evaluation would leave "
+            f"{len(files) - held} to train on. Write more shards (tfdp data convert --shards N), "
+            "lower --eval-fraction, or give --eval-data"
+        )
+    train_files, eval_files = files[:-held], files[-held:]
+    if None in data.image_shape[:2] and image_size is None:
+        raise DataError(
+            f"--data {spec!r} holds images of varying size: give --image-size S to resize them"
+        )
+    with data_errors():
+        images, labels = in_memory(data, eval_files, image_size)
+    return TFRecordSource(train_files), ArraySource((images, labels))
+
+
+def _random_access(data: Any, image_size: int | None, spec: str, what: str) -> Any:
+    """A random-access source for held-out ``data`` (TFRecord: read into memory)."""
+    from tfdp.dataspec import in_memory
+    from tfdp.sources import ArraySource
+
+    if data.source is not None:
+        return data.source
+    if None in data.image_shape[:2] and image_size is None:
+        raise DataError(
+            f"{what} {spec!r} holds images of varying size: give --image-size S to resize them"
+        )
+    with data_errors():
+        return ArraySource(in_memory(data, None, image_size))
+
+
+def build_data(cfg: TrainConfig) -> JobData:
+    """The training and held-out data of ``cfg`` (see the module docstring for the split rules).
+
+    The data is opened and checked by :func:`tfdp.dataspec.open_source`
+    (labels, classes, pixel types and ranges); held-out data must have the
+    training data's classes, channels and image size.
+
+    Raises:
+        DataError: naming the option, the file and what is wrong.
+    """
+    on_error = "skip" if cfg.on_bad_file == "skip" else "raise"
+    common = {"num_classes_option": "--num-classes", "on_bad_file": on_error}
+    if cfg.data == "digits" and not cfg.eval_data:
+        from tfdp.datasets import DIGITS_HELD_OUT, load_digits
+        from tfdp.sources import ArraySource
+
+        if cfg.num_classes not in (None, 10):
+            raise DataError(f"--num-classes {cfg.num_classes}: the digits have 10 classes")
+        (x, y), (xt, yt) = load_digits()
+        return JobData(
+            ArraySource((x, y)),
+            ArraySource((xt, yt)),
+            (8, 8, 1),
+            10,
+            1 / 16,
+            1 / 16,
+            f"the digits' fixed held-out split of {DIGITS_HELD_OUT}",
+        )
+    train = _open(
+        cfg.data, num_classes=cfg.num_classes, read_all_labels=True, what="--data", **common
+    )
+    notes = list(train.notes)
+    k = int(train.num_classes)
+    if cfg.eval_data:
+        evals = _open(
+            cfg.eval_data,
+            num_classes=k,
+            channels=train.channels if train.kind == "folder" else None,
+            what="--eval-data",
+            read_all_labels=True,
+            class_names=train.classes,
+            **common,
+        )
+        notes += evals.notes
+        if evals.channels != train.channels:
+            raise DataError(
+                f"--eval-data {cfg.eval_data!r} has {evals.channels}-channel images, --data "
+                f"{cfg.data!r} {train.channels}-channel ones"
+            )
+        train_src = train.source if train.source is not None else train.stream
+        eval_src = _random_access(evals, cfg.image_size, cfg.eval_data, "--eval-data")
+        eval_scale = evals.scale
+        held_out = f"--eval-data {cfg.eval_data}"
+    elif train.kind in ("npz", "digits"):
+        train_src, eval_src = _split_arrays(train.source, cfg.eval_fraction, cfg.seed)
+        eval_scale = train.scale
+        held_out = f"a seeded {cfg.eval_fraction:g} of the examples (--eval-fraction)"
+    elif train.kind == "folder":
+        train_src, eval_src = _split_folder(train.source, cfg.eval_fraction, cfg.seed, cfg.data)
+        eval_scale = train.scale
+        held_out = f"a seeded {cfg.eval_fraction:g} of each class's files (--eval-fraction)"
+    else:
+        train_src, eval_src = _split_shards(train, cfg.eval_fraction, cfg.image_size, cfg.data)
+        eval_scale = train.scale
+        n = len(train.stream.files) - len(train_src.files)
+        held_out = f"the last {n} of {len(train.stream.files)} shards (--eval-fraction)"
+    shape = tuple(train.image_shape)
+    if cfg.image_size:
+        shape = (cfg.image_size, cfg.image_size, train.channels)
+    elif None in shape:
+        sizes = sorted(set(train.sample_sizes))
+        seen = ""
+        if sizes:
+            listed = ", ".join(f"{h}x{w}" for h, w in sizes[:5])
+            seen = f" (sizes in a sample of its files: {listed})"
+        raise DataError(
+            f"--data {cfg.data!r}: its images are read at their own size, and a batch needs one "
+            f"size: give --image-size S to resize them to S x S{seen}"
+        )
+    elif cfg.eval_data:
+        eval_shape = tuple(eval_src.element_spec[0].shape)
+        if None not in eval_shape and eval_shape != shape:
+            raise DataError(
+                f"--eval-data {cfg.eval_data!r} has {list(eval_shape)} images, --data "
+                f"{cfg.data!r} {list(shape)}: give --image-size S to resize both"
+            )
+    return JobData(
+        train_src,
+        eval_src,
+        shape,  # type: ignore[arg-type]
+        k,
+        train.scale,
+        eval_scale,
+        held_out,
+        notes,
+        streaming=train.source is None,
+    )
+
+
+def build_augment(cfg: TrainConfig, shape: tuple[int, int, int], scale: float, train: bool) -> Any:
+    """The augmentation pipeline for ``cfg`` (``train=False``: the held-out transform).
+
+    ``resized-crop`` (the default with ``--image-size``) is DeiT's / torchvision's
+    ImageNet recipe: RandomResizedCrop to the image size and a horizontal flip
+    for training, the centre 87.5% resized for evaluation. Both start by
+    cutting a window, so JPEG image folders decode only that window.
+    """
+    from tfdp import augment as aug
+
+    kind = cfg.augment
+    if kind == "auto":
+        if cfg.data == "digits":
+            kind = "shift"
+        else:
+            kind = "resized-crop" if cfg.image_size else "crop-flip"
+    stages: list[Any] = []
+    if kind == "resized-crop":
+        size = cfg.image_size or shape[0]
+        if train:
+            stages += [aug.RandomResizedCrop(size), aug.RandomFlip()]
+        else:
+            stages.append(aug.CenterCrop(size))
+        return aug.Compose([*stages, aug.ToFloat(scale=scale)])
+    if cfg.image_size:
+        stages.append(_Resize(cfg.image_size))
+    if train and kind == "shift":
+        stages.append(aug.RandomShift(max(1, shape[0] // 8)))
+    elif train and kind == "crop-flip":
+        stages += [aug.RandomCrop(shape[0], padding=max(1, shape[0] // 8)), aug.RandomFlip()]
+    stages.append(aug.ToFloat(scale=scale))
+    return aug.Compose(stages)
+
+
+class _Resize:
+    """Resize a batch of images to a square size (deterministic)."""
+
+    batched = True
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, example: Any, seeds: Any) -> Any:
+        import tensorflow as tf
+
+        image, *rest = example
+        image = tf.image.resize(tf.cast(image, tf.float32), [self.size, self.size])
+        return (image, *rest)
+
+
+def check_one_step(cfg: TrainConfig, data: JobData, w: int) -> None:
+    """Refuse a batch larger than an epoch of a random-access source, naming the options."""
+    if data.streaming:
+        return
+    from tfdp.samplers import DistributedSampler, RepeatAugSampler
+
+    n = data.train.num_examples
+    if n < w:
+        raise DataError(
+            f"--data {cfg.data!r} has {n} training example(s), fewer than the {w} replicas"
+        )
+    if cfg.sampler == "repeat-aug":
+        sampler: Any = RepeatAugSampler(
+            n, w, 0, num_repeats=cfg.repeats, selected_round=cfg.selected_round
+        )
+    else:
+        sampler = DistributedSampler(n, w, 0)
+    per_replica = cfg.batch_size // w
+    if len(sampler) < per_replica:
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} is more than one epoch holds: each of the {w} "
+            f"replicas gets {len(sampler)} example(s) per epoch of --data {cfg.data!r} "
+            f"({n} training examples), fewer than its {per_replica} per step: use a --batch-size "
+            f"of at most {len(sampler) * w}"
+        )
+
+
+def eval_input(cfg: TrainConfig, strategy: Any, data: JobData) -> Any:
+    """The held-out input: every example once, padding masked (exact metrics at any replicas)."""
+    from tfdp.input import DistributedInput
+
+    w = strategy.num_replicas_in_sync
+    return DistributedInput(
+        strategy,
+        data.eval,
+        sampler="eval",
+        batch_size=max(1, cfg.batch_size // w),
+        augment=build_augment(cfg, data.shape, data.eval_scale, False),
+    )

@@ -1,0 +1,453 @@
+"""Running the training job: a :class:`TrainConfig` in, a trained run directory out.
+
+This module owns :func:`run_train` (options checked, resume resolved, the
+strategy, the run directory's lock, data, model and
+:class:`tfdp.train.Trainer` wired together, ``model.keras`` saved at the
+end) and :func:`run_evaluate` (a run's latest checkpoint evaluated exactly
+on its held-out split). It installs no signal handler and prints nothing:
+what the run has to say goes to ``report(level, message)`` (``level`` is
+``"info"`` or ``"warning"``), and a stop asked from outside -- a signal
+handler, another thread -- goes through a :class:`StopRequest`. The
+``tfdp train`` command (:mod:`tfdp.cli.train`) connects both to the
+terminal and to SIGINT / SIGTERM.
+
+Example:
+    >>> stop = StopRequest()
+    >>> stop("SIGTERM")                # before the run started: kept until attached
+    >>> stop.attach(print)
+    SIGTERM
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tfdp.errors import ConfigError, DataError, StateError
+from tfdp.recipe.config import TrainConfig, check_config, check_paths, default_run_dir, flag
+from tfdp.recipe.data import build_augment, build_data, check_one_step, eval_input
+from tfdp.recipe.model import build_optimizer, model_factory, save_model, weights_fingerprint
+from tfdp.recipe.resume import (
+    Resumed,
+    has_checkpoints,
+    now,
+    read_run_config,
+    refuse_existing_run,
+    resolve_resume,
+    write_run_config,
+)
+
+__all__ = ["Report", "StopRequest", "replicas_warning", "run_evaluate", "run_train"]
+
+#: ``report(level, message)``: ``level`` is ``"info"`` or ``"warning"``.
+Report = Callable[[str, str], None]
+_log = logging.getLogger("tfdp.recipe")
+
+
+def _log_report(level: str, message: str) -> None:
+    _log.log(logging.WARNING if level == "warning" else logging.INFO, message)
+
+
+class StopRequest:
+    """A stop asked from outside the training loop, forwarded to the loop once it runs.
+
+    Calling it with a reason (``"SIGINT"``, ``"SIGTERM"``, ...) asks the run
+    to save a checkpoint and return at the next step; a request made before
+    the loop exists is delivered when it attaches. Thread-safe.
+
+    Example:
+        >>> stop = StopRequest()
+        >>> stop.attach(lambda reason: print("stopping:", reason))
+        >>> stop("SIGINT")
+        stopping: SIGINT
+    """
+
+    def __init__(self, on_attach: Callable[[], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._target: Callable[[str], None] | None = None
+        self._pending: str | None = None
+        self._on_attach = on_attach
+
+    def __call__(self, reason: str) -> None:
+        """Ask the run to stop, saying why (e.g. ``"SIGTERM"``)."""
+        with self._lock:
+            target = self._target
+            if target is None:
+                self._pending = reason
+        if target is not None:
+            target(reason)
+
+    def attach(self, target: Callable[[str], None]) -> None:
+        """Deliver requests to ``target`` from now on (and a pending one at once).
+
+        ``on_attach`` (given to the constructor) runs first: the run is about to
+        start its loop, everything that might have installed handlers of its own
+        (TensorFlow's runtime) is set up.
+        """
+        if self._on_attach is not None:
+            self._on_attach()
+        with self._lock:
+            self._target = target
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            target(pending)
+
+    def detach(self) -> None:
+        """Ignore requests from now on (the loop is over)."""
+        with self._lock:
+            self._target = lambda reason: None
+            self._pending = None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def replicas_warning(replicas: int, cores: int) -> str | None:
+    """A warning when logical CPU replicas far exceed the cores that run them (else None).
+
+    Every replica's work runs on the same cores: a step takes about
+    ``replicas / cores`` times as long, and a stop (Ctrl-C, a preemption)
+    waits for the step in progress.
+
+    Example:
+        >>> replicas_warning(2, 2) is None
+        True
+        >>> print(replicas_warning(32, 2))  # doctest: +ELLIPSIS
+        32 logical CPU replicas on 2 CPU core(s): ...
+    """
+    if replicas <= 2 * cores:
+        return None
+    return (
+        f"{replicas} logical CPU replicas on {cores} CPU core(s): every "
+        f"step runs all {replicas} replicas' work on those cores (about {replicas // cores}x "
+        "slower per step than one replica per core), and a stop waits for the step in "
+        f"progress. Use --replicas {cores} or fewer unless you mean to test {replicas}-way "
+        "data parallelism"
+    )
+
+
+def _global_batch(cfg: TrainConfig, replicas: int) -> TrainConfig:
+    """``cfg`` with ``batch_size`` the global batch of ``batch_size_per_replica``, if set."""
+    per = cfg.batch_size_per_replica
+    if per is None:
+        return cfg
+    default = TrainConfig.fields()["batch_size"].default
+    if cfg.batch_size not in (default, per * replicas):
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} and --batch-size-per-replica {per} disagree with "
+            f"{replicas} replicas ({per} x {replicas} = {per * replicas}): give one of them"
+        )
+    return dataclasses.replace(cfg, batch_size=per * replicas)
+
+
+def run_train(
+    cfg: TrainConfig,
+    *,
+    given: set[str] | frozenset[str] | None = None,
+    on_step: Any = None,
+    stop: StopRequest | None = None,
+    report: Report | None = None,
+) -> dict[str, Any]:
+    """Run the training job described by ``cfg``; returns the final metrics and state.
+
+    Checks the options (:func:`check_config`) and the data paths before
+    TensorFlow loads; with ``resume`` (or a restart by ``tfdp launch
+    --max-restarts``) takes every option not in ``given`` from the run's
+    ``config.json`` (:func:`resolve_resume`; ``given=None``: all of ``cfg``).
+    Builds the strategy (logical CPU replicas when there is no GPU), takes
+    the run directory's lock (the chief), builds the data and its sampler and
+    the model inside the scope, and trains with :class:`tfdp.train.Trainer`,
+    evaluating exactly on the held-out split after every epoch; at the end
+    the chief saves ``model.keras`` in the run directory.
+
+    Args:
+        cfg: The job's options.
+        given: The options given explicitly (they win over ``config.json`` on resume).
+        on_step: Called with the trainer's state after every ``tf.function`` call.
+        stop: Requests to stop (save a checkpoint, return) from outside.
+        report: Where the run's messages go (default: the ``tfdp.recipe`` logger).
+
+    Returns:
+        ``epoch``, ``step`` and ``global_step`` where the run ended,
+        ``stopped_early`` / ``stop_reason``, ``trained`` (an epoch ended in
+        this call), ``seconds``, ``weights_sha256``, the last ``val_*``
+        metrics, ``run_dir``, ``epochs``, ``model_path`` (None when the
+        run stopped early or this worker is not the chief), and this
+        worker's ``worker_index`` / ``num_workers`` / ``is_chief``.
+
+    Raises:
+        tfdp.errors.TfdpError: bad options, data or run directory, naming them.
+    """
+    say = report or _log_report
+    check_config(cfg)
+    run_dir = default_run_dir(cfg)
+    # A group restarted by `tfdp launch --max-restarts` resumes by itself.
+    restarted = int(os.environ.get("TFDP_RESTART", "0") or 0) > 0
+    resume = cfg.resume or (restarted and os.path.isfile(os.path.join(run_dir, "config.json")))
+    resumed = None
+    if resume:
+        resumed = resolve_resume(run_dir, cfg, given)
+        cfg = resumed.config
+        check_config(cfg)
+    else:
+        refuse_existing_run(run_dir)
+    check_paths(cfg)
+    from tfdp.distribute import make_strategy, worker_info
+
+    strategy = make_strategy(cfg.strategy, cpu_replicas=cfg.replicas)
+    if resumed is None:
+        cfg = _global_batch(cfg, strategy.num_replicas_in_sync)
+    info = worker_info(strategy)
+    from tfdp.rundir import RunLock
+
+    lock = RunLock(run_dir) if info.is_chief else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        if lock is not None and not resume:
+            refuse_existing_run(run_dir)  # again, now that no other run can write here
+        if lock is not None:
+            from tfdp.checkpoint import remove_interrupted_saves
+
+            remove_interrupted_saves(os.path.join(run_dir, "checkpoints"))
+        return _train(cfg, run_dir, strategy, info, resumed, on_step, stop, say)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(
+    cfg: TrainConfig,
+    run_dir: str,
+    strategy: Any,
+    info: Any,
+    resumed: Resumed | None,
+    on_step: Any,
+    stop: StopRequest | None,
+    say: Report,
+) -> dict[str, Any]:
+    import keras
+    import tensorflow as tf
+
+    from tfdp.input import DistributedInput
+    from tfdp.train import Trainer
+
+    w = strategy.num_replicas_in_sync
+    if info.is_chief and isinstance(strategy, tf.distribute.MirroredStrategy):
+        devices = strategy.extended.worker_devices
+        if all("CPU" in d.upper() for d in devices):
+            warning = replicas_warning(w, _cores())
+            if warning:
+                say("warning", warning)
+    if cfg.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    data = build_data(cfg)
+    if info.is_chief:
+        for note in data.notes:
+            say("warning" if note.startswith("warning") else "info", note)
+    if cfg.batch_size % w:
+        counts = ", ".join(str(d) for d in range(1, cfg.batch_size + 1) if cfg.batch_size % d == 0)
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} (the global batch) must be a multiple of the {w} "
+            f"replicas: use a replica or worker count that divides it ({counts})"
+        )
+    sampler = "repeat_aug" if cfg.sampler == "repeat-aug" else "distributed"
+    options = (
+        {"num_repeats": cfg.repeats, "selected_round": cfg.selected_round}
+        if sampler == "repeat_aug"
+        else {}
+    )
+    check_one_step(cfg, data, w)
+    train_in = DistributedInput(
+        strategy,
+        data.train,
+        sampler=sampler,
+        sampler_options=options,
+        global_batch_size=cfg.batch_size,
+        augment=build_augment(cfg, data.shape, data.train_scale, True),
+        seed=cfg.seed,
+        return_ids=bool(cfg.record_samples),
+    )
+    eval_in = eval_input(cfg, strategy, data)
+    if info.is_chief:
+        os.makedirs(run_dir, exist_ok=True)
+    trainer = Trainer(
+        strategy,
+        model_factory(cfg, data.shape, data.num_classes),
+        # The schedule keeps the run's first steps/epoch when the world size changes on resume.
+        lambda: build_optimizer(cfg, _first(resumed, "steps_per_epoch", train_in.steps_per_epoch)),
+        "sparse_categorical_crossentropy_from_logits",
+        metrics=["sparse_categorical_accuracy"],
+        steps_per_call=cfg.steps_per_call,
+        mixed_precision=cfg.mixed_precision,
+        run_dir=run_dir,
+        checkpoint_every=cfg.checkpoint_every,
+        progress=cfg.progress and sys.stdout.isatty(),
+        record_samples=cfg.record_samples,
+        log_every=cfg.log_every,  # forwarded as is: the Trainer decides what a line holds
+    )
+    if resumed is not None:
+        trainer.restore(train_in)  # before config.json records the resume: it may be refused
+        if cfg.schedule == "constant":  # a constant rate is an optimizer variable: restored too
+            optimizer = trainer.optimizer
+            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                optimizer = optimizer.inner_optimizer
+            optimizer.learning_rate = cfg.lr
+        if info.is_chief:
+            _record_resume(run_dir, cfg, resumed, trainer.state.global_step, w, say)
+    elif info.is_chief:
+        start = {"event": "start", "time": now(), "world_size": w}
+        start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
+        write_run_config(run_dir, cfg, [start])
+    if info.is_chief and resumed is None:
+        per = cfg.batch_size // w
+        say(
+            "info",
+            f"{w} replica(s) ({type(strategy).__name__}), "
+            f"{data.train.num_examples} training / {data.eval.num_examples} held-out examples "
+            f"({data.held_out}), batch {cfg.batch_size} global = {per} per replica x {w}, "
+            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}",
+        )
+    if stop is not None:
+        stop.attach(trainer.request_stop)
+    t0 = time.perf_counter()
+    try:
+        trainer.fit(train_in, cfg.epochs, eval_input=eval_in, resume=False, on_step=on_step)
+    except tf.errors.FailedPreconditionError as err:
+        from tfdp.sources import TFRecordSource
+
+        if isinstance(data.train, TFRecordSource) and "expected to contain" in err.message:
+            problems = data.train.count_problems()  # name the shard whose count is wrong
+            if problems:
+                raise DataError("--data: " + "; ".join(problems)) from None
+        raise
+    finally:
+        if stop is not None:
+            stop.detach()  # the loop is over: later requests do nothing
+    state = trainer.state
+    result: dict[str, Any] = {
+        "epoch": state.epoch,
+        "step": state.step,
+        "global_step": state.global_step,
+        "epochs": cfg.epochs,
+        "stopped_early": state.stopped_early,
+        "stop_reason": state.stop_reason,
+        "trained": bool(state.history),
+        "seconds": time.perf_counter() - t0,
+        "weights_sha256": weights_fingerprint(trainer.model),
+        "run_dir": run_dir,
+        "model_path": None,
+        "worker_index": info.worker_index,
+        "num_workers": info.num_workers,
+        "is_chief": info.is_chief,
+    }
+    if state.history:
+        result.update({k: v for k, v in state.history[-1].items() if k.startswith("val_")})
+    from tfdp.sources import ImageFolderSource
+
+    if info.is_chief and isinstance(data.eval, ImageFolderSource) and data.eval.skipped_files():
+        say("info", f"held-out data: {data.eval.report()}")  # --on-bad-file skip
+    if info.is_chief and not state.stopped_early:
+        result["model_path"] = save_model(trainer.model, run_dir)
+    return result
+
+
+def _record_resume(
+    run_dir: str,
+    cfg: TrainConfig,
+    resumed: Resumed,
+    global_step: int,
+    world_size: int,
+    say: Report,
+) -> None:
+    """Add the resume to ``config.json``'s history (with what changed), and say so."""
+    entry: dict[str, Any] = {
+        "event": "resume",
+        "time": now(),
+        "global_step": global_step,
+        "world_size": world_size,
+    }
+    if resumed.changed:
+        entry["changed"] = {k: {"from": a, "to": b} for k, (a, b) in resumed.changed.items()}
+        changes = ", ".join(f"{flag(k)} {b!r} (was {a!r})" for k, (a, b) in resumed.changed.items())
+        say("info", f"resuming with {changes}; recorded in config.json")
+    if resumed.rebuilt:
+        entry["note"] = "config.json was missing: rebuilt from the options given"
+        say(
+            "warning",
+            f"{run_dir}/config.json was missing: rebuilt from the options given (the "
+            "checkpoint's data configuration was checked on restore)",
+        )
+    write_run_config(run_dir, cfg, [*resumed.history, entry])
+
+
+def run_evaluate(run_dir: str, replicas: int | None = None) -> dict[str, Any]:
+    """Evaluate the latest readable checkpoint of ``run_dir`` on its held-out split, exactly.
+
+    The result is the same whatever the replica count. The checkpoint is
+    found as training's resume finds it (:meth:`tfdp.checkpoint.CheckpointManager.restore`:
+    a corrupt or truncated newest one is skipped for the previous one, with a
+    warning); ``"checkpoint"`` in the result names the one evaluated.
+
+    Raises:
+        StateError: ``run_dir`` has no (readable) ``config.json`` or no checkpoint.
+    """
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        hint = ""
+        if has_checkpoints(run_dir):
+            hint = (
+                ": it has checkpoints, but their data and model are described by config.json; "
+                f"rebuild it with `tfdp train --resume --run-dir {run_dir}` and the run's options"
+            )
+        raise StateError(f"{run_dir!r} is not a tfdp run directory (no config.json){hint}")
+    saved, _ = read_run_config(path)
+    cfg = TrainConfig(**saved)
+    if replicas is not None:
+        cfg.replicas = replicas
+    check_config(cfg)
+    check_paths(cfg)
+    from tfdp.distribute import make_strategy
+
+    strategy = make_strategy(
+        "auto" if cfg.strategy == "multi_worker" else cfg.strategy, cpu_replicas=cfg.replicas
+    )
+    from tfdp.checkpoint import CheckpointManager
+    from tfdp.train import evaluate
+
+    data = build_data(cfg)
+    w = strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = model_factory(cfg, data.shape, data.num_classes)()
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    manager = CheckpointManager(ckpt_dir, strategy=strategy, read_only=True, model=model)
+    if manager.restore(partial=True) is None:
+        raise StateError(f"{run_dir!r} has no checkpoint under {ckpt_dir!r}")
+    out = evaluate(
+        strategy,
+        model,
+        eval_input(cfg, strategy, data),
+        "sparse_categorical_crossentropy_from_logits",
+        ["sparse_categorical_accuracy"],
+    )
+    out["replicas"] = w
+    out["checkpoint"] = manager.restored
+    return out
+
+
+def _first(resumed: Resumed | None, key: str, default: Any) -> Any:
+    """``key`` of the run's start entry in ``config.json``'s history, else ``default``."""
+    history = resumed.history if resumed is not None else []
+    start = history[0] if history and isinstance(history[0], dict) else {}
+    value = start.get(key)
+    return value if isinstance(value, int) and value > 0 else default

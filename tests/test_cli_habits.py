@@ -1,0 +1,298 @@
+"""The `tfdp` command for Keras / PyTorch users (issue 12): errors by class, fail fast, pipes,
+extras, batch spellings, config.json as a config, the Ctrl-C hint, model.keras."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tfdp
+from tfdp.cli import build_parser, main, train_request
+from tfdp.recipe import TrainConfig, coerce, load_config_file
+
+PY = sys.executable
+BIN = str(Path(PY).parent)
+
+
+def py(code: str, *args: str, cwd=None, timeout=300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [PY, "-c", code, *args], capture_output=True, text=True, cwd=cwd, env=env,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+# -- entry points ------------------------------------------------------------------------------
+
+
+def test_python_m_tfdp_version_and_the_readme_sampler_line(tmp_path):
+    version = subprocess.run(
+        [PY, "-m", "tfdp", "--version"], capture_output=True, text=True, check=False
+    )
+    assert (version.returncode, version.stdout.strip()) == (0, f"tfdp {tfdp.__version__}")
+    # `tfdp sampler` has train's defaults (--selected-round 0): this used to be refused.
+    png = tmp_path / "x.png"
+    drawn = subprocess.run(
+        [PY, "-m", "tfdp", "sampler", "--num-examples", "12", "--replicas", "4", "--png", str(png)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert drawn.returncode == 0, drawn.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sampler_and_train_share_their_defaults():
+    args = build_parser().parse_args(["sampler", "--num-examples", "10"])
+    cfg = TrainConfig()
+    assert (args.sampler, args.repeats, args.selected_round, args.seed) == (
+        cfg.sampler, cfg.repeats, cfg.selected_round, cfg.seed,
+    )  # fmt: skip
+
+
+# -- errors: bad input (2) versus bugs (1) -----------------------------------------------------
+
+
+def _boom(exc):
+    def raise_it(*args, **kwargs):
+        raise exc
+
+    return raise_it
+
+
+@pytest.mark.parametrize(
+    "exc", [ValueError("could not broadcast shapes (3,) (4,)"), KeyError("labels")]
+)
+def test_an_internal_error_is_one_line_asking_for_a_report(monkeypatch, capsys, exc):
+    monkeypatch.setattr("tfdp.cli.sampler.sampler_table", _boom(exc))
+    assert main(["sampler", "--num-examples", "8", "--replicas", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tfdp: internal error: {type(exc).__name__}: ")
+    assert "please report" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_bad_input_is_exit_2_naming_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("not json\n")
+    assert main(["plot", str(run)]) == 2
+    assert "line 1: not valid JSON" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "curves")]) == 2
+    assert "the image format comes from the extension" in capsys.readouterr().err
+    assert main(["sampler", "--num-examples", "10", "--selected-round", "64"]) == 2
+    assert "smaller selected_round" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_exits_quietly():
+    proc = subprocess.Popen(
+        [PY, "-m", "tfdp", "sampler", "--num-examples", "200000", "--replicas", "2",
+         "--max-steps", "100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline()  # like `| head -1`
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 141, err
+    assert err == b""
+
+
+# -- fail fast: before TensorFlow is imported --------------------------------------------------
+
+FAIL_FAST = """
+import sys
+from tfdp.cli import main
+code = main(sys.argv[1:])
+print(code, "tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data", "{tmp}/nope.npz"], "--data '{tmp}/nope.npz' does not exist"),
+        (["--eval-data", "{tmp}/shards/*.tfrecord"], "matches no file"),
+        (["--config", "{tmp}/bad.yaml"], "'epochs' must be of type int"),
+        (["--epochs", "0"], "--epochs must be an integer >= 1"),
+        (["--sampler", "ra"], "must be one of"),
+    ],
+)
+def test_bad_input_is_reported_before_tensorflow_loads(tmp_path, args, message):
+    (tmp_path / "bad.yaml").write_text("epochs: [1, 2]\n")
+    argv = [a.format(tmp=tmp_path) for a in args]
+    out = py(FAIL_FAST, "train", *argv, "--run-dir", str(tmp_path / "r"), cwd=tmp_path)
+    assert out.stdout.split() == ["2", "False"], out.stdout + out.stderr
+    assert message.format(tmp=tmp_path) in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "r").exists()
+
+
+MISSING = """
+import sys
+sys.modules[sys.argv[1]] = None  # as if not installed
+from tfdp.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_missing_extra_is_named(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"epoch": 0, "loss": 1.0}\n')
+    plot = py(MISSING, "matplotlib", "plot", str(run))
+    assert plot.returncode == 2 and "pip install 'tfdp[plot]'" in plot.stderr, plot.stderr
+    png = py(
+        MISSING, "matplotlib", "sampler", "--num-examples", "8", "--png", str(tmp_path / "a.png")
+    )
+    assert png.returncode == 2 and "pip install 'tfdp[plot]'" in png.stderr, png.stderr
+    train = py(MISSING, "tensorflow", "train", "--epochs", "1", "--run-dir", str(tmp_path / "r"))
+    assert train.returncode == 2, train.stderr
+    assert "needs tensorflow, which is not installed: pip install 'tfdp[cpu]'" in train.stderr
+    assert "(or 'tfdp[gpu]')" in train.stderr
+
+
+# -- porters' spellings ------------------------------------------------------------------------
+
+
+def test_batch_size_flags_exclude_each_other(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["train", "--batch-size", "64", "--batch-size-per-replica", "32"])
+    assert exit_.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    config = tmp_path / "c.yaml"
+    config.write_text("batch-size: 256\n")
+    args = build_parser().parse_args(["train", "--config", str(config),
+                                      "--batch-size-per-replica", "16"])  # fmt: skip
+    cfg, given = train_request(args)  # the flag replaces the file's global batch
+    assert (cfg.batch_size, cfg.batch_size_per_replica) == (64, 16) and "batch_size" not in given
+    config.write_text("batch-size: 256\nbatch_size_per_replica: 16\n")
+    args = build_parser().parse_args(["train", "--config", str(config)])
+    with pytest.raises(tfdp.errors.ConfigError, match="gives both batch_size and batch_size_per"):
+        train_request(args)
+
+
+def test_repeat_aug_is_spelled_both_ways():
+    assert TrainConfig(sampler="repeat_aug").sampler == "repeat-aug"
+    assert coerce("sampler", "repeat_aug", "--sampler") == "repeat-aug"
+    cfg, _ = train_request(build_parser().parse_args(["train", "--sampler", "repeat_aug"]))
+    assert cfg.sampler == "repeat-aug"
+    sampler = build_parser().parse_args(
+        ["sampler", "--num-examples", "9", "--sampler", "repeat_aug"]
+    )
+    assert sampler.sampler == "repeat-aug"
+    import numpy as np
+
+    from tfdp.input import DistributedInput
+    from tfdp.sources import ArraySource
+
+    src = ArraySource((np.zeros((12, 2), np.float32), np.arange(12)))
+    ra = {"num_repeats": 3, "selected_round": 0}
+    a, b = (
+        DistributedInput(None, src, sampler=name, batch_size=4, sampler_options=ra)
+        for name in ("repeat-aug", "repeat_aug")
+    )
+    assert type(a.sampler) is type(b.sampler) is tfdp.RepeatAugSampler
+    assert a.sampler.indices().tolist() == b.sampler.indices().tolist()
+
+
+def test_config_json_is_a_config_file(tmp_path):
+    saved = {**TrainConfig(epochs=4, lr=0.01).to_dict(), "history": [{"event": "start"}]}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert load_config_file(tmp_path / "config.json")["lr"] == 0.01
+    (tmp_path / "c.json").write_text('{"epochs": 2, "batch-size": 32}')
+    assert load_config_file(tmp_path / "c.json") == {"epochs": 2, "batch_size": 32}
+    (tmp_path / "bad.json").write_text('{"epochs": 2,')
+    with pytest.raises(tfdp.errors.ConfigError, match=r"bad\.json' could not be parsed"):
+        load_config_file(tmp_path / "bad.json")
+
+
+# -- a real run: Ctrl-C, the hint pasted as printed, epoch numbers, model.keras ----------------
+
+
+@pytest.mark.slow
+def test_ctrl_c_hint_pasted_as_printed_continues_the_run(tmp_path):
+    run = tmp_path / "my run"  # a space: the hint must quote it
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }
+    first = subprocess.Popen(
+        [PY, "-m", "tfdp", "train", "--epochs", "2", "--run-dir", str(run), "--no-progress",
+         "--batch-size-per-replica", "16", "--checkpoint-every", "5", "--deterministic"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().strip()):  # epoch 1 is done
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 130, err
+    assert "batch 32 global = 16 per replica x 2" in out  # the start line shows both
+    assert json.loads((run / "config.json").read_text())["batch_size"] == 32
+    logged = [int(m) for m in re.findall(r"^epoch (\d+) ", out, flags=re.M)]
+    stopped = re.search(r"stopped (in|after) epoch (\d+) of 2", out)
+    assert logged and stopped, out
+    # One numbering: the epoch in progress is the one after the last epoch line.
+    assert int(stopped.group(2)) == logged[-1] + (1 if stopped.group(1) == "in" else 0)
+    assert not (run / "model.keras").exists()  # unfinished: the checkpoint is the state
+    hint = re.search(r"Resume with: (.*)$", out, flags=re.M).group(1)
+    assert hint == f"tfdp train --resume --run-dir '{run}'"
+    second = subprocess.run(
+        hint, shell=True, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+        check=False,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "resumed from" in second.stdout
+    assert [json.loads(x)["epoch"] for x in metrics.read_text().splitlines()] == [0, 1]
+    saved = re.search(r"model saved to (.*) \(keras", second.stdout).group(1)
+    assert saved == str(run / "model.keras")
+    import keras
+
+    model = keras.models.load_model(saved)
+    assert model.output_shape == (None, 10)
+
+
+# -- tfdp sampler --png ------------------------------------------------------------------------
+
+
+def test_sampler_picture_title_fits_colours_differ_padding_marked(tmp_path, monkeypatch):
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from tfdp.cli.sampler import draw_layout, id_colour, padding_mask
+
+    colours = np.array([id_colour(i) for i in range(2000)])
+    gaps = np.abs(colours[1:] - colours[:-1]).max(axis=1)
+    assert gaps.min() > 0.1  # neighbouring ids are told apart (tab20 repeated every 20)
+    assert len({tuple(c) for c in colours.round(6)}) == len(colours)
+
+    drawn = []
+    original = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        drawn.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    samplers = [tfdp.DistributedSampler(10, 4, r, shuffle=False) for r in range(4)]
+    # Positions 10 and 11 of the padded 12 (ranks 2 and 3, third entry) are copies of 0 and 1.
+    assert [padding_mask(s).tolist() for s in samplers] == [[False] * 3] * 2 + [
+        [False, False, True]
+    ] * 2
+    draw_layout(samplers, 1, str(tmp_path / "layout.svg"))
+    fig = drawn[0]
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    title = ax.title.get_window_extent(renderer)
+    assert fig.bbox.x0 <= title.x0 and title.x1 <= fig.bbox.x1  # the title fits
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 2
+    assert ax.get_legend().get_texts()[0].get_text() == "padding copy (2)"
+    assert (tmp_path / "layout.svg").read_text().lstrip().startswith("<?xml")
