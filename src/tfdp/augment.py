@@ -66,6 +66,8 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfdp.sources.base import BatchedAugmentation
+
 __all__ = [
     "Augmentation",
     "CenterCrop",
@@ -1149,7 +1151,7 @@ class Compose:
     def __init__(self, stages: Sequence[Callable[[Any, tf.Tensor], Any]]) -> None:
         stages = list(stages)
         for stage in stages:
-            if not callable(stage) or getattr(stage, "batched", False) is not True:
+            if not isinstance(stage, BatchedAugmentation) or stage.batched is not True:
                 raise TypeError(
                     f"Compose stages must be batched augmentations (callable with "
                     f"batched = True), got {stage!r}"

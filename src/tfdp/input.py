@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
@@ -50,7 +50,14 @@ import tensorflow as tf
 from tfdp.augment import split_window
 from tfdp.indices import round_keys
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
-from tfdp.sources.windows import WindowSource
+from tfdp.sources.base import (
+    BatchSource,
+    RandomAccessSource,
+    StreamingSource,
+    WeightedSource,
+    WindowSource,
+    is_batched_augmentation,
+)
 from tfdp.windowed_input import WindowedBatches
 
 __all__ = ["DistributedInput", "epoch_seed_key"]
@@ -74,8 +81,11 @@ def epoch_seed_key(seed: int, epoch: int) -> int:
     return round_keys(seed ^ 0xA5A5_A5A5, epoch, 1)[0] >> 1
 
 
-def _is_batched(fn: Any) -> bool:
-    return bool(getattr(fn, "batched", False))
+@runtime_checkable
+class _ShufflingSampler(Protocol):
+    """A sampler with a ``shuffle`` option, which a streaming source needs (it shuffles)."""
+
+    shuffle: bool
 
 
 def _same_stream_indices_every_epoch(sampler: Sampler) -> bool:
@@ -108,9 +118,12 @@ class DistributedInput:
     Args:
         strategy: Any ``tf.distribute.Strategy``; ``None`` means the current
             (default) strategy.
-        source: A random-access source (``load``/``gather``, e.g.
+        source: A random-access source
+            (:class:`tfdp.sources.base.RandomAccessSource`: ``load``, and
+            ``gather`` if a :class:`~tfdp.sources.base.BatchSource`, e.g.
             :class:`tfdp.sources.ArraySource`) or a streaming one
-            (``streaming = True``, e.g. :class:`tfdp.sources.TFRecordSource`).
+            (:class:`tfdp.sources.base.StreamingSource`, e.g.
+            :class:`tfdp.sources.TFRecordSource`).
             A stream is indexed by position in the epoch's stream: the
             sampler runs on ``source.stream_length(num_replicas)`` records
             with the identity permutation (the source shuffles files and
@@ -124,10 +137,11 @@ class DistributedInput:
         batch_size: Examples per replica per step.
         global_batch_size: Alternatively, examples per step over all replicas
             (must be a multiple of the replica count).
-        augment: ``None``; a batched augmentation (``batched = True``, called
-            as ``aug(batch, seeds[B, 2])``, see :mod:`tfdp.augment`); or a
+        augment: ``None``; a batched augmentation
+            (:class:`tfdp.sources.base.BatchedAugmentation`: ``batched = True``,
+            called as ``aug(batch, seeds[B, 2])``, see :mod:`tfdp.augment`); or a
             per-example function ``fn(example, seed[2]) -> example`` using
-            stateless random ops.
+            stateless random ops (:class:`~tfdp.sources.base.PerExampleAugmentation`).
         seed: Keys the sampler's shuffle (for named samplers) and the
             augmentation seeds.
         sampler_options: Keyword arguments for a named sampler (e.g.
@@ -142,6 +156,7 @@ class DistributedInput:
         num_parallel_calls: Parallelism of the load/augment map.
 
     Raises:
+        TypeError: for a source that meets neither source contract.
         ValueError: for a batch size of 0 or one that does not divide, a
             sampler whose ``num_replicas`` differs from the strategy's, fewer
             examples than replicas, or an epoch with no full step.
@@ -180,7 +195,13 @@ class DistributedInput:
         self.seed = int(seed)
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
-        self.streaming = bool(getattr(source, "streaming", False))
+        self.streaming = isinstance(source, StreamingSource)
+        if not self.streaming and not isinstance(source, RandomAccessSource):
+            raise TypeError(
+                f"source must be a random-access source (num_examples, element_spec, load) or a "
+                f"streaming one (num_examples, element_spec, stream_length, stream), see "
+                f"tfdp.sources.base; got {type(source).__name__}"
+            )
         # A stream is indexed by its position in the epoch's stream (see
         # tfdp.sources.TFRecordSource): the samplers run on the stream's length.
         if self.streaming:
@@ -307,7 +328,7 @@ class DistributedInput:
                 "cannot read; a stream is shuffled by the source (files and blocks, with "
                 "shuffle=True): drop permutation=, or use a random-access source"
             )
-        if not hasattr(sampler, "shuffle"):
+        if not isinstance(sampler, _ShufflingSampler):
             raise ValueError(
                 f"{type(sampler).__name__} has no shuffle option, which a streaming source "
                 "needs (the source shuffles, the sampler picks stream positions); use "
@@ -333,8 +354,8 @@ class DistributedInput:
     ) -> tf.data.Dataset:
         """Epoch after epoch of this rank's batches; each epoch batched on its own."""
         start = start_step * self.batch_size
-        batched = hasattr(self.source, "gather") and (
-            self.augment is None or _is_batched(self.augment)
+        batched = isinstance(self.source, BatchSource) and (
+            self.augment is None or is_batched_augmentation(self.augment)
         )
 
         def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
@@ -387,7 +408,7 @@ class DistributedInput:
         return self._finish(example, idx, pos, weight)
 
     def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        if hasattr(self.source, "load_with_weight"):
+        if isinstance(self.source, WeightedSource):
             example, ok = self.source.load_with_weight(idx)
             weight = weight * tf.cast(ok, tf.float32)
         else:
@@ -398,7 +419,7 @@ class DistributedInput:
         if self.augment is None:
             return example
         seed = tf.stack([key, pos])
-        if _is_batched(self.augment):
+        if is_batched_augmentation(self.augment):
             batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
             out = self.augment(batch, tf.expand_dims(seed, 0))
             return tf.nest.map_structure(lambda t: t[0], out)

@@ -1048,9 +1048,11 @@ def _train(
 
 def _check_one_step(cfg: TrainConfig, data: JobData, w: int) -> None:
     """Refuse a batch larger than an epoch of a random-access source, in the CLI's words."""
-    if getattr(data.train, "streaming", False):
-        return
     from tfdp.samplers import DistributedSampler, RepeatAugSampler
+    from tfdp.sources.base import StreamingSource
+
+    if isinstance(data.train, StreamingSource):
+        return
 
     n = data.train.num_examples
     if n < w:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfdp.sources.tfrecord import _check_record
+from tfdp.sources.example_records import check_example
 
 __all__ = ["ArrayRecordSource"]
 
@@ -118,7 +118,7 @@ class ArrayRecordSource:
                 reader = module.ArrayRecordReader(path)
                 try:
                     if reader.num_records():
-                        _check_record(reader.read([0])[0], self.features, path)
+                        check_example(reader.read([0])[0], self.features, path)
                 finally:
                     reader.close()
         self.element_spec = (

@@ -56,12 +56,14 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from tfdp.indices import KeyedPermutation
+from tfdp.sources.base import EncodedImageSource, PathSource, RandomAccessSource, WeightedSource
+from tfdp.sources.example_records import check_example
 
 __all__ = ["MANIFEST_SUFFIX", "TFRecordSource", "read_manifest", "write_tfrecords"]
 
@@ -322,13 +324,9 @@ def _plan_features(
     return out
 
 
-def _is_source(obj: Any) -> bool:
-    return hasattr(obj, "num_examples") and callable(getattr(obj, "load", None))
-
-
 def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]], int]:
     """``(structure, keys, [(dtype, shape)], num_examples)`` of a source or arrays."""
-    if _is_source(data):
+    if isinstance(data, RandomAccessSource):
         spec = data.element_spec
         if isinstance(spec, Mapping):
             structure, keys, leaves = "dict", list(spec), list(spec.values())
@@ -364,31 +362,13 @@ def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]],
     return structure, keys, specs, int(arrays[0].shape[0])
 
 
-@runtime_checkable
-class EncodedImageSource(Protocol):
-    """A source that can hand over its images' files as they are (e.g. an image folder).
-
-    ``jpeg_files`` says whether every file is a JPEG (by name); ``load_encoded(i)``
-    returns ``(example, problem)``: example ``i`` with its image replaced by
-    the file's bytes, and ``""`` when those bytes are a sound JPEG, else why
-    not. :func:`write_tfrecords` then stores the files byte for byte
-    (encoding ``"jpeg"``), which a window stage decodes window by window.
-    """
-
-    jpeg_files: bool
-
-    def load_encoded(self, index: Any) -> tuple[Any, tf.Tensor]:
-        """Example ``index`` with the image's file bytes, and the problem (``""``: none)."""
-        ...
-
-
 def _example_stream(
     data: Any, structure: str, keys: list[Any], feats: list[_Feature], order: np.ndarray
 ) -> Any:
     """Yield ``(source index, [component values])`` in ``order``, images already encoded."""
     image = [f.encoding in ("png", "jpeg") for f in feats]
-    if _is_source(data):
-        weighted = callable(getattr(data, "load_with_weight", None))
+    if isinstance(data, RandomAccessSource):
+        weighted = isinstance(data, WeightedSource)
         as_is = isinstance(data, EncodedImageSource) and any(f.encoding == "jpeg" for f in feats)
 
         def fetch(index: tf.Tensor) -> tuple[tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor, Any]:
@@ -410,7 +390,7 @@ def _example_stream(
         ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
         ds = ds.map(fetch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         for index, parts, weight, problem in ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
-            where = data.path(int(index)) if hasattr(data, "path") else f"index {index}"
+            where = data.path(int(index)) if isinstance(data, PathSource) else f"index {index}"
             if problem:
                 raise ValueError(
                     f"write_tfrecords: example {int(index)} ({where}) cannot be stored with "
@@ -630,64 +610,6 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     base = os.path.dirname(path)
     manifest["files"] = [os.path.join(base, f) for f in manifest["files"]]
     return manifest
-
-
-_KIND = {tf.int64: "int64_list", tf.float32: "float_list", tf.string: "bytes_list"}
-
-
-def _check_record(serialized: bytes, features: Mapping[str, Any], path: str) -> None:
-    """Raise a ValueError naming ``path`` and the feature when a record does not fit the spec."""
-    try:
-        example = tf.train.Example.FromString(serialized)
-    except Exception:  # protobuf's DecodeError
-        raise ValueError(
-            f"{path}: the first record is not a tf.train.Example "
-            "(wrong file, or a compressed file read without compression=?)"
-        ) from None
-    fmap = example.features.feature
-    present = sorted(fmap)
-
-    def fail(key: str, what: str) -> None:
-        raise ValueError(f"{path}: feature {key!r} {what} (the first record has {present})")
-
-    def check_kind(key: str, dtype: Any) -> list[Any] | None:
-        if key not in fmap:
-            return None
-        want = _KIND.get(tf.as_dtype(dtype))
-        kind = fmap[key].WhichOneof("kind")
-        if want is not None and kind is not None and kind != want:
-            fail(key, f"holds {kind} values but the spec asks for {tf.as_dtype(dtype).name}")
-        return list(getattr(fmap[key], kind).value) if kind else []
-
-    for key, spec in features.items():
-        if isinstance(spec, tf.io.FixedLenFeature):
-            values = check_kind(key, spec.dtype)
-            if values is None:
-                if spec.default_value is None:
-                    fail(key, "is missing from the records")
-                continue
-            want = int(np.prod(spec.shape, dtype=np.int64))
-            if len(values) != want:
-                fail(
-                    key,
-                    f"has {len(values)} values; the spec's shape {list(spec.shape)} needs {want}",
-                )
-        elif isinstance(spec, tf.io.FixedLenSequenceFeature):
-            values = check_kind(key, spec.dtype)
-            if values is None and not spec.allow_missing:
-                fail(key, "is missing from the records")
-            step = int(np.prod(spec.shape, dtype=np.int64))
-            if values is not None and step and len(values) % step:
-                fail(key, f"has {len(values)} values, not a multiple of {list(spec.shape)}")
-        elif isinstance(spec, tf.io.VarLenFeature):
-            check_kind(key, spec.dtype)
-        elif isinstance(spec, tf.io.SparseFeature):
-            index_keys = [spec.index_key] if isinstance(spec.index_key, str) else spec.index_key
-            for k in index_keys:
-                check_kind(k, tf.int64)
-            check_kind(spec.value_key, spec.dtype)
-        elif isinstance(spec, tf.io.RaggedFeature):
-            check_kind(spec.value_key or key, spec.dtype)
 
 
 def _read_first(path: str, compression: str | None) -> bytes | None:
@@ -967,7 +889,7 @@ class TFRecordSource:
         for path, record in zip(todo, firsts, strict=True):
             if record is None:
                 raise ValueError(f"{path}: expected records, found none")
-            _check_record(record, self.features, path)
+            check_example(record, self.features, path)
             try:
                 tf.io.parse_single_example(record, self.features)
             except (tf.errors.OpError, ValueError, TypeError) as err:
