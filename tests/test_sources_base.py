@@ -160,6 +160,9 @@ def test_array_record_imports_no_private_name_of_tfrecord():
 
 
 def test_importing_the_contracts_loads_no_tensorflow():
-    code = "import sys, tfdp.sources.base; print('tensorflow' in sys.modules)"
+    code = (
+        "import sys, tfdp.sources.base, tfdp.seeding, tfdp.indices; "
+        "print('tensorflow' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

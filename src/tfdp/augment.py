@@ -66,6 +66,15 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfdp.seeding import (
+    FMIX32_C1,
+    FMIX32_C2,
+    MURMUR_C1,
+    MURMUR_C2,
+    MURMUR_N,
+    MURMUR_SALT_FOLD,
+    MURMUR_SALT_UNIFORM,
+)
 from tfdp.sources.base import BatchedAugmentation
 
 __all__ = [
@@ -91,15 +100,8 @@ __all__ = [
 # Counter-based hash (MurmurHash3_x86_32 over five 32-bit words), vectorised in uint32.
 # --------------------------------------------------------------------------------------------
 
-_MURMUR_C1 = 0xCC9E2D51
-_MURMUR_C2 = 0x1B873593
-_MURMUR_N = 0xE6546B64
-_FMIX_1 = 0x85EBCA6B
-_FMIX_2 = 0xC2B2AE35
+# The constants and salts are tfdp.seeding's (the table of every seed derivation).
 _HASH_BYTES = 20  # five 32-bit words
-# Murmur seeds that separate the two uses of the hash (uniform draws vs. seed folding).
-_SALT_UNIFORM = 0x9E3779B9
-_SALT_FOLD = 0x7F4A7C15
 _MAX_FOLD_DATA = 2**31 - 1
 
 
@@ -111,9 +113,9 @@ class _Murmur:
     """MurmurHash3_x86_32's constants, made once per hash (a graph gets ~20 nodes, not ~100)."""
 
     def __init__(self) -> None:
-        self.c1, self.c2 = _u32(_MURMUR_C1), _u32(_MURMUR_C2)
-        self.five, self.n = _u32(5), _u32(_MURMUR_N)
-        self.f1, self.f2 = _u32(_FMIX_1), _u32(_FMIX_2)
+        self.c1, self.c2 = _u32(MURMUR_C1), _u32(MURMUR_C2)
+        self.five, self.n = _u32(5), _u32(MURMUR_N)
+        self.f1, self.f2 = _u32(FMIX32_C1), _u32(FMIX32_C2)
         self.shift = {r: _u32(r) for r in (8, 13, 15, 16, 17, 19)}
 
     def rotl(self, x: tf.Tensor, r: int) -> tf.Tensor:
@@ -155,14 +157,14 @@ def _hash_u32(seeds: tf.Tensor, counters: tf.Tensor, salt: int) -> tf.Tensor:
 def _uniforms(seeds: tf.Tensor, n: int) -> tf.Tensor:
     """:func:`per_sample_uniform` for int64 seeds of any leading shape ``[..., 2]``."""
     counters = tf.cast(tf.range(n), tf.uint32)  # Range has no uint32 kernel
-    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, _SALT_UNIFORM), _u32(8))
+    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, MURMUR_SALT_UNIFORM), _u32(8))
     return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
 
 
 def _fold_many(seeds: tf.Tensor, datas: Sequence[int]) -> tf.Tensor:
     """``fold_in(seeds, d)`` for every ``d`` of ``datas`` at once: int64 ``[B, len(datas), 2]``."""
     counters = tf.constant([c for d in datas for c in (2 * d, 2 * d + 1)], tf.uint32)
-    words = tf.cast(_hash_u32(seeds, counters, _SALT_FOLD), tf.int64)  # [B, 2 * len], < 2**32
+    words = tf.cast(_hash_u32(seeds, counters, MURMUR_SALT_FOLD), tf.int64)  # [B, 2 * len], < 2**32
     words = tf.reshape(words, [-1, len(datas), 2])
     high = tf.bitwise.left_shift(
         tf.bitwise.bitwise_and(words[..., 1], tf.constant(0x7FFFFFFF, tf.int64)),

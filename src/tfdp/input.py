@@ -15,7 +15,8 @@ stream. The same code serves MirroredStrategy, MultiWorkerMirroredStrategy,
 OneDeviceStrategy and the default strategy; tf.data auto-sharding is off (the
 sampler shards).
 
-Augmentation seeds are ``[key(seed, epoch), position]``, where ``position``
+Augmentation seeds are ``[key(seed, epoch), position]`` (the key is
+:func:`tfdp.seeding.epoch_seed_key`, re-exported here), where ``position``
 is the entry's place in the sampler's padded global list: the R copies of a
 sample (Repeated Augmentation) get different augmentations, while a rerun or
 a run resumed mid-epoch gets identical ones.
@@ -48,8 +49,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp.augment import split_window
-from tfdp.indices import round_keys
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
+from tfdp.seeding import epoch_seed_key
 from tfdp.sources.base import (
     BatchSource,
     RandomAccessSource,
@@ -69,16 +70,6 @@ _SAMPLER_NAMES = {
     "eval": DistributedEvalSampler,
 }
 _INF_EPOCHS = 2**62
-
-
-def epoch_seed_key(seed: int, epoch: int) -> int:
-    """The first half of every augmentation seed in ``epoch``: a 63-bit key of ``(seed, epoch)``.
-
-    Example:
-        >>> epoch_seed_key(0, 1) == epoch_seed_key(0, 1) != epoch_seed_key(0, 2)
-        True
-    """
-    return round_keys(seed ^ 0xA5A5_A5A5, epoch, 1)[0] >> 1
 
 
 @runtime_checkable

@@ -62,6 +62,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp.indices import KeyedPermutation
+from tfdp.seeding import stream_block_key
 from tfdp.sources.base import EncodedImageSource, PathSource, RandomAccessSource, WeightedSource
 from tfdp.sources.example_records import check_example
 
@@ -73,7 +74,6 @@ _FORMAT = "tfdp.tfrecord"
 _VERSION = 1
 _ENCODINGS = ("png", "jpeg", "raw", "int64", "float", "bytes")
 _JPEG_QUALITY = 95  # arrays written with encoding "jpeg" (lossy)
-_TAG_SHUFFLE = 0x5354_5245  # "STRE": domain tag of the stream's shuffle keys
 _IO_THREADS = 16
 # tf.io.decode_raw has no unsigned 32/64-bit output: read as signed, then bitcast.
 _RAW_VIA = {"uint32": tf.int32, "uint64": tf.int64}
@@ -673,11 +673,6 @@ def _find_manifests(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _lane_key(seed: int, epoch: int, lane: int) -> int:
-    ss = np.random.SeedSequence([seed, epoch, lane, _TAG_SHUFFLE])
-    return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
-
-
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer, got {value!r}")
@@ -1008,7 +1003,7 @@ class TFRecordSource:
         )
         if shuffle and self.shuffle_buffer > 1:
             key = tf.numpy_function(
-                lambda e: np.int64(_lane_key(seed, int(e), lane)),
+                lambda e: np.int64(stream_block_key(seed, int(e), lane)),
                 [epoch],
                 tf.int64,
                 stateful=False,
