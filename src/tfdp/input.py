@@ -48,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import tensorflow as tf
 
+from tfdp._util import deterministic_unsharded
 from tfdp.augment import split_window
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 from tfdp.seeding import epoch_seed_key
@@ -93,14 +94,6 @@ def _same_stream_indices_every_epoch(sampler: Sampler) -> bool:
             sampler.padding == "random" and not sampler.drop_last and extra >= sampler.num_examples
         )
     return False
-
-
-def _deterministic_unsharded(ds: tf.data.Dataset) -> tf.data.Dataset:
-    """``ds`` with deterministic order and tf.data auto-sharding off (the sampler shards)."""
-    options = tf.data.Options()
-    options.deterministic = True
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return ds.with_options(options)
 
 
 class DistributedInput:
@@ -512,7 +505,7 @@ class DistributedInput:
             ds = self._windows.dataset([rank], first_epoch, num_epochs, start_step)
         else:
             ds = self._index_dataset(rank, first_epoch, num_epochs, start_step)
-        return _deterministic_unsharded(ds)
+        return deterministic_unsharded(ds)
 
     def worker_dataset(
         self,
@@ -536,7 +529,7 @@ class DistributedInput:
         if self._windows is not None:  # all local ranks together: one read per file per chunk
             self._check_start_step(start_step)
             ds = self._windows.dataset(ranks, first_epoch, num_epochs, start_step)
-            return _deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
+            return deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
         parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
         if len(parts) == 1:
             ds = parts[0]
