@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from tfdp.errors import ConfigError
+
 __all__ = ["check_int", "deterministic_unsharded", "temp_name", "write_text_atomic"]
 
 
@@ -33,14 +35,14 @@ def check_int(name: str, value: Any, low: int, high: int | None = None, what: st
         >>> check_int("lane", 4, 0, 3)
         Traceback (most recent call last):
         ...
-        ValueError: lane must be in [0, 3], got 4
+        tfdp.errors.ConfigError: lane must be in [0, 3], got 4
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer{what}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer{what}, got {value!r}")
     value = int(value)
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {bound}{what}, got {value}")
+        raise ConfigError(f"{name} must be {bound}{what}, got {value}")
     return value
 
 

@@ -66,6 +66,7 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfdp.errors import ConfigError
 from tfdp.seeding import (
     FMIX32_C1,
     FMIX32_C2,
@@ -180,7 +181,7 @@ def _as_seeds(seeds: Any) -> tf.Tensor:
     if not seeds.dtype.is_integer:
         raise TypeError(f"seeds must be an integer tensor [B, 2], got dtype {seeds.dtype.name}")
     if seeds.shape.rank is not None and (seeds.shape.rank != 2 or seeds.shape[1] not in (2, None)):
-        raise ValueError(f"seeds must have shape [B, 2], got {seeds.shape}")
+        raise ConfigError(f"seeds must have shape [B, 2], got {seeds.shape}")
     return tf.cast(seeds, tf.int64)
 
 
@@ -209,7 +210,7 @@ def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
         True
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
+        raise ConfigError(f"n must be a non-negative int, got {n!r}")
     return _uniforms(_as_seeds(seeds), n)
 
 
@@ -236,7 +237,7 @@ def fold_in(seeds: Any, data: int) -> tf.Tensor:
         ([0, 1], True)
     """
     if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= _MAX_FOLD_DATA:
-        raise ValueError(f"data must be an int in [0, {_MAX_FOLD_DATA}], got {data!r}")
+        raise ConfigError(f"data must be an int in [0, {_MAX_FOLD_DATA}], got {data!r}")
     return _fold_many(_as_seeds(seeds), [data])[:, 0]
 
 
@@ -252,7 +253,9 @@ def _get_image(example: Any, image_key: str) -> Any:
         return example[image_key]
     if isinstance(example, (tuple, list)):
         if not example:
-            raise ValueError("example is an empty tuple/list; its first element must be the images")
+            raise ConfigError(
+                "example is an empty tuple/list; its first element must be the images"
+            )
         return example[0]
     return example
 
@@ -275,10 +278,10 @@ def _as_images(images: Any, encoded: bool = False) -> tf.Tensor:
     images = tf.convert_to_tensor(images)
     if encoded and images.dtype == tf.string:
         if images.shape.rank is not None and images.shape.rank != 1:
-            raise ValueError(f"encoded images must be a batch [B] of strings, got {images.shape}")
+            raise ConfigError(f"encoded images must be a batch [B] of strings, got {images.shape}")
         return images
     if images.shape.rank is not None and images.shape.rank != 4:
-        raise ValueError(f"images must be a batch [B, H, W, C], got shape {images.shape}")
+        raise ConfigError(f"images must be a batch [B, H, W, C], got shape {images.shape}")
     return images
 
 
@@ -287,13 +290,13 @@ def _pair(value: Any, name: str, minimum: int) -> tuple[int, int]:
     if len(items) != 2 or any(
         isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items
     ):
-        raise ValueError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
+        raise ConfigError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
     return items[0], items[1]
 
 
 def _probability(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 
 
@@ -377,7 +380,7 @@ def _per_channel(images: tf.Tensor, values: float | tuple[float, ...], op: Calla
         return op(images, tf.constant(values, tf.float32))
     channels = len(values)
     if images.shape[-1] is not None and images.shape[-1] != channels:
-        raise ValueError(
+        raise ConfigError(
             f"{channels} per-channel values for images with {images.shape[-1]} channels"
         )
     if images.shape[1:].is_fully_defined() and images.shape[1:].num_elements() <= _WHOLE_IMAGE:
@@ -439,7 +442,7 @@ class Augmentation:
         images = _as_images(_get_image(example, self.image_key), self.accepts_encoded)
         batch, seed_batch = images.shape[0], seeds.shape[0]
         if batch is not None and seed_batch is not None and batch != seed_batch:
-            raise ValueError(f"seeds has {seed_batch} rows but the image batch has {batch}")
+            raise ConfigError(f"seeds has {seed_batch} rows but the image batch has {batch}")
         return _put_image(example, self.augment(images, seeds), self.image_key)
 
     def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
@@ -542,7 +545,7 @@ class RandomCrop(Augmentation):
         self.size = _pair(size, "size", 1)
         self.padding = _pair(padding, "padding", 0)
         if pad_mode not in _PAD_MODES:
-            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
+            raise ConfigError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
         self.pad_mode = pad_mode
         self.fill = fill
 
@@ -556,7 +559,7 @@ class RandomCrop(Augmentation):
         for axis, out, pad in ((1, out_h, pad_y), (2, out_w, pad_x)):
             dim = images.shape[axis]
             if dim is not None and out > dim + 2 * pad:
-                raise ValueError(
+                raise ConfigError(
                     f"crop size {self.size} exceeds the padded image "
                     f"{images.shape[1:3]} + 2 * {self.padding}"
                 )
@@ -664,7 +667,7 @@ class RandomFlip(Augmentation):
     ) -> None:
         super().__init__(image_key=image_key)
         if not (horizontal or vertical):
-            raise ValueError("RandomFlip needs horizontal=True or vertical=True")
+            raise ConfigError("RandomFlip needs horizontal=True or vertical=True")
         self.horizontal = bool(horizontal)
         self.vertical = bool(vertical)
         self.p = _probability(p, "p")
@@ -722,11 +725,11 @@ class RandomBrightness(Augmentation):
     ) -> None:
         super().__init__(image_key=image_key)
         if isinstance(max_delta, bool) or not isinstance(max_delta, (int, float)) or max_delta < 0:
-            raise ValueError(f"max_delta must be a number >= 0, got {max_delta!r}")
+            raise ConfigError(f"max_delta must be a number >= 0, got {max_delta!r}")
         if value_range is not None:
             low, high = value_range
             if not low <= high:
-                raise ValueError(
+                raise ConfigError(
                     f"value_range must be (low, high) with low <= high, got {value_range!r}"
                 )
             value_range = (float(low), float(high))
@@ -791,7 +794,7 @@ class WindowAugmentation(Augmentation):
         super().__init__(image_key=image_key)
         self.size = _pair(size, "size", 1)
         if interpolation not in _INTERPOLATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}"
             )
         self.interpolation = interpolation
@@ -899,11 +902,11 @@ class RandomResizedCrop(WindowAugmentation):
         scale_lo, scale_hi = (float(v) for v in scale)
         ratio_lo, ratio_hi = (float(v) for v in ratio)
         if not 0 < scale_lo <= scale_hi:
-            raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
+            raise ConfigError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
         if not 0 < ratio_lo <= ratio_hi:
-            raise ValueError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
+            raise ConfigError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
+            raise ConfigError(f"attempts must be an int >= 1, got {attempts!r}")
         self.scale = (scale_lo, scale_hi)
         self.ratio = (ratio_lo, ratio_hi)
         self.attempts = attempts
@@ -1039,7 +1042,7 @@ class CenterCrop(WindowAugmentation):
             or not isinstance(crop_fraction, (int, float))
             or not 0 < crop_fraction <= 1
         ):
-            raise ValueError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
+            raise ConfigError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
         self.crop_fraction = float(crop_fraction)
 
     def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
@@ -1111,10 +1114,10 @@ class Normalize(Augmentation):
         self.std = tuple(float(s) for s in std) if isinstance(std, Sequence) else float(std)
         stds = self.std if isinstance(self.std, tuple) else (self.std,)
         if not stds or any(not s > 0 for s in stds):
-            raise ValueError(f"std must be > 0, got {std!r}")
+            raise ConfigError(f"std must be > 0, got {std!r}")
         means = self.mean if isinstance(self.mean, tuple) else (self.mean,)
         if isinstance(self.mean, tuple) and isinstance(self.std, tuple) and len(means) != len(stds):
-            raise ValueError(f"mean and std differ in length: {mean!r}, {std!r}")
+            raise ConfigError(f"mean and std differ in length: {mean!r}, {std!r}")
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the standardised float32 batch."""

@@ -50,6 +50,7 @@ import tensorflow as tf
 
 from tfdp._util import deterministic_unsharded
 from tfdp.augment import split_window
+from tfdp.errors import ConfigError
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 from tfdp.seeding import epoch_seed_key
 from tfdp.sources.base import (
@@ -141,7 +142,7 @@ class DistributedInput:
 
     Raises:
         TypeError: for a source that meets neither source contract.
-        ValueError: for a batch size of 0 or one that does not divide, a
+        ConfigError: for a batch size of 0 or one that does not divide, a
             sampler whose ``num_replicas`` differs from the strategy's, fewer
             examples than replicas, or an epoch with no full step.
 
@@ -195,7 +196,7 @@ class DistributedInput:
             num_examples = int(source.num_examples)
             what = f"the source has {num_examples} example(s)"
         if num_examples < self.num_replicas:
-            raise ValueError(
+            raise ConfigError(
                 f"{what}, fewer than the {self.num_replicas} replicas of the strategy: every "
                 "replica needs at least one"
             )
@@ -211,7 +212,7 @@ class DistributedInput:
         else:
             self.steps_per_epoch = math.ceil(per_rank / self.batch_size)
         if self.steps_per_epoch < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"batch_size={self.batch_size} per replica gives no full step per epoch: each "
                 f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
                 "drop_remainder=False"
@@ -232,17 +233,17 @@ class DistributedInput:
     # -- configuration --------------------------------------------------------
     def _resolve_batch_size(self, batch_size: int | None, global_batch_size: int | None) -> int:
         if (batch_size is None) == (global_batch_size is None):
-            raise ValueError("pass exactly one of batch_size (per replica) or global_batch_size")
+            raise ConfigError("pass exactly one of batch_size (per replica) or global_batch_size")
         if global_batch_size is not None:
             g = int(global_batch_size)
             if g < 1 or g % self.num_replicas:
-                raise ValueError(
+                raise ConfigError(
                     f"global_batch_size={global_batch_size} must be a positive multiple of the "
                     f"{self.num_replicas} replicas in sync"
                 )
             return g // self.num_replicas
         if isinstance(batch_size, bool) or int(batch_size) < 1:  # type: ignore[arg-type]
-            raise ValueError(f"batch_size must be an integer >= 1 per replica, got {batch_size!r}")
+            raise ConfigError(f"batch_size must be an integer >= 1 per replica, got {batch_size!r}")
         return int(batch_size)  # type: ignore[arg-type]
 
     def _resolve_sampler(self, spec: SamplerSpec, n: int, options: dict[str, Any]) -> Sampler:
@@ -252,7 +253,7 @@ class DistributedInput:
         elif isinstance(spec, str):
             cls = _SAMPLER_NAMES.get(spec)
             if cls is None:
-                raise ValueError(
+                raise ConfigError(
                     f"sampler must be one of {sorted(_SAMPLER_NAMES)}, a tfdp Sampler or a "
                     f"factory, got {spec!r}"
                 )
@@ -264,13 +265,13 @@ class DistributedInput:
         elif callable(spec):
             sampler = spec(n, w, 0)
             if not isinstance(sampler, Sampler):
-                raise ValueError(
+                raise ConfigError(
                     f"the sampler factory must return a tfdp Sampler, got {type(sampler).__name__}"
                 )
         else:
-            raise ValueError(f"sampler must be a name, a tfdp Sampler or a factory, got {spec!r}")
+            raise ConfigError(f"sampler must be a name, a tfdp Sampler or a factory, got {spec!r}")
         if sampler.num_replicas != w:
-            raise ValueError(
+            raise ConfigError(
                 f"the sampler has num_replicas={sampler.num_replicas} but the strategy has "
                 f"{w} replicas in sync; build the sampler with num_replicas={w}"
             )
@@ -280,13 +281,13 @@ class DistributedInput:
                 if self.streaming
                 else f"the source has {n}"
             )
-            raise ValueError(f"the sampler has num_examples={sampler.num_examples} but {has}")
+            raise ConfigError(f"the sampler has num_examples={sampler.num_examples} but {has}")
         if (
             isinstance(sampler, DistributedSampler)
             and sampler.padding is None
             and not (sampler.drop_last or n % w == 0)
         ):
-            raise ValueError(
+            raise ConfigError(
                 "DistributedSampler(padding=None) leaves ranks uneven, but replicas step "
                 "together; use padding='wrap' or 'random', drop_last=True, or sampler='eval'"
             )
@@ -301,19 +302,19 @@ class DistributedInput:
         (padding, repeats, selection) is the sampler's arithmetic.
         """
         if is_eval:
-            raise ValueError(
+            raise ConfigError(
                 "sampler='eval' needs a random-access source (exact evaluation pads and "
                 "masks by index); convert the TFRecord files with tfdp.sources.write_tfrecords"
                 " to arrays or an image folder, or evaluate with sampler='distributed'"
             )
         if sampler.permutation is not None:
-            raise ValueError(
+            raise ConfigError(
                 "a sampler's permutation= orders examples by index, which a streaming source "
                 "cannot read; a stream is shuffled by the source (files and blocks, with "
                 "shuffle=True): drop permutation=, or use a random-access source"
             )
         if not isinstance(sampler, _ShufflingSampler):
-            raise ValueError(
+            raise ConfigError(
                 f"{type(sampler).__name__} has no shuffle option, which a streaming source "
                 "needs (the source shuffles, the sampler picks stream positions); use "
                 "DistributedSampler or RepeatAugSampler"
@@ -430,7 +431,7 @@ class DistributedInput:
             )
         else:
             if num_epochs is None:
-                raise ValueError(
+                raise ConfigError(
                     f"{sampler!r} picks other stream positions every epoch (random padding "
                     "of more than the stream holds), so a streaming input needs a finite "
                     "num_epochs; or use padding='wrap'"
@@ -472,7 +473,7 @@ class DistributedInput:
 
     def _check_start_step(self, start_step: int) -> None:
         if start_step < 0 or start_step > self.steps_per_epoch:
-            raise ValueError(
+            raise ConfigError(
                 f"start_step must be in [0, steps_per_epoch={self.steps_per_epoch}], "
                 f"got {start_step}"
             )
@@ -497,7 +498,7 @@ class DistributedInput:
             [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
         """
         if not 0 <= rank < self.num_replicas:
-            raise ValueError(f"rank must be in [0, {self.num_replicas}), got {rank}")
+            raise ConfigError(f"rank must be in [0, {self.num_replicas}), got {rank}")
         self._check_start_step(start_step)
         if self.streaming:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from tfdp.distribute.tf_config import parse_tf_config
 from tfdp.distribute.watchdog import start as start_watchdog
+from tfdp.errors import ConfigError
 
 __all__ = ["STRATEGY_KINDS", "make_strategy"]
 
@@ -66,7 +67,7 @@ def _configure_logical_cpus(n: int) -> list[str]:
         )
     except RuntimeError:
         have = len(tf.config.list_logical_devices("CPU"))
-        raise ValueError(
+        raise ConfigError(
             f"cpu_replicas={n} needs {n} logical CPU devices, but TensorFlow is already "
             f"initialised with {have}: call tfdp.make_strategy(cpu_replicas={n}) before any "
             "other TensorFlow work (creating tensors, models or datasets)"
@@ -123,9 +124,9 @@ def make_strategy(
     import os
 
     if kind not in STRATEGY_KINDS:
-        raise ValueError(f"strategy kind must be one of {', '.join(STRATEGY_KINDS)}, got {kind!r}")
+        raise ConfigError(f"strategy kind must be one of {', '.join(STRATEGY_KINDS)}, got {kind!r}")
     if cpu_replicas is not None and (isinstance(cpu_replicas, bool) or cpu_replicas < 1):
-        raise ValueError(f"cpu_replicas must be an integer >= 1, got {cpu_replicas!r}")
+        raise ConfigError(f"cpu_replicas must be an integer >= 1, got {cpu_replicas!r}")
     if kind == "auto":
         slurm = int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in os.environ
         if parse_tf_config() is not None or slurm:
@@ -143,7 +144,7 @@ def make_strategy(
             "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
         }.get(communication)
         if impl is None:
-            raise ValueError(
+            raise ConfigError(
                 f"communication must be 'auto', 'ring' or 'nccl', got {communication!r}"
             )
         options = tf.distribute.experimental.CommunicationOptions(
@@ -152,7 +153,7 @@ def make_strategy(
         resolver = None
         if parse_tf_config() is None:
             if "SLURM_JOB_ID" not in os.environ:
-                raise ValueError(
+                raise ConfigError(
                     "strategy 'multi_worker' needs TF_CONFIG (set by tfdp launch, Kubeflow's "
                     "TFJob or Ray) or a Slurm job step"
                 )
@@ -166,7 +167,7 @@ def make_strategy(
             done.set()
             if "Could not start gRPC server" not in str(exc):
                 raise
-            raise ValueError(_server_failure()) from None
+            raise ConfigError(_server_failure()) from None
         # A first collective: returns only once every worker is up and connected.
         strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
         done.set()

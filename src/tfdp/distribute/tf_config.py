@@ -9,6 +9,8 @@ import json
 import os
 from typing import Any
 
+from tfdp.errors import ConfigError
+
 __all__ = ["parse_tf_config"]
 
 
@@ -36,48 +38,50 @@ def parse_tf_config(text: str | None = None) -> dict[str, Any] | None:
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"TF_CONFIG is not valid JSON ({exc.msg} at position {exc.pos})") from None
+        raise ConfigError(
+            f"TF_CONFIG is not valid JSON ({exc.msg} at position {exc.pos})"
+        ) from None
     if not isinstance(cfg, dict):
-        raise ValueError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+        raise ConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
     cluster = cfg.get("cluster")
     if not isinstance(cluster, dict) or not cluster:
-        raise ValueError(
+        raise ConfigError(
             "TF_CONFIG['cluster'] is missing or empty: it must map task types to address "
             'lists, e.g. {"worker": ["host0:2222", "host1:2222"]}'
         )
     seen: dict[str, str] = {}
     for task_type, addresses in cluster.items():
         if not isinstance(addresses, list) or not addresses:
-            raise ValueError(
+            raise ConfigError(
                 f"TF_CONFIG['cluster'][{task_type!r}] must be a non-empty list of 'host:port'"
             )
         for i, addr in enumerate(addresses):
             where = f"TF_CONFIG['cluster'][{task_type!r}][{i}]"
             if not isinstance(addr, str) or ":" not in addr:
-                raise ValueError(f"{where} must be 'host:port', got {addr!r}")
+                raise ConfigError(f"{where} must be 'host:port', got {addr!r}")
             port = addr.rsplit(":", 1)[1]
             if not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"{where} has an invalid port in {addr!r} (1..65535)")
+                raise ConfigError(f"{where} has an invalid port in {addr!r} (1..65535)")
             if addr in seen:
-                raise ValueError(f"{where} duplicates {seen[addr]}: address {addr!r} used twice")
+                raise ConfigError(f"{where} duplicates {seen[addr]}: address {addr!r} used twice")
             seen[addr] = where
     task = cfg.get("task")
     if not isinstance(task, dict):
-        raise ValueError(
+        raise ConfigError(
             "TF_CONFIG['task'] is missing: it must say which task this process is, "
             'e.g. {"type": "worker", "index": 0}'
         )
     task_type = task.get("type")
     if task_type not in cluster:
-        raise ValueError(
+        raise ConfigError(
             f"TF_CONFIG['task']['type'] is {task_type!r}, not a task type of the cluster "
             f"({', '.join(sorted(cluster))})"
         )
     index = task.get("index")
     if isinstance(index, bool) or not isinstance(index, int):
-        raise ValueError(f"TF_CONFIG['task']['index'] must be an integer, got {index!r}")
+        raise ConfigError(f"TF_CONFIG['task']['index'] must be an integer, got {index!r}")
     if not 0 <= index < len(cluster[task_type]):
-        raise ValueError(
+        raise ConfigError(
             f"TF_CONFIG['task']['index'] is {index}, out of range for the "
             f"{len(cluster[task_type])} {task_type!r} task(s) "
             f"(valid: 0..{len(cluster[task_type]) - 1})"

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp.errors import DataError
+
 __all__ = ["check_example"]
 
 _KIND = {tf.int64: "int64_list", tf.float32: "float_list", tf.string: "bytes_list"}
@@ -29,7 +31,7 @@ def check_example(serialized: bytes, features: Mapping[str, Any], path: str) -> 
         path: The file, named in the error.
 
     Raises:
-        ValueError: the record is not a ``tf.train.Example``, or a feature is
+        DataError: the record is not a ``tf.train.Example``, or a feature is
             missing, of another kind, or of another size than the spec says.
 
     Example:
@@ -42,12 +44,12 @@ def check_example(serialized: bytes, features: Mapping[str, Any], path: str) -> 
         ...               "a.tfrecord")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: a.tfrecord: feature 'x' has 2 values; the spec's shape [3] needs 3 ...
+        tfdp.errors.DataError: a.tfrecord: feature 'x' has 2 values; the spec's shape [3] ...
     """
     try:
         example = tf.train.Example.FromString(serialized)
     except Exception:  # protobuf's DecodeError
-        raise ValueError(
+        raise DataError(
             f"{path}: the first record is not a tf.train.Example "
             "(wrong file, or a compressed file read without compression=?)"
         ) from None
@@ -55,7 +57,7 @@ def check_example(serialized: bytes, features: Mapping[str, Any], path: str) -> 
     present = sorted(fmap)
 
     def fail(key: str, what: str) -> None:
-        raise ValueError(f"{path}: feature {key!r} {what} (the first record has {present})")
+        raise DataError(f"{path}: feature {key!r} {what} (the first record has {present})")
 
     def check_kind(key: str, dtype: Any) -> list[Any] | None:
         if key not in fmap:

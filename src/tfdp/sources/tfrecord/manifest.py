@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp.errors import DataError
+
 __all__ = [
     "FORMAT",
     "MANIFEST_SUFFIX",
@@ -51,7 +53,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Load a manifest written by :func:`write_tfrecords`, with ``files`` made absolute.
 
     Raises:
-        ValueError: the file is not a tfdp TFRecord manifest (naming it).
+        DataError: the file is not a tfdp TFRecord manifest (naming it).
 
     Example:
         >>> import os, tempfile, numpy as np
@@ -67,11 +69,11 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         with tf.io.gfile.GFile(path, "r") as fh:
             manifest = json.loads(fh.read())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a JSON manifest ({err})") from None
+        raise DataError(f"{path}: not a JSON manifest ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT} manifest (written by write_tfrecords)")
+        raise DataError(f"{path}: not a {FORMAT} manifest (written by write_tfrecords)")
     if manifest.get("version") != VERSION:
-        raise ValueError(f"{path}: manifest version {manifest.get('version')} is not supported")
+        raise DataError(f"{path}: manifest version {manifest.get('version')} is not supported")
     base = os.path.dirname(path)
     manifest["files"] = [os.path.join(base, f) for f in manifest["files"]]
     return manifest
@@ -83,7 +85,7 @@ def read_first_record(path: str, compression: str | None) -> bytes | None:
         for record in tf.data.TFRecordDataset(path, compression_type=compression or "").take(1):
             return record.numpy()
     except tf.errors.OpError as err:
-        raise ValueError(
+        raise DataError(
             f"{path}: cannot read a record ({type(err).__name__}: {err.message.splitlines()[0]}); "
             f"is it a TFRecord file with compression={compression!r}?"
         ) from None
@@ -96,7 +98,7 @@ def count_records(path: str, compression: str | None) -> int:
     try:
         return int(ds.reduce(np.int64(0), lambda n, _: n + 1))
     except tf.errors.OpError as err:
-        raise ValueError(
+        raise DataError(
             f"{path}: cannot count its records ({type(err).__name__}: "
             f"{err.message.splitlines()[0]}); is it a TFRecord file with "
             f"compression={compression!r}?"
@@ -122,7 +124,7 @@ def resolve_files(files: Any) -> tuple[list[str], dict[str, Any] | None]:
         return paths, None
     paths = [os.fspath(f) for f in files]
     if not paths:
-        raise ValueError("TFRecordSource: files is empty")
+        raise DataError("TFRecordSource: files is empty")
     return paths, None
 
 

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp.errors import ConfigError, DataError
+
 __all__ = [
     "ENCODINGS",
     "Feature",
@@ -141,7 +143,7 @@ def infer_encoding(dtype: str, shape: tuple[int | None, ...], jpeg_files: bool =
 def check_encoding(f: Feature) -> None:
     """Raise a ValueError naming the feature when its encoding cannot store its dtype/shape."""
     if f.encoding not in ENCODINGS:
-        raise ValueError(
+        raise ConfigError(
             f"feature {f.name!r}: unknown encoding {f.encoding!r}; use one of {ENCODINGS}"
         )
     known = all(d is not None for d in f.shape)
@@ -149,32 +151,32 @@ def check_encoding(f: Feature) -> None:
         f.dtype == "uint8"
         and (len(f.shape) == 2 or (len(f.shape) == 3 and f.shape[2] in (1, 3, 4)))
     ):
-        raise ValueError(
+        raise ConfigError(
             f"feature {f.name!r}: 'png' needs uint8 [H, W] or [H, W, C] with C in 1, 3, 4; "
             f"got {f.dtype} of shape {list(f.shape)}"
         )
     if f.encoding == "jpeg" and not (
         f.dtype == "uint8" and (len(f.shape) == 2 or (len(f.shape) == 3 and f.shape[2] in (1, 3)))
     ):
-        raise ValueError(
+        raise ConfigError(
             f"feature {f.name!r}: 'jpeg' needs uint8 [H, W] or [H, W, C] with C in 1, 3; "
             f"got {f.dtype} of shape {list(f.shape)}"
         )
     if f.encoding == "raw" and f.dtype == "string":
-        raise ValueError(f"feature {f.name!r}: strings cannot be stored 'raw'; use 'bytes'")
+        raise ConfigError(f"feature {f.name!r}: strings cannot be stored 'raw'; use 'bytes'")
     if f.encoding in ("int64", "float", "bytes") and not known:
-        raise ValueError(
+        raise ConfigError(
             f"feature {f.name!r}: {f.encoding!r} needs a fixed shape, got {list(f.shape)}; "
             "use 'raw' (or 'png') for shapes that vary"
         )
     if f.encoding == "bytes" and f.dtype != "string":
-        raise ValueError(f"feature {f.name!r}: 'bytes' is for strings, got {f.dtype}")
+        raise ConfigError(f"feature {f.name!r}: 'bytes' is for strings, got {f.dtype}")
     if f.encoding == "int64" and not (f.dtype == "bool" or np.dtype(f.dtype).kind in "iu"):
-        raise ValueError(f"feature {f.name!r}: 'int64' is for integers and bools, got {f.dtype}")
+        raise ConfigError(f"feature {f.name!r}: 'int64' is for integers and bools, got {f.dtype}")
     if f.encoding == "int64" and f.dtype == "uint64":
-        raise ValueError(f"feature {f.name!r}: uint64 does not fit int64; use 'raw'")
+        raise ConfigError(f"feature {f.name!r}: uint64 does not fit int64; use 'raw'")
     if f.encoding == "float" and f.dtype not in ("float16", "float32"):
-        raise ValueError(
+        raise ConfigError(
             f"feature {f.name!r}: 'float' stores float32, got {f.dtype}; use 'raw' to keep it exact"
         )
 
@@ -188,7 +190,7 @@ def to_feature(f: Feature, value: Any, where: str) -> dict[str, tf.train.Feature
         if arr.ndim != len(f.shape) or any(
             d is not None and d != s for d, s in zip(f.shape, arr.shape, strict=True)
         ):
-            raise ValueError(
+            raise DataError(
                 f"{where}: feature {f.name!r} has shape {arr.shape}, expected {f.shape}"
             )
         data = np.ascontiguousarray(arr, dtype=np.dtype(f.dtype).newbyteorder("<")).tobytes()
@@ -197,7 +199,7 @@ def to_feature(f: Feature, value: Any, where: str) -> dict[str, tf.train.Feature
             f"{f.name}/shape": tf.train.Feature(int64_list=tf.train.Int64List(value=arr.shape)),
         }
     if arr.shape != f.shape:
-        raise ValueError(f"{where}: feature {f.name!r} has shape {arr.shape}, expected {f.shape}")
+        raise DataError(f"{where}: feature {f.name!r} has shape {arr.shape}, expected {f.shape}")
     flat = arr.reshape(-1)
     if f.encoding == "int64":
         feature = tf.train.Feature(int64_list=tf.train.Int64List(value=flat.astype(np.int64)))

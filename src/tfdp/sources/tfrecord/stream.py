@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._util import check_int, deterministic_unsharded
+from tfdp.errors import ConfigError, DataError
 from tfdp.indices import KeyedPermutation
 from tfdp.seeding import stream_block_key
 from tfdp.sources.example_records import check_example
@@ -110,10 +111,10 @@ class TFRecordSource:
         num_parallel_calls: int = tf.data.AUTOTUNE,
     ) -> None:
         if images not in ("decoded", "encoded"):
-            raise ValueError(f"images must be 'decoded' or 'encoded', got {images!r}")
+            raise ConfigError(f"images must be 'decoded' or 'encoded', got {images!r}")
         paths, manifest = resolve_files(files)
         if len(set(paths)) != len(paths):
-            raise ValueError("TFRecordSource: a file is listed twice")
+            raise ConfigError("TFRecordSource: a file is listed twice")
         missing = [p for p in paths if not tf.io.gfile.exists(p)]
         if missing:
             raise FileNotFoundError(
@@ -124,7 +125,7 @@ class TFRecordSource:
         self.cycle_length = check_int("cycle_length", cycle_length, 1)
         self.num_parallel_calls = num_parallel_calls
         if compression not in (None, "", "GZIP", "ZLIB"):
-            raise ValueError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
+            raise ConfigError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
 
         by_file = {}
         if manifest is not None:
@@ -142,20 +143,20 @@ class TFRecordSource:
             if len(mcomp) == 1:
                 (mc,) = mcomp
                 if compression and mc and compression != mc:
-                    raise ValueError(f"compression={compression!r} but the manifest says {mc!r}")
+                    raise ConfigError(f"compression={compression!r} but the manifest says {mc!r}")
                 compression = compression or mc
         self.compression = compression or None
 
         # -- features and decoding --
         if features is None:
             if self.manifest is None:
-                raise ValueError(
+                raise ConfigError(
                     "TFRecordSource: features=None needs a manifest (written by "
                     "write_tfrecords) covering every file; pass features= otherwise"
                 )
             descs = [tuple(map(json.dumps, m["features"])) for m in manifests]
             if len(set(descs)) != 1:
-                raise ValueError(
+                raise DataError(
                     "TFRecordSource: the files come from manifests with different features"
                 )
             feats = [Feature.from_description(d) for d in self.manifest["features"]]
@@ -169,7 +170,7 @@ class TFRecordSource:
                 )
         else:
             if not isinstance(features, Mapping) or not features:
-                raise ValueError(
+                raise ConfigError(
                     f"features must be a non-empty dict of tf.io feature specs, got {features!r}"
                 )
             self.features = dict(features)
@@ -211,16 +212,16 @@ class TFRecordSource:
                 norm = {os.path.normpath(os.fspath(k)): v for k, v in counts.items()}
                 lost = [p for p in paths if os.path.normpath(p) not in norm]
                 if lost:
-                    raise ValueError(f"counts has no entry for {lost[:MAX_LISTED]}")
+                    raise ConfigError(f"counts has no entry for {lost[:MAX_LISTED]}")
                 given = [norm[os.path.normpath(p)] for p in paths]
             else:
                 given = list(counts)
                 if len(given) != len(paths):
-                    raise ValueError(f"counts has {len(given)} entries for {len(paths)} files")
+                    raise ConfigError(f"counts has {len(given)} entries for {len(paths)} files")
             given = [check_int("counts[...]", c, 0) for c in given]
         if from_manifest is not None:
             if given is not None and given != from_manifest:
-                raise ValueError("counts= disagrees with the manifest's record counts")
+                raise DataError("counts= disagrees with the manifest's record counts")
             return np.asarray(from_manifest, np.int64)
         if given is not None:
             return np.asarray(given, np.int64)
@@ -235,20 +236,20 @@ class TFRecordSource:
         firsts = map_threads(lambda p: read_first_record(p, self.compression), todo)
         for path, record in zip(todo, firsts, strict=True):
             if record is None:
-                raise ValueError(f"{path}: expected records, found none")
+                raise DataError(f"{path}: expected records, found none")
             check_example(record, self.features, path)
             try:
                 tf.io.parse_single_example(record, self.features)
             except (tf.errors.OpError, ValueError, TypeError) as err:
                 msg = err.message if isinstance(err, tf.errors.OpError) else str(err)
-                raise ValueError(
+                raise DataError(
                     f"{path}: the first record does not match features: {msg.splitlines()[0]}"
                 ) from None
         try:
             self.parse(firsts[0])
         except (tf.errors.OpError, ValueError, TypeError) as err:
             msg = err.message if isinstance(err, tf.errors.OpError) else str(err)
-            raise ValueError(
+            raise DataError(
                 f"{todo[0]}: decoding its first record failed: {msg.splitlines()[0]}"
             ) from None
 
@@ -428,7 +429,7 @@ class TFRecordSource:
         per_lane = self.stream_length(num_replicas) // lanes
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= lanes * per_lane):
-            raise ValueError(
+            raise ConfigError(
                 f"stream indices must lie in [0, {lanes * per_lane}) (stream_length for "
                 f"num_replicas={num_replicas}), got values in [{idx.min()}, {idx.max()}]"
             )

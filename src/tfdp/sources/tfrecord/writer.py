@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._util import temp_name, write_text_atomic
+from tfdp.errors import ConfigError, DataError
 from tfdp.indices import KeyedPermutation
 from tfdp.sources.base import EncodedImageSource, PathSource, RandomAccessSource, WeightedSource
 from tfdp.sources.tfrecord.manifest import FORMAT, MANIFEST_SUFFIX, VERSION
@@ -62,24 +63,24 @@ def _plan_features(
             if structure == "dict":
                 unknown = sorted(set(features) - set(names))
                 if unknown:
-                    raise ValueError(f"features names keys the data does not have: {unknown}")
+                    raise ConfigError(f"features names keys the data does not have: {unknown}")
                 encodings = [features.get(k) for k in names]
             else:
                 if len(features) != n:
-                    raise ValueError(
+                    raise ConfigError(
                         f"features must name all {n} components of an example, got {len(features)}"
                     )
                 names = [str(k) for k in features]
                 encodings = list(features.values())
         elif isinstance(features, Sequence) and not isinstance(features, str):
             if structure == "dict" or len(features) != n:
-                raise ValueError(
+                raise ConfigError(
                     f"features as a list names the {n} components of a tuple example; "
                     f"got {list(features)!r}"
                 )
             names = [str(k) for k in features]
         else:
-            raise ValueError(
+            raise ConfigError(
                 "features must be None, a list of names, or a dict name -> encoding; "
                 f"got {features!r}"
             )
@@ -90,7 +91,7 @@ def _plan_features(
         out.append(f)
     all_keys = [k for f in out for k in f.parse_spec()]
     if len(set(all_keys)) != len(all_keys):
-        raise ValueError(f"feature names collide: {all_keys}")
+        raise ConfigError(f"feature names collide: {all_keys}")
     return out
 
 
@@ -106,7 +107,7 @@ def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]],
             structure, keys, leaves = "single", [0], [spec]
         for leaf in leaves:
             if not isinstance(leaf, tf.TensorSpec) or leaf.shape.rank is None:
-                raise ValueError(
+                raise ConfigError(
                     "write_tfrecords handles examples whose components are plain tensors of "
                     f"known rank (a tuple or dict of them); got element_spec {spec!r}"
                 )
@@ -119,15 +120,15 @@ def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]],
     elif isinstance(data, np.ndarray):
         structure, keys, arrays = "single", [0], [data]
     else:
-        raise ValueError(
+        raise ConfigError(
             "write_tfrecords takes a source (num_examples and load) or a NumPy array, "
             f"tuple or dict of arrays; got {type(data).__name__}"
         )
     if not arrays:
-        raise ValueError("write_tfrecords: no arrays given")
+        raise ConfigError("write_tfrecords: no arrays given")
     lengths = {str(k): (a.shape[0] if a.ndim else None) for k, a in zip(keys, arrays, strict=True)}
     if None in lengths.values() or len(set(lengths.values())) != 1:
-        raise ValueError(f"arrays must share their first (example) axis; lengths: {lengths}")
+        raise ConfigError(f"arrays must share their first (example) axis; lengths: {lengths}")
     specs = [(dtype_name(a.dtype), tuple(a.shape[1:])) for a in arrays]
     return structure, keys, specs, int(arrays[0].shape[0])
 
@@ -162,13 +163,13 @@ def _example_stream(
         for index, parts, weight, problem in ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
             where = data.path(int(index)) if isinstance(data, PathSource) else f"index {index}"
             if problem:
-                raise ValueError(
+                raise DataError(
                     f"write_tfrecords: example {int(index)} ({where}) cannot be stored with "
                     f"encoding 'jpeg': {problem.decode('utf-8', 'replace')}; fix or remove the "
                     "file, or choose encoding 'png' for the image"
                 )
             if weight == 0:
-                raise ValueError(
+                raise DataError(
                     f"write_tfrecords: example {int(index)} ({where}) could not be read and "
                     "would be written as a placeholder; fix or remove it and retry"
                 )
@@ -262,15 +263,15 @@ def write_tfrecords(
     """
     structure, keys, specs, n = _describe_input(source_or_arrays)
     if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)):
-        raise ValueError(f"num_shards must be an integer, got {num_shards!r}")
+        raise ConfigError(f"num_shards must be an integer, got {num_shards!r}")
     if n < 1:
-        raise ValueError("write_tfrecords: the data holds no example")
+        raise ConfigError("write_tfrecords: the data holds no example")
     if not 1 <= num_shards <= n:
-        raise ValueError(f"num_shards must be in [1, num_examples={n}], got {num_shards}")
+        raise ConfigError(f"num_shards must be in [1, num_examples={n}], got {num_shards}")
     if not prefix or os.sep in prefix:
-        raise ValueError(f"prefix must be a plain file name prefix, got {prefix!r}")
+        raise ConfigError(f"prefix must be a plain file name prefix, got {prefix!r}")
     if compression not in (None, "", "GZIP", "ZLIB"):
-        raise ValueError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
+        raise ConfigError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
     compression = compression or None
     jpeg_files = isinstance(source_or_arrays, EncodedImageSource) and bool(
         source_or_arrays.jpeg_files
