@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfdp import augment
+from tfdp.seeding import MURMUR_SALT_UNIFORM
 
 M32 = 0xFFFFFFFF
 
@@ -51,7 +52,7 @@ def reference_uniform(seed0: int, seed1: int, j: int) -> float:
         + (seed1 & (2**64 - 1)).to_bytes(8, "little")
         + j.to_bytes(4, "little")
     )
-    return (murmur3_32(data, augment._SALT_UNIFORM) >> 8) / 2**24
+    return (murmur3_32(data, MURMUR_SALT_UNIFORM) >> 8) / 2**24
 
 
 def seeds_for(positions, key: int = 0) -> np.ndarray:

@@ -66,6 +66,18 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfdp.errors import ConfigError
+from tfdp.seeding import (
+    FMIX32_C1,
+    FMIX32_C2,
+    MURMUR_C1,
+    MURMUR_C2,
+    MURMUR_N,
+    MURMUR_SALT_FOLD,
+    MURMUR_SALT_UNIFORM,
+)
+from tfdp.sources.base import BatchedAugmentation
+
 __all__ = [
     "Augmentation",
     "CenterCrop",
@@ -89,15 +101,8 @@ __all__ = [
 # Counter-based hash (MurmurHash3_x86_32 over five 32-bit words), vectorised in uint32.
 # --------------------------------------------------------------------------------------------
 
-_MURMUR_C1 = 0xCC9E2D51
-_MURMUR_C2 = 0x1B873593
-_MURMUR_N = 0xE6546B64
-_FMIX_1 = 0x85EBCA6B
-_FMIX_2 = 0xC2B2AE35
+# The constants and salts are tfdp.seeding's (the table of every seed derivation).
 _HASH_BYTES = 20  # five 32-bit words
-# Murmur seeds that separate the two uses of the hash (uniform draws vs. seed folding).
-_SALT_UNIFORM = 0x9E3779B9
-_SALT_FOLD = 0x7F4A7C15
 _MAX_FOLD_DATA = 2**31 - 1
 
 
@@ -109,9 +114,9 @@ class _Murmur:
     """MurmurHash3_x86_32's constants, made once per hash (a graph gets ~20 nodes, not ~100)."""
 
     def __init__(self) -> None:
-        self.c1, self.c2 = _u32(_MURMUR_C1), _u32(_MURMUR_C2)
-        self.five, self.n = _u32(5), _u32(_MURMUR_N)
-        self.f1, self.f2 = _u32(_FMIX_1), _u32(_FMIX_2)
+        self.c1, self.c2 = _u32(MURMUR_C1), _u32(MURMUR_C2)
+        self.five, self.n = _u32(5), _u32(MURMUR_N)
+        self.f1, self.f2 = _u32(FMIX32_C1), _u32(FMIX32_C2)
         self.shift = {r: _u32(r) for r in (8, 13, 15, 16, 17, 19)}
 
     def rotl(self, x: tf.Tensor, r: int) -> tf.Tensor:
@@ -153,14 +158,14 @@ def _hash_u32(seeds: tf.Tensor, counters: tf.Tensor, salt: int) -> tf.Tensor:
 def _uniforms(seeds: tf.Tensor, n: int) -> tf.Tensor:
     """:func:`per_sample_uniform` for int64 seeds of any leading shape ``[..., 2]``."""
     counters = tf.cast(tf.range(n), tf.uint32)  # Range has no uint32 kernel
-    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, _SALT_UNIFORM), _u32(8))
+    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, MURMUR_SALT_UNIFORM), _u32(8))
     return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
 
 
 def _fold_many(seeds: tf.Tensor, datas: Sequence[int]) -> tf.Tensor:
     """``fold_in(seeds, d)`` for every ``d`` of ``datas`` at once: int64 ``[B, len(datas), 2]``."""
     counters = tf.constant([c for d in datas for c in (2 * d, 2 * d + 1)], tf.uint32)
-    words = tf.cast(_hash_u32(seeds, counters, _SALT_FOLD), tf.int64)  # [B, 2 * len], < 2**32
+    words = tf.cast(_hash_u32(seeds, counters, MURMUR_SALT_FOLD), tf.int64)  # [B, 2 * len], < 2**32
     words = tf.reshape(words, [-1, len(datas), 2])
     high = tf.bitwise.left_shift(
         tf.bitwise.bitwise_and(words[..., 1], tf.constant(0x7FFFFFFF, tf.int64)),
@@ -176,7 +181,7 @@ def _as_seeds(seeds: Any) -> tf.Tensor:
     if not seeds.dtype.is_integer:
         raise TypeError(f"seeds must be an integer tensor [B, 2], got dtype {seeds.dtype.name}")
     if seeds.shape.rank is not None and (seeds.shape.rank != 2 or seeds.shape[1] not in (2, None)):
-        raise ValueError(f"seeds must have shape [B, 2], got {seeds.shape}")
+        raise ConfigError(f"seeds must have shape [B, 2], got {seeds.shape}")
     return tf.cast(seeds, tf.int64)
 
 
@@ -205,7 +210,7 @@ def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
         True
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
+        raise ConfigError(f"n must be a non-negative int, got {n!r}")
     return _uniforms(_as_seeds(seeds), n)
 
 
@@ -232,7 +237,7 @@ def fold_in(seeds: Any, data: int) -> tf.Tensor:
         ([0, 1], True)
     """
     if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= _MAX_FOLD_DATA:
-        raise ValueError(f"data must be an int in [0, {_MAX_FOLD_DATA}], got {data!r}")
+        raise ConfigError(f"data must be an int in [0, {_MAX_FOLD_DATA}], got {data!r}")
     return _fold_many(_as_seeds(seeds), [data])[:, 0]
 
 
@@ -248,7 +253,9 @@ def _get_image(example: Any, image_key: str) -> Any:
         return example[image_key]
     if isinstance(example, (tuple, list)):
         if not example:
-            raise ValueError("example is an empty tuple/list; its first element must be the images")
+            raise ConfigError(
+                "example is an empty tuple/list; its first element must be the images"
+            )
         return example[0]
     return example
 
@@ -271,10 +278,10 @@ def _as_images(images: Any, encoded: bool = False) -> tf.Tensor:
     images = tf.convert_to_tensor(images)
     if encoded and images.dtype == tf.string:
         if images.shape.rank is not None and images.shape.rank != 1:
-            raise ValueError(f"encoded images must be a batch [B] of strings, got {images.shape}")
+            raise ConfigError(f"encoded images must be a batch [B] of strings, got {images.shape}")
         return images
     if images.shape.rank is not None and images.shape.rank != 4:
-        raise ValueError(f"images must be a batch [B, H, W, C], got shape {images.shape}")
+        raise ConfigError(f"images must be a batch [B, H, W, C], got shape {images.shape}")
     return images
 
 
@@ -283,13 +290,13 @@ def _pair(value: Any, name: str, minimum: int) -> tuple[int, int]:
     if len(items) != 2 or any(
         isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items
     ):
-        raise ValueError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
+        raise ConfigError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
     return items[0], items[1]
 
 
 def _probability(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 
 
@@ -373,7 +380,7 @@ def _per_channel(images: tf.Tensor, values: float | tuple[float, ...], op: Calla
         return op(images, tf.constant(values, tf.float32))
     channels = len(values)
     if images.shape[-1] is not None and images.shape[-1] != channels:
-        raise ValueError(
+        raise ConfigError(
             f"{channels} per-channel values for images with {images.shape[-1]} channels"
         )
     if images.shape[1:].is_fully_defined() and images.shape[1:].num_elements() <= _WHOLE_IMAGE:
@@ -435,7 +442,7 @@ class Augmentation:
         images = _as_images(_get_image(example, self.image_key), self.accepts_encoded)
         batch, seed_batch = images.shape[0], seeds.shape[0]
         if batch is not None and seed_batch is not None and batch != seed_batch:
-            raise ValueError(f"seeds has {seed_batch} rows but the image batch has {batch}")
+            raise ConfigError(f"seeds has {seed_batch} rows but the image batch has {batch}")
         return _put_image(example, self.augment(images, seeds), self.image_key)
 
     def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
@@ -538,7 +545,7 @@ class RandomCrop(Augmentation):
         self.size = _pair(size, "size", 1)
         self.padding = _pair(padding, "padding", 0)
         if pad_mode not in _PAD_MODES:
-            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
+            raise ConfigError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
         self.pad_mode = pad_mode
         self.fill = fill
 
@@ -552,7 +559,7 @@ class RandomCrop(Augmentation):
         for axis, out, pad in ((1, out_h, pad_y), (2, out_w, pad_x)):
             dim = images.shape[axis]
             if dim is not None and out > dim + 2 * pad:
-                raise ValueError(
+                raise ConfigError(
                     f"crop size {self.size} exceeds the padded image "
                     f"{images.shape[1:3]} + 2 * {self.padding}"
                 )
@@ -660,7 +667,7 @@ class RandomFlip(Augmentation):
     ) -> None:
         super().__init__(image_key=image_key)
         if not (horizontal or vertical):
-            raise ValueError("RandomFlip needs horizontal=True or vertical=True")
+            raise ConfigError("RandomFlip needs horizontal=True or vertical=True")
         self.horizontal = bool(horizontal)
         self.vertical = bool(vertical)
         self.p = _probability(p, "p")
@@ -718,11 +725,11 @@ class RandomBrightness(Augmentation):
     ) -> None:
         super().__init__(image_key=image_key)
         if isinstance(max_delta, bool) or not isinstance(max_delta, (int, float)) or max_delta < 0:
-            raise ValueError(f"max_delta must be a number >= 0, got {max_delta!r}")
+            raise ConfigError(f"max_delta must be a number >= 0, got {max_delta!r}")
         if value_range is not None:
             low, high = value_range
             if not low <= high:
-                raise ValueError(
+                raise ConfigError(
                     f"value_range must be (low, high) with low <= high, got {value_range!r}"
                 )
             value_range = (float(low), float(high))
@@ -787,7 +794,7 @@ class WindowAugmentation(Augmentation):
         super().__init__(image_key=image_key)
         self.size = _pair(size, "size", 1)
         if interpolation not in _INTERPOLATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}"
             )
         self.interpolation = interpolation
@@ -895,11 +902,11 @@ class RandomResizedCrop(WindowAugmentation):
         scale_lo, scale_hi = (float(v) for v in scale)
         ratio_lo, ratio_hi = (float(v) for v in ratio)
         if not 0 < scale_lo <= scale_hi:
-            raise ValueError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
+            raise ConfigError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
         if not 0 < ratio_lo <= ratio_hi:
-            raise ValueError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
+            raise ConfigError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
+            raise ConfigError(f"attempts must be an int >= 1, got {attempts!r}")
         self.scale = (scale_lo, scale_hi)
         self.ratio = (ratio_lo, ratio_hi)
         self.attempts = attempts
@@ -1035,7 +1042,7 @@ class CenterCrop(WindowAugmentation):
             or not isinstance(crop_fraction, (int, float))
             or not 0 < crop_fraction <= 1
         ):
-            raise ValueError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
+            raise ConfigError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
         self.crop_fraction = float(crop_fraction)
 
     def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
@@ -1107,10 +1114,10 @@ class Normalize(Augmentation):
         self.std = tuple(float(s) for s in std) if isinstance(std, Sequence) else float(std)
         stds = self.std if isinstance(self.std, tuple) else (self.std,)
         if not stds or any(not s > 0 for s in stds):
-            raise ValueError(f"std must be > 0, got {std!r}")
+            raise ConfigError(f"std must be > 0, got {std!r}")
         means = self.mean if isinstance(self.mean, tuple) else (self.mean,)
         if isinstance(self.mean, tuple) and isinstance(self.std, tuple) and len(means) != len(stds):
-            raise ValueError(f"mean and std differ in length: {mean!r}, {std!r}")
+            raise ConfigError(f"mean and std differ in length: {mean!r}, {std!r}")
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the standardised float32 batch."""
@@ -1149,7 +1156,7 @@ class Compose:
     def __init__(self, stages: Sequence[Callable[[Any, tf.Tensor], Any]]) -> None:
         stages = list(stages)
         for stage in stages:
-            if not callable(stage) or getattr(stage, "batched", False) is not True:
+            if not isinstance(stage, BatchedAugmentation) or stage.batched is not True:
                 raise TypeError(
                     f"Compose stages must be batched augmentations (callable with "
                     f"batched = True), got {stage!r}"

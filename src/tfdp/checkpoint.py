@@ -53,7 +53,6 @@ import json
 import logging
 import os
 import re
-import threading
 import uuid
 import warnings
 from collections.abc import Mapping
@@ -63,6 +62,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdp._compat import (
+    call_outside_strategy,
+    checkpoint_value_key,
+    seed_generator_states,
+)
 from tfdp.distribute import resolver_role
 from tfdp.errors import StateError
 
@@ -90,8 +94,8 @@ _STREAM_WORLD_FIELDS = frozenset({"sampler.num_examples"})
 _STEP_NAME = "step"
 _DATA_NAME = "data_position"
 _RESERVED = frozenset({_STEP_NAME, _DATA_NAME, "save_counter"})
-_STEP_KEY = f"{_STEP_NAME}/.ATTRIBUTES/VARIABLE_VALUE"
-_DATA_KEY = f"{_DATA_NAME}/.ATTRIBUTES/VARIABLE_VALUE"
+_STEP_KEY = checkpoint_value_key(_STEP_NAME)
+_DATA_KEY = checkpoint_value_key(_DATA_NAME)
 _CHECKPOINT_NAME = "ckpt"
 _TMP_PREFIX = ".tfdp_tmp_"
 _NUMBERED = re.compile(rf"{_CHECKPOINT_NAME}-(\d+)\.index$")
@@ -282,8 +286,7 @@ def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:
         >>> sorted(keras_trackables(m, keras.optimizers.SGD()))
         ['model', 'optimizer', 'rng_states']
     """
-    states = [getattr(v, "value", v) for v in model.variables if "seed_generator" in v.path]
-    return {"model": model, "optimizer": optimizer, "rng_states": states}
+    return {"model": model, "optimizer": optimizer, "rng_states": seed_generator_states(model)}
 
 
 def input_config(inp: Any, **extra: Any) -> dict[str, Any]:
@@ -341,20 +344,7 @@ def _without_strategy(fn: Any) -> Any:
     and there is no public way to leave one temporarily; variables created in
     a fresh thread are plain ``ResourceVariable``s on the host.
     """
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            result["value"] = fn()
-        except BaseException as e:  # re-raised in the caller's thread
-            result["error"] = e
-
-    thread = threading.Thread(target=run, name="tfdp-checkpoint-variables")
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
+    return call_outside_strategy(fn)
 
 
 def _float_variables(obj: Any) -> list[tuple[str, Any]]:

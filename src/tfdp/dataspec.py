@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from tfdp.errors import ConfigError, DataError
+
 __all__ = [
     "MANIFEST_SUFFIX",
     "OpenedData",
@@ -83,14 +85,14 @@ def check_class_names(where: str, have: Sequence[str] | None, want: Sequence[str
         >>> check_class_names("b/", ["cat", "eel"], ["cat", "dog", "eel"])
         Traceback (most recent call last):
         ...
-        ValueError: b/ names other classes than expected (missing: ['dog']; not expected: []): its labels would mean other classes
+        tfdp.errors.DataError: b/ names other classes than expected (missing: ['dog']; not expected: []): its labels would mean other classes
     """  # noqa: E501
     if have is None or want is None or list(have) == list(want):
         return
     missing = [c for c in want if c not in set(have)][:_SHOWN]
     extra = [c for c in have if c not in set(want)][:_SHOWN]
     order = "" if missing or extra else " (the same names, in another order)"
-    raise ValueError(
+    raise DataError(
         f"{where} names other classes than expected{order} (missing: {missing}; not expected: "
         f"{extra}): its labels would mean other classes"
     )
@@ -147,7 +149,7 @@ def check_labels(
         >>> check_labels(np.array([0, 1, 1000]), "y.npz", "labels")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: y.npz (key 'labels'): classes 2..999 have no example, but label(s) 1000 ...
+        tfdp.errors.DataError: y.npz (key 'labels'): classes 2..999 have no example, ...
     """
     where = _where(path, key)
     y = np.asarray(labels)
@@ -156,22 +158,20 @@ def check_labels(
         y = y[:, 0]
         notes.append(f"{where}: labels of shape [N, 1] read as [N]")
     if y.ndim != 1:
-        raise ValueError(
-            f"{where}: labels must be [N] (one per example), got shape {list(y.shape)}"
-        )
+        raise DataError(f"{where}: labels must be [N] (one per example), got shape {list(y.shape)}")
     if y.dtype.kind == "b":
         y = y.astype(np.int64)
         notes.append(f"{where}: bool labels read as 0/1")
     elif y.dtype.kind == "f":
         bad = np.flatnonzero(~np.isfinite(y))
         if len(bad):
-            raise ValueError(
+            raise DataError(
                 f"{where}: {len(bad)} label(s) are NaN or infinite (at example(s) {_show(bad)}); "
                 "labels must be integer class ids"
             )
         frac = np.flatnonzero(y != np.round(y))
         if len(frac):
-            raise ValueError(
+            raise DataError(
                 f"{where}: labels must be integer class ids; {len(frac)} are not, with values "
                 f"{_show(np.unique(y[frac]))} (at example(s) {_show(frac)})"
             )
@@ -179,28 +179,28 @@ def check_labels(
         y = y.astype(np.int64)
     elif y.dtype.kind not in "iu":
         kind = "strings (class names?)" if y.dtype.kind in "SUO" else y.dtype.name
-        raise ValueError(
+        raise DataError(
             f"{where}: labels must be integer class ids, got {kind}; store integer labels "
             "(and the names, if any, as a 'classes' array)"
         )
     y = y.astype(np.int64)
     if len(y) == 0:
-        raise ValueError(f"{where}: holds no example")
+        raise DataError(f"{where}: holds no example")
     neg = np.flatnonzero(y < 0)
     if len(neg):
-        raise ValueError(
+        raise DataError(
             f"{where}: labels must be >= 0; {len(neg)} are not, with values "
             f"{_show(np.unique(y[neg]))} (at example(s) {_show(neg)})"
         )
     if classes is not None and num_classes is not None and len(classes) != num_classes:
-        raise ValueError(f"{where}: names {len(classes)} classes, but {num_classes} are expected")
+        raise DataError(f"{where}: names {len(classes)} classes, but {num_classes} are expected")
     k = len(classes) if classes is not None else num_classes
     top = int(y.max())
     if k is not None:
         over = np.flatnonzero(y >= k)
         if len(over):
             source = "named" if classes is not None else "expected"
-            raise ValueError(
+            raise DataError(
                 f"{where}: labels must be in 0..{k - 1} ({k} classes {source}); "
                 f"{len(over)} are not, with values {_show(np.unique(y[over]))} "
                 f"(at example(s) {_show(over)})"
@@ -212,7 +212,7 @@ def check_labels(
         if require_all_classes and len(missing):
             above = np.unique(y[y > missing[0]])
             at = np.flatnonzero(np.isin(y, above))
-            raise ValueError(
+            raise DataError(
                 f"{where}: classes {_ranges(missing.tolist())} have no example, but label(s) "
                 f"{_show(above)} occur (at example(s) {_show(at)}): a stray label would make a "
                 f"{k}-class model. Fix the labels, or state the number of classes "
@@ -245,7 +245,7 @@ def check_images(
         >>> check_images(np.full((1, 2, 2), 2.5), "x.npz", "images")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: x.npz (key 'images'): float images must be in [0, 1], got values 2.5..2.5; ...
+        tfdp.errors.DataError: x.npz (key 'images'): float images must be in [0, 1], got values 2.5..2.5; ...
     """  # noqa: E501
     where = _where(path, key)
     x = np.asarray(images)
@@ -253,9 +253,9 @@ def check_images(
     if x.ndim == 3:
         x = x[..., None]
     if x.ndim != 4:
-        raise ValueError(f"{where}: images must be [N, H, W, C], got shape {list(x.shape)}")
+        raise DataError(f"{where}: images must be [N, H, W, C], got shape {list(x.shape)}")
     if len(x) == 0:
-        raise ValueError(f"{where}: holds no example")
+        raise DataError(f"{where}: holds no example")
     kind = x.dtype.kind
     if x.dtype == np.uint8:
         return x, 1 / 255, notes
@@ -266,13 +266,13 @@ def check_images(
         finite = np.isfinite(x)
         if not finite.all():
             bad = np.flatnonzero(~finite.reshape(len(x), -1).all(axis=1))
-            raise ValueError(
+            raise DataError(
                 f"{where}: {int((~finite).sum())} pixel value(s) are NaN or infinite (in "
                 f"example(s) {_show(bad)}); fix or drop those images"
             )
         low, high = float(x.min()), float(x.max())
         if low < 0 or high > 1:
-            raise ValueError(
+            raise DataError(
                 f"{where}: float images must be in [0, 1], got values {low:g}..{high:g}; scale "
                 "them to [0, 1], or store uint8 levels 0..255"
             )
@@ -282,13 +282,13 @@ def check_images(
     if kind in "iu":
         low, high = int(x.min()), int(x.max())
         if low < 0 or high > 255:
-            raise ValueError(
+            raise DataError(
                 f"{where}: {x.dtype.name} images hold values {low}..{high}; tfdp reads 8-bit "
                 "levels (0..255, best stored as uint8) or floats in [0, 1]: rescale them"
             )
         notes.append(f"{where}: {x.dtype.name} images with levels 0..255 read as uint8")
         return x.astype(np.uint8), 1 / 255, notes
-    raise ValueError(f"{where}: images must be uint8 (0..255) or float (0..1), got {x.dtype.name}")
+    raise DataError(f"{where}: images must be uint8 (0..255) or float (0..1), got {x.dtype.name}")
 
 
 @dataclass
@@ -448,9 +448,9 @@ def _open_npz(
         with open(path, "rb") as fh:
             head = fh.read(4)
     except OSError as err:
-        raise ValueError(f"{path}: cannot be read ({err.strerror})") from None
+        raise DataError(f"{path}: cannot be read ({err.strerror})") from None
     if head not in (b"PK\x03\x04", b"PK\x05\x06"):  # a zip archive (05 06: an empty one)
-        raise ValueError(
+        raise DataError(
             f"{path}: not a .npz file (a .npz is a zip archive of arrays, as numpy.savez writes; "
             f"this file starts with {head!r})"
         )
@@ -464,11 +464,9 @@ def _open_npz(
                 images, labels = npz[xk], npz[yk]
                 classes = npz["classes"] if "classes" in keys else None
     except Exception as err:  # zipfile.BadZipFile, pickled objects, OSError, ...
-        raise ValueError(
-            f"{path}: not a readable .npz file ({type(err).__name__}: {err})"
-        ) from None
+        raise DataError(f"{path}: not a readable .npz file ({type(err).__name__}: {err})") from None
     if not found:
-        raise ValueError(
+        raise DataError(
             f"{path}: a .npz data set holds arrays 'images' (or 'x') and 'labels' (or 'y'); "
             f"it has {sorted(keys)}"
         )
@@ -487,7 +485,7 @@ def _open_npz(
         require_all_classes=require_all,
     )
     if len(x) != len(y):
-        raise ValueError(
+        raise DataError(
             f"{path}: {len(x)} images (key {xk!r}) but {len(y)} labels (key {yk!r}): "
             "one label per image"
         )
@@ -532,7 +530,7 @@ def _open_folder(
     k = len(src.classes)
     check_class_names(f"{src.root} (its class folders)", src.classes, class_names)
     if num_classes is not None and k != num_classes:
-        raise ValueError(f"{src.root}: has {k} class folders, but {num_classes} are expected")
+        raise DataError(f"{src.root}: has {k} class folders, but {num_classes} are expected")
     same = len(set(sizes)) == 1
     data = OpenedData(
         kind="folder",
@@ -572,7 +570,7 @@ def _find_manifest(path: str) -> str:
         return path
     found = sorted(n for n in os.listdir(path) if n.endswith(MANIFEST_SUFFIX))
     if len(found) > 1:
-        raise ValueError(
+        raise DataError(
             f"{path} holds {len(found)} manifests ({', '.join(found)}): give the one to use"
         )
     return os.path.join(path, found[0])
@@ -588,10 +586,10 @@ def _tfrecord_files(spec: str) -> tuple[str, list[str] | None]:
             raise FileNotFoundError(f"{spec!r} matches no file")
         folders = sorted({os.path.dirname(os.path.abspath(f)) for f in files})
         if len(folders) != 1:
-            raise ValueError(f"{spec!r} matches files in {len(folders)} folders: use one folder")
+            raise DataError(f"{spec!r} matches files in {len(folders)} folders: use one folder")
         manifests = sorted(n for n in os.listdir(folders[0]) if n.endswith(MANIFEST_SUFFIX))
         if not manifests:
-            raise ValueError(
+            raise DataError(
                 f"{spec!r}: no *{MANIFEST_SUFFIX} next to the files: tfdp reads TFRecord shards "
                 "written by write_tfrecords (or tfdp data convert), which describe their features"
             )
@@ -616,21 +614,21 @@ def _open_tfrecord(
     names = [f["name"] for f in feats]
     structure = manifest["structure"]
     if structure == "single" or len(feats) < 2:
-        raise ValueError(f"{manifest_path}: the records hold no label (features {names})")
+        raise DataError(f"{manifest_path}: the records hold no label (features {names})")
     image_at = names.index("image") if "image" in names else 0
     label_at = names.index("label") if "label" in names else 1
     if len(feats) != 2 and not {"image", "label"} <= set(names):
-        raise ValueError(f"{manifest_path}: expected features 'image' and 'label', got {names}")
+        raise DataError(f"{manifest_path}: expected features 'image' and 'label', got {names}")
     image_f, label_f = feats[image_at], feats[label_at]
     if image_f["dtype"] != "uint8" or len(image_f["shape"]) not in (2, 3):
-        raise ValueError(
+        raise DataError(
             f"{manifest_path}: feature {image_f['name']!r} is {image_f['dtype']} of shape "
             f"{image_f['shape']}; expected uint8 images [H, W, C]"
         )
     if label_f["shape"] != [] or not (
         label_f["dtype"].startswith(("int", "uint")) or label_f["dtype"] == "bool"
     ):
-        raise ValueError(
+        raise DataError(
             f"{manifest_path}: feature {label_f['name']!r} is {label_f['dtype']} of shape "
             f"{label_f['shape']}; expected one integer label per record"
         )
@@ -638,7 +636,7 @@ def _open_tfrecord(
         listed = {os.path.normpath(f) for f in manifest["files"]}
         extra = [f for f in files if os.path.normpath(f) not in listed]
         if extra:
-            raise ValueError(
+            raise DataError(
                 f"{spec!r}: {len(extra)} file(s) are not in {manifest_path}: {extra[:_SHOWN]}"
             )
     src = TFRecordSource(files if files is not None else manifest_path)
@@ -676,7 +674,7 @@ def _open_tfrecord(
     if isinstance(k, int):  # written by tfdp data convert: the classes of all the shards
         if num_classes is not None and num_classes != k:
             if data.classes is not None:
-                raise ValueError(
+                raise DataError(
                     f"{manifest_path}: names {k} classes, but {num_classes} are expected"
                 )
             if (
@@ -685,7 +683,7 @@ def _open_tfrecord(
                 and any(label_counts[num_classes:])
             ):
                 top = int(np.flatnonzero(label_counts)[-1])
-                raise ValueError(
+                raise DataError(
                     f"{manifest_path}: labels up to {top} occur, but {num_classes} classes "
                     "are expected"
                 )
@@ -713,7 +711,7 @@ def _open_tfrecord(
     return data
 
 
-def read_error(data: OpenedData, err: Exception) -> ValueError:
+def read_error(data: OpenedData, err: Exception) -> DataError:
     """The error to raise for a TensorFlow error met while reading ``data``, naming the file.
 
     A TFRecord shard whose record count differs from its manifest's makes
@@ -726,8 +724,8 @@ def read_error(data: OpenedData, err: Exception) -> ValueError:
     if data.stream is not None and "expected to contain" in text:
         problems = data.stream.count_problems()
         if problems:
-            return ValueError("; ".join(problems))
-    return ValueError(f"{data.where}: {meaningful_line(text)}")
+            return DataError("; ".join(problems))
+    return DataError(f"{data.where}: {meaningful_line(text)}")
 
 
 def read_labels(
@@ -819,7 +817,7 @@ def open_source(
             Otherwise ``num_classes`` stays None.
         class_names: The class names the data must have, when it names its
             classes (held-out data: the training data's); see :func:`check_class_names`.
-        what: How the caller's users name ``spec`` (``"SRC"``, ``"--data"``), for messages.
+        what: How the caller's users name ``spec`` (``"SRC"``, or the command line's flag), for messages.
 
     Raises:
         FileNotFoundError: ``spec`` does not exist.
@@ -835,12 +833,12 @@ def open_source(
         ('npz', 2, (2, 2, 1), [".../d.npz (key 'labels'): float64 labels hold integer values: read as int64"])
     """  # noqa: E501
     if on_bad_file not in ("raise", "skip"):
-        raise ValueError(f"on_bad_file must be 'raise' or 'skip', got {on_bad_file!r}")
+        raise ConfigError(f"on_bad_file must be 'raise' or 'skip', got {on_bad_file!r}")
     if spec == "digits":
         data = _open_digits()
         check_class_names("the digits", data.classes, class_names)
         if num_classes is not None and num_classes != 10:
-            raise ValueError(f"the digits have 10 classes, but {num_classes} are expected")
+            raise DataError(f"the digits have 10 classes, but {num_classes} are expected")
         return data
     tf_args = (num_classes, num_classes_option, require_all_classes, read_all_labels, class_names)
     path = os.path.expanduser(spec)
@@ -858,7 +856,7 @@ def open_source(
             )
         if path.endswith((MANIFEST_SUFFIX, ".tfrecord", ".tfrec")):
             return _open_tfrecord(path, *tf_args)
-        raise ValueError(
+        raise DataError(
             f"{what} {spec!r}: not a .npz file, a TFRecord file or a TFRecord manifest "
             f"(*{MANIFEST_SUFFIX})"
         )
@@ -866,7 +864,7 @@ def open_source(
     if any(n.endswith(MANIFEST_SUFFIX) for n in entries):
         return _open_tfrecord(path, *tf_args)
     if any(n.endswith((".tfrecord", ".tfrec")) for n in entries):
-        raise ValueError(
+        raise DataError(
             f"{what} {spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp reads "
             "shards written by write_tfrecords (or tfdp data convert)"
         )
@@ -920,7 +918,7 @@ def in_memory(
     try:
         for image, label in ds.as_numpy_iterator():
             if images and image.shape != images[0].shape:
-                raise ValueError(
+                raise DataError(
                     f"{data.where}: images differ in size ({list(images[0].shape)} and "
                     f"{list(image.shape)}); give an image size to stretch them to"
                 )
@@ -929,5 +927,5 @@ def in_memory(
     except tf.errors.OpError as err:
         raise read_error(data, err) from None
     if not images:
-        raise ValueError(f"{data.where}: the files hold no record")
+        raise DataError(f"{data.where}: the files hold no record")
     return np.stack(images), np.asarray(labels, np.int64)

@@ -12,7 +12,8 @@ repeated ``R`` times, padded by wrapping. Entry ``q`` of that list is
 ``perm[(q mod L) // R]`` (``L`` the unpadded length), so a permutation that can
 be evaluated at chosen positions -- :class:`KeyedPermutation`, a cycle-walking
 Feistel bijection keyed by ``(seed, epoch)`` -- gives a rank its indices
-without building anything of size N.
+without building anything of size N. The keys, tags and hash finalisers
+come from :mod:`tfdp.seeding` (``round_keys`` is re-exported here).
 
 Example:
     >>> perm = KeyedPermutation(10, seed=0, epoch=0)
@@ -28,6 +29,8 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+
+from tfdp.seeding import fmix32, fmix64, padding_seed_sequence, round_keys
 
 __all__ = [
     "MAX_EXAMPLES",
@@ -58,68 +61,10 @@ MAX_EXAMPLES = 2**53
 #: A permutation of ``range(n)`` evaluated at chosen positions: ``positions -> perm[positions]``.
 PermutationFn = Callable[[np.ndarray], np.ndarray]
 
-# Domain-separation tags, so that the shuffle and the padding draws of one
-# (seed, epoch) never share a random stream.
-_TAG_SHUFFLE = 0x5348_5546  # "SHUF"
-_TAG_PADDING = 0x5041_4444  # "PADD"
-
 _FEISTEL_ROUNDS = 6
 # Below this size a Feistel network on so few bits is measurably non-uniform;
 # a materialised Philox-seeded shuffle is both exact and cheap there.
 _SMALL_N = 4096
-_MASK64 = 2**64 - 1
-
-
-def _split_seed(seed: int) -> list[int]:
-    return [seed & 0xFFFF_FFFF, seed >> 32]
-
-
-def _splitmix64(state: int) -> tuple[int, int]:
-    """One step of SplitMix64 on Python ints: ``(new_state, output)``."""
-    state = (state + 0x9E37_79B9_7F4A_7C15) & _MASK64
-    z = state
-    z = ((z ^ (z >> 30)) * 0xBF58_476D_1CE4_E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D0_49BB_1331_11EB) & _MASK64
-    return state, z ^ (z >> 31)
-
-
-def round_keys(seed: int, epoch: int, count: int, bits: int = 64) -> list[int]:
-    """``count`` round keys of ``bits`` bits derived from ``(seed, epoch)`` by SplitMix64.
-
-    Cheap (microseconds) and identical on every platform. The seed is
-    absorbed, then the epoch, then the keys are squeezed out.
-
-    Example:
-        >>> round_keys(0, 0, 2) == round_keys(0, 0, 2), round_keys(0, 0, 1) != round_keys(0, 1, 1)
-        (True, True)
-    """
-    state, out = _splitmix64(seed ^ _TAG_SHUFFLE)
-    state, out = _splitmix64(state ^ out ^ (epoch & _MASK64))
-    keys = []
-    for _ in range(count):
-        state, out = _splitmix64(state ^ out)
-        keys.append(out & ((1 << bits) - 1))
-    return keys
-
-
-def _fmix32(v: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 32-bit finaliser, in place on a uint32 array."""
-    v ^= v >> np.uint32(16)
-    v *= np.uint32(0x85EB_CA6B)
-    v ^= v >> np.uint32(13)
-    v *= np.uint32(0xC2B2_AE35)
-    v ^= v >> np.uint32(16)
-    return v
-
-
-def _fmix64(v: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, in place on a uint64 array."""
-    v ^= v >> np.uint64(33)
-    v *= np.uint64(0xFF51_AFD7_ED55_8CCD)
-    v ^= v >> np.uint64(33)
-    v *= np.uint64(0xC4CE_B9FE_1A85_EC53)
-    v ^= v >> np.uint64(33)
-    return v
 
 
 class KeyedPermutation:
@@ -183,7 +128,7 @@ class KeyedPermutation:
         self._dtype = dt
         self._a, self._b = dt(a), dt(b)
         self._shift = dt(32 if self._wide else 16)
-        self._mix = _fmix64 if self._wide else _fmix32
+        self._mix = fmix64 if self._wide else fmix32
         self._keys = [
             dt(k) for k in round_keys(seed, epoch, _FEISTEL_ROUNDS, 64 if self._wide else 32)
         ]
@@ -290,8 +235,8 @@ def random_padding_ids(n: int, count: int, seed: int, epoch: int) -> np.ndarray:
         >>> np.array_equal(a, random_padding_ids(5, 3, seed=0, epoch=1))
         True
     """
-    ss = np.random.SeedSequence([*_split_seed(seed), epoch, _TAG_PADDING])
-    return np.random.Generator(np.random.Philox(ss)).integers(0, n, size=count, dtype=np.int64)
+    rng = np.random.Generator(np.random.Philox(padding_seed_sequence(seed, epoch)))
+    return rng.integers(0, n, size=count, dtype=np.int64)
 
 
 def _slice_bounds(length: int, start: int, stop: int | None) -> tuple[int, int]:

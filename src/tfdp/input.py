@@ -15,7 +15,8 @@ stream. The same code serves MirroredStrategy, MultiWorkerMirroredStrategy,
 OneDeviceStrategy and the default strategy; tf.data auto-sharding is off (the
 sampler shards).
 
-Augmentation seeds are ``[key(seed, epoch), position]``, where ``position``
+Augmentation seeds are ``[key(seed, epoch), position]`` (the key is
+:func:`tfdp.seeding.epoch_seed_key`, re-exported here), where ``position``
 is the entry's place in the sampler's padded global list: the R copies of a
 sample (Repeated Augmentation) get different augmentations, while a rerun or
 a run resumed mid-epoch gets identical ones.
@@ -42,16 +43,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
 
+from tfdp._util import deterministic_unsharded
 from tfdp.augment import split_window
 from tfdp.elastic import epoch_plan, plan_steps
-from tfdp.indices import round_keys
+from tfdp.errors import ConfigError
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
-from tfdp.sources.windows import WindowSource
+from tfdp.seeding import epoch_seed_key
+from tfdp.sources.base import (
+    BatchSource,
+    RandomAccessSource,
+    StreamingSource,
+    WeightedSource,
+    WindowSource,
+    is_batched_augmentation,
+)
 from tfdp.windowed_input import WindowedBatches
 
 __all__ = ["DistributedInput", "epoch_seed_key"]
@@ -66,18 +76,11 @@ _SAMPLER_NAMES = {
 _INF_EPOCHS = 2**62
 
 
-def epoch_seed_key(seed: int, epoch: int) -> int:
-    """The first half of every augmentation seed in ``epoch``: a 63-bit key of ``(seed, epoch)``.
+@runtime_checkable
+class _ShufflingSampler(Protocol):
+    """A sampler with a ``shuffle`` option, which a streaming source needs (it shuffles)."""
 
-    Example:
-        >>> epoch_seed_key(0, 1) == epoch_seed_key(0, 1) != epoch_seed_key(0, 2)
-        True
-    """
-    return round_keys(seed ^ 0xA5A5_A5A5, epoch, 1)[0] >> 1
-
-
-def _is_batched(fn: Any) -> bool:
-    return bool(getattr(fn, "batched", False))
+    shuffle: bool
 
 
 def _same_stream_indices_every_epoch(sampler: Sampler) -> bool:
@@ -96,23 +99,18 @@ def _same_stream_indices_every_epoch(sampler: Sampler) -> bool:
     return False
 
 
-def _deterministic_unsharded(ds: tf.data.Dataset) -> tf.data.Dataset:
-    """``ds`` with deterministic order and tf.data auto-sharding off (the sampler shards)."""
-    options = tf.data.Options()
-    options.deterministic = True
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return ds.with_options(options)
-
-
 class DistributedInput:
     """Index-driven, per-replica input for a ``tf.distribute`` strategy.
 
     Args:
         strategy: Any ``tf.distribute.Strategy``; ``None`` means the current
             (default) strategy.
-        source: A random-access source (``load``/``gather``, e.g.
+        source: A random-access source
+            (:class:`tfdp.sources.base.RandomAccessSource`: ``load``, and
+            ``gather`` if a :class:`~tfdp.sources.base.BatchSource`, e.g.
             :class:`tfdp.sources.ArraySource`) or a streaming one
-            (``streaming = True``, e.g. :class:`tfdp.sources.TFRecordSource`).
+            (:class:`tfdp.sources.base.StreamingSource`, e.g.
+            :class:`tfdp.sources.TFRecordSource`).
             A stream is indexed by position in the epoch's stream: the
             sampler runs on ``source.stream_length(num_replicas)`` records
             with the identity permutation (the source shuffles files and
@@ -126,10 +124,11 @@ class DistributedInput:
         batch_size: Examples per replica per step.
         global_batch_size: Alternatively, examples per step over all replicas
             (must be a multiple of the replica count).
-        augment: ``None``; a batched augmentation (``batched = True``, called
-            as ``aug(batch, seeds[B, 2])``, see :mod:`tfdp.augment`); or a
+        augment: ``None``; a batched augmentation
+            (:class:`tfdp.sources.base.BatchedAugmentation`: ``batched = True``,
+            called as ``aug(batch, seeds[B, 2])``, see :mod:`tfdp.augment`); or a
             per-example function ``fn(example, seed[2]) -> example`` using
-            stateless random ops.
+            stateless random ops (:class:`~tfdp.sources.base.PerExampleAugmentation`).
         seed: Keys the sampler's shuffle (for named samplers) and the
             augmentation seeds.
         sampler_options: Keyword arguments for a named sampler (e.g.
@@ -144,7 +143,8 @@ class DistributedInput:
         num_parallel_calls: Parallelism of the load/augment map.
 
     Raises:
-        ValueError: for a batch size of 0 or one that does not divide, a
+        TypeError: for a source that meets neither source contract.
+        ConfigError: for a batch size of 0 or one that does not divide, a
             sampler whose ``num_replicas`` differs from the strategy's, fewer
             examples than replicas, or an epoch with no full step.
 
@@ -182,7 +182,13 @@ class DistributedInput:
         self.seed = int(seed)
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
-        self.streaming = bool(getattr(source, "streaming", False))
+        self.streaming = isinstance(source, StreamingSource)
+        if not self.streaming and not isinstance(source, RandomAccessSource):
+            raise TypeError(
+                f"source must be a random-access source (num_examples, element_spec, load) or a "
+                f"streaming one (num_examples, element_spec, stream_length, stream), see "
+                f"tfdp.sources.base; got {type(source).__name__}"
+            )
         # Elastic resume (see resume_from): epoch -> the rank-0 sampler of another world size
         # whose global list that epoch deals over this input's ranks.
         self._plans: dict[int, Sampler] = {}
@@ -195,7 +201,7 @@ class DistributedInput:
             num_examples = int(source.num_examples)
             what = f"the source has {num_examples} example(s)"
         if num_examples < self.num_replicas:
-            raise ValueError(
+            raise ConfigError(
                 f"{what}, fewer than the {self.num_replicas} replicas of the strategy: every "
                 "replica needs at least one"
             )
@@ -211,7 +217,7 @@ class DistributedInput:
         else:
             self.steps_per_epoch = math.ceil(per_rank / self.batch_size)
         if self.steps_per_epoch < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"batch_size={self.batch_size} per replica gives no full step per epoch: each "
                 f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
                 "drop_remainder=False"
@@ -232,17 +238,17 @@ class DistributedInput:
     # -- configuration --------------------------------------------------------
     def _resolve_batch_size(self, batch_size: int | None, global_batch_size: int | None) -> int:
         if (batch_size is None) == (global_batch_size is None):
-            raise ValueError("pass exactly one of batch_size (per replica) or global_batch_size")
+            raise ConfigError("pass exactly one of batch_size (per replica) or global_batch_size")
         if global_batch_size is not None:
             g = int(global_batch_size)
             if g < 1 or g % self.num_replicas:
-                raise ValueError(
+                raise ConfigError(
                     f"global_batch_size={global_batch_size} must be a positive multiple of the "
                     f"{self.num_replicas} replicas in sync"
                 )
             return g // self.num_replicas
         if isinstance(batch_size, bool) or int(batch_size) < 1:  # type: ignore[arg-type]
-            raise ValueError(f"batch_size must be an integer >= 1 per replica, got {batch_size!r}")
+            raise ConfigError(f"batch_size must be an integer >= 1 per replica, got {batch_size!r}")
         return int(batch_size)  # type: ignore[arg-type]
 
     def _resolve_sampler(self, spec: SamplerSpec, n: int, options: dict[str, Any]) -> Sampler:
@@ -252,7 +258,7 @@ class DistributedInput:
         elif isinstance(spec, str):
             cls = _SAMPLER_NAMES.get(spec)
             if cls is None:
-                raise ValueError(
+                raise ConfigError(
                     f"sampler must be one of {sorted(_SAMPLER_NAMES)}, a tfdp Sampler or a "
                     f"factory, got {spec!r}"
                 )
@@ -264,13 +270,13 @@ class DistributedInput:
         elif callable(spec):
             sampler = spec(n, w, 0)
             if not isinstance(sampler, Sampler):
-                raise ValueError(
+                raise ConfigError(
                     f"the sampler factory must return a tfdp Sampler, got {type(sampler).__name__}"
                 )
         else:
-            raise ValueError(f"sampler must be a name, a tfdp Sampler or a factory, got {spec!r}")
+            raise ConfigError(f"sampler must be a name, a tfdp Sampler or a factory, got {spec!r}")
         if sampler.num_replicas != w:
-            raise ValueError(
+            raise ConfigError(
                 f"the sampler has num_replicas={sampler.num_replicas} but the strategy has "
                 f"{w} replicas in sync; build the sampler with num_replicas={w}"
             )
@@ -280,13 +286,13 @@ class DistributedInput:
                 if self.streaming
                 else f"the source has {n}"
             )
-            raise ValueError(f"the sampler has num_examples={sampler.num_examples} but {has}")
+            raise ConfigError(f"the sampler has num_examples={sampler.num_examples} but {has}")
         if (
             isinstance(sampler, DistributedSampler)
             and sampler.padding is None
             and not (sampler.drop_last or n % w == 0)
         ):
-            raise ValueError(
+            raise ConfigError(
                 "DistributedSampler(padding=None) leaves ranks uneven, but replicas step "
                 "together; use padding='wrap' or 'random', drop_last=True, or sampler='eval'"
             )
@@ -301,19 +307,19 @@ class DistributedInput:
         (padding, repeats, selection) is the sampler's arithmetic.
         """
         if is_eval:
-            raise ValueError(
+            raise ConfigError(
                 "sampler='eval' needs a random-access source (exact evaluation pads and "
                 "masks by index); convert the TFRecord files with tfdp.sources.write_tfrecords"
                 " to arrays or an image folder, or evaluate with sampler='distributed'"
             )
         if sampler.permutation is not None:
-            raise ValueError(
+            raise ConfigError(
                 "a sampler's permutation= orders examples by index, which a streaming source "
                 "cannot read; a stream is shuffled by the source (files and blocks, with "
                 "shuffle=True): drop permutation=, or use a random-access source"
             )
-        if not hasattr(sampler, "shuffle"):
-            raise ValueError(
+        if not isinstance(sampler, _ShufflingSampler):
+            raise ConfigError(
                 f"{type(sampler).__name__} has no shuffle option, which a streaming source "
                 "needs (the source shuffles, the sampler picks stream positions); use "
                 "DistributedSampler or RepeatAugSampler"
@@ -393,8 +399,8 @@ class DistributedInput:
     ) -> tf.data.Dataset:
         """Epoch after epoch of this rank's batches; each epoch batched on its own."""
         start = start_step * self.batch_size
-        batched = hasattr(self.source, "gather") and (
-            self.augment is None or _is_batched(self.augment)
+        batched = isinstance(self.source, BatchSource) and (
+            self.augment is None or is_batched_augmentation(self.augment)
         )
 
         def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
@@ -447,7 +453,7 @@ class DistributedInput:
         return self._finish(example, idx, pos, weight)
 
     def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        if hasattr(self.source, "load_with_weight"):
+        if isinstance(self.source, WeightedSource):
             example, ok = self.source.load_with_weight(idx)
             weight = weight * tf.cast(ok, tf.float32)
         else:
@@ -458,7 +464,7 @@ class DistributedInput:
         if self.augment is None:
             return example
         seed = tf.stack([key, pos])
-        if _is_batched(self.augment):
+        if is_batched_augmentation(self.augment):
             batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
             out = self.augment(batch, tf.expand_dims(seed, 0))
             return tf.nest.map_structure(lambda t: t[0], out)
@@ -485,7 +491,7 @@ class DistributedInput:
             )
         else:
             if num_epochs is None:
-                raise ValueError(
+                raise ConfigError(
                     f"{sampler!r} picks other stream positions every epoch (random padding "
                     "of more than the stream holds), so a streaming input needs a finite "
                     "num_epochs; or use padding='wrap'"
@@ -528,7 +534,7 @@ class DistributedInput:
     def _check_start_step(self, start_step: int, epoch: int | None = None) -> None:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
         if start_step < 0 or start_step > steps:
-            raise ValueError(
+            raise ConfigError(
                 f"start_step must be in [0, steps_per_epoch={steps}], got {start_step}"
             )
 
@@ -552,7 +558,7 @@ class DistributedInput:
             [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
         """
         if not 0 <= rank < self.num_replicas:
-            raise ValueError(f"rank must be in [0, {self.num_replicas}), got {rank}")
+            raise ConfigError(f"rank must be in [0, {self.num_replicas}), got {rank}")
         self._check_start_step(start_step, first_epoch)
         if self.streaming:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)
@@ -560,7 +566,7 @@ class DistributedInput:
             ds = self._windows.dataset([rank], first_epoch, num_epochs, start_step)
         else:
             ds = self._index_dataset(rank, first_epoch, num_epochs, start_step)
-        return _deterministic_unsharded(ds)
+        return deterministic_unsharded(ds)
 
     def worker_dataset(
         self,
@@ -584,7 +590,7 @@ class DistributedInput:
         if self._windows is not None:  # all local ranks together: one read per file per chunk
             self._check_start_step(start_step, first_epoch)
             ds = self._windows.dataset(ranks, first_epoch, num_epochs, start_step)
-            return _deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
+            return deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
         parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
         if len(parts) == 1:
             ds = parts[0]

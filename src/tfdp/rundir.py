@@ -34,9 +34,10 @@ import os
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
+
+from tfdp._util import write_text_atomic
 
 __all__ = [
     "LOCK_NAME",
@@ -300,15 +301,4 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
         >>> write_json_atomic(p, {"a": 1}); json.load(open(p))
         {'a': 1}
     """
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(obj, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")

@@ -82,7 +82,7 @@ def chunk_slots(batch_size: int, replicas: int, target: int = CHUNK_ENTRIES) -> 
 
     Example:
         >>> chunk_slots(64, 2), chunk_slots(128, 8), chunk_slots(7, 8), chunk_slots(3, 64)
-        (16, 4, 1, 1)
+        (64, 16, 7, 1)
     """
     best = 1
     for k in range(1, batch_size + 1):

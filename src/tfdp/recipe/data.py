@@ -33,6 +33,7 @@ from typing import Any
 
 from tfdp.errors import ConfigError, DataError, TfdpError
 from tfdp.recipe.config import TrainConfig
+from tfdp.seeding import FOLDER_SPLIT_TAG
 
 __all__ = [
     "JobData",
@@ -122,7 +123,7 @@ def _split_folder(source: Any, fraction: float, seed: int, spec: str) -> tuple[A
     """
     import numpy as np
 
-    rng = np.random.default_rng([seed, 0x5EED_F01D])
+    rng = np.random.default_rng([seed, FOLDER_SPLIT_TAG])
     train_idx: list[Any] = []
     eval_idx: list[Any] = []
     labels = np.asarray(source.labels)

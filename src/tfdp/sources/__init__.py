@@ -1,17 +1,19 @@
 """Data sources: where examples come from, by index (random access) or as a stream.
 
-This package owns the source protocol the input layer consumes and the
-sources tfdp ships: in-memory arrays, image folders (ImageNet layout), and
-TFRecord shards (streaming, with a writer).
+This package owns the sources tfdp ships -- in-memory arrays, image folders
+(ImageNet layout), ArrayRecord files (random access) and TFRecord shards
+(streaming, with a writer) -- and, in :mod:`tfdp.sources.base`, the
+contracts the input layer dispatches on (re-exported here).
 
-A random-access source has ``num_examples``, ``element_spec`` (one example),
-``load(index) -> example`` (graph-compatible, scalar int64 in) and optionally
-``gather(indices) -> batch`` when it can fetch a whole batch at once. A
-streaming source has ``streaming = True``, ``stream_length(num_replicas)``
-(the records of every epoch's stream) and
-``stream(indices, num_replicas=, seed=, epoch=, shuffle=)`` yielding the
-examples at those stream indices in order; the input layer picks the indices
-with the ordinary sampler arithmetic (see :class:`TFRecordSource`).
+A random-access source (:class:`RandomAccessSource`) has ``num_examples``,
+``element_spec`` (one example), ``load(index) -> example`` (graph-compatible,
+scalar int64 in) and, as a :class:`BatchSource`, ``gather(indices) -> batch``
+when it can fetch a whole batch at once. A streaming source
+(:class:`StreamingSource`) has ``stream_length(num_replicas)`` (the records
+of every epoch's stream) and ``stream(indices, num_replicas=, seed=, epoch=,
+shuffle=)`` yielding the examples at those stream indices in order; the
+input layer picks the indices with the ordinary sampler arithmetic (see
+:class:`TFRecordSource`).
 
 Example:
     >>> import numpy as np
@@ -26,12 +28,28 @@ import importlib
 from typing import Any
 
 from tfdp.sources.arrays import ArraySource
+from tfdp.sources.base import (
+    BatchedAugmentation,
+    BatchSource,
+    PerExampleAugmentation,
+    RandomAccessSource,
+    StreamingSource,
+    WeightedSource,
+    WindowSource,
+)
 
 __all__ = [
     "ArrayRecordSource",
     "ArraySource",
+    "BatchSource",
+    "BatchedAugmentation",
     "ImageFolderSource",
+    "PerExampleAugmentation",
+    "RandomAccessSource",
+    "StreamingSource",
     "TFRecordSource",
+    "WeightedSource",
+    "WindowSource",
     "write_tfrecords",
 ]
 

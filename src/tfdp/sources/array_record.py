@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfdp.sources.tfrecord import _check_record
+from tfdp.errors import ConfigError
+from tfdp.sources.example_records import check_example
 
 __all__ = ["ArrayRecordSource"]
 
@@ -93,12 +94,12 @@ class ArrayRecordSource:
         else:
             paths = [os.fspath(f) for f in files]
             if not paths:
-                raise ValueError("ArrayRecordSource: files is empty")
+                raise ConfigError("ArrayRecordSource: files is empty")
             missing = [p for p in paths if not os.path.exists(p)]
             if missing:
                 raise FileNotFoundError(f"ArrayRecordSource: file(s) not found: {missing[:5]}")
         if not isinstance(features, Mapping) or not features:
-            raise ValueError(
+            raise ConfigError(
                 f"features must be a non-empty dict of tf.io feature specs, got {features!r}"
             )
         self.files = paths
@@ -118,7 +119,7 @@ class ArrayRecordSource:
                 reader = module.ArrayRecordReader(path)
                 try:
                     if reader.num_records():
-                        _check_record(reader.read([0])[0], self.features, path)
+                        check_example(reader.read([0])[0], self.features, path)
                 finally:
                     reader.close()
         self.element_spec = (

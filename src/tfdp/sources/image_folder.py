@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp.augment import WindowRequest
+from tfdp.errors import ConfigError
 from tfdp.sources.windows import Decoded, decode_windows, read_files
 
 __all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
@@ -273,7 +274,7 @@ def _to_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
 def _normalise_extensions(extensions: str | Iterable[str]) -> tuple[str, ...]:
     exts = (extensions,) if isinstance(extensions, str) else tuple(extensions)
     if not exts or not all(isinstance(e, str) and e for e in exts):
-        raise ValueError(f"extensions must be non-empty strings, got {extensions!r}")
+        raise ConfigError(f"extensions must be non-empty strings, got {extensions!r}")
     return tuple(e.lower() for e in exts)
 
 
@@ -367,9 +368,9 @@ class ImageFolderSource:
         channels: int = 3,
     ) -> None:
         if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if isinstance(channels, bool) or channels not in (1, 3, 4):
-            raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}")
+            raise ConfigError(f"channels must be 1, 3 or 4, got {channels!r}")
         self.extensions = _normalise_extensions(extensions)
         self.on_error = on_error
         self.channels = int(channels)
@@ -377,7 +378,7 @@ class ImageFolderSource:
         if not os.path.exists(root_str):
             raise FileNotFoundError(f"ImageFolderSource: root {root_str!r} does not exist")
         if not os.path.isdir(root_str):
-            raise ValueError(f"ImageFolderSource: root {root_str!r} is not a directory")
+            raise ConfigError(f"ImageFolderSource: root {root_str!r} is not a directory")
         self.root = root_str
         with os.scandir(root_str) as it:
             self.classes: list[str] = sorted(e.name for e in it if e.is_dir())
@@ -769,14 +770,14 @@ class ImageFolderSource:
 
         idx = np.asarray(indices)
         if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
-            raise ValueError(f"indices must be a non-empty 1-D list of integers, got {indices!r}")
+            raise ConfigError(f"indices must be a non-empty 1-D list of integers, got {indices!r}")
         if idx.min() < 0 or idx.max() >= self.num_examples:
-            raise ValueError(
+            raise ConfigError(
                 f"indices must be in [0, {self.num_examples}), "
                 f"got {int(idx.min())}..{int(idx.max())}"
             )
         if len(np.unique(idx)) != len(idx):
-            raise ValueError("indices must not repeat a file")
+            raise ConfigError("indices must not repeat a file")
         part = copy.copy(self)
         part.__dict__.pop("paths", None)  # the cached_property of the whole folder
         part._rel = self._rel[idx]

@@ -1,7 +1,8 @@
 """Window decoding: sources that decode only the window of an image an augmentation keeps.
 
-This module owns the contract between a window-decoding source and the input
-layer (:class:`WindowSource`) and the decoding loop such sources share
+This module owns the decoding side of the contract between a window-decoding source and
+the input layer (:class:`WindowSource`, defined in :mod:`tfdp.sources.base` and
+re-exported here) and the decoding loop such sources share
 (:func:`decode_windows`). The augmentation side of the contract is
 :class:`tfdp.augment.WindowRequest`: it plans each sample's window from the
 image's shape and the sample's seed, and finishes a decoded window into the
@@ -46,11 +47,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
-from tfdp.augment import WindowRequest
+from tfdp.sources.base import WindowSource
 
 __all__ = [
     "Decoded",
@@ -62,22 +63,6 @@ __all__ = [
     "jpeg_window",
     "read_files",
 ]
-
-
-@runtime_checkable
-class WindowSource(Protocol):
-    """A random-access source that can decode just the window each sample needs.
-
-    ``load_windows(indices, request)`` returns ``(example, weights)`` for the
-    ``N`` entries of ``indices`` (int64 ``[N]``, ``N >= 1``, repeats
-    allowed): ``example`` is the source's example structure batched, its
-    images replaced by ``request.finish`` of each entry's window, and
-    ``weights`` float32 ``[N]`` (0 for a file skipped as unreadable).
-    """
-
-    def load_windows(self, indices: tf.Tensor, request: WindowRequest) -> tuple[Any, tf.Tensor]:
-        """Load the entries' windows (see the class docstring)."""
-        ...
 
 
 _JPEG_MAGIC = b"\xff\xd8\xff"

@@ -25,6 +25,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfdp._compat import supports_no_merge_call
+
 __all__ = [
     "POLICIES",
     "NonFiniteError",
@@ -136,7 +138,7 @@ def apply_if_finite(
         apply(g)
 
     ctx = tf.distribute.get_replica_context()
-    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+    if supports_no_merge_call():
         total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_flags)
         tf.cond(tf.reduce_sum(total) == 0, lambda: run(grads), lambda: None)
         return total

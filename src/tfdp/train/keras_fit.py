@@ -43,6 +43,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfdp._compat import compiled_metrics_container
 from tfdp.checkpoint import (
     CheckpointCallback,
     CheckpointManager,
@@ -209,7 +210,7 @@ class _ExactValidation(keras.callbacks.Callback):
 
 def _compiled_metrics(model: keras.Model, train_input: DistributedInput) -> list[Any]:
     """The user's compiled metrics (built by running one batch through Keras's container)."""
-    container = getattr(model, "_compile_metrics", None)
+    container = compiled_metrics_container(model)
     if container is None:
         return []
     if not container.built:

@@ -41,6 +41,7 @@ import tensorflow as tf
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
+from tfdp.sources.base import SkipReportingSource
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import NonFiniteError, check_policy
 from tfdp.train.logs import TrainLogs
@@ -706,10 +707,10 @@ class Trainer:
             if eval_input is not None:
                 for name, value in self.evaluator.evaluate(eval_input).items():
                     record[f"val_{name}"] = value
-            skipped = getattr(train_input.source, "skipped_files", None)
-            if skipped is not None and skipped():  # bad files read with weight 0: say so
-                record["skipped_files"] = len(skipped())
-                self.logs.print(train_input.source.report())
+            source = train_input.source
+            if isinstance(source, SkipReportingSource) and source.skipped_files():
+                record["skipped_files"] = len(source.skipped_files())  # read with weight 0
+                self.logs.print(source.report())
             self.state.epoch, self.state.step = epoch + 1, 0
             # The line first: a crash between the two re-runs (part of) the epoch from an
             # older checkpoint, and the resume drops the line (see restore).

@@ -1,0 +1,147 @@
+"""Every reach into private or undocumented TensorFlow / Keras behaviour, behind a named function.
+
+This module owns the places where tfdp depends on something TensorFlow or
+Keras do not promise: an attribute with a leading underscore, the key format
+of object-based checkpoints, the path Keras gives its seed generators'
+variables, a ``tf.__internal__`` function, the thread-locality of a strategy
+scope. Each is one function here, and ``tests/test_compat.py`` pins each to
+the versions it was checked on (:data:`CHECKED_VERSIONS`): after an upgrade,
+a failing test there says which reach to re-check, instead of a wrong
+number far away.
+
+============================  ===================================================================
+function                      what it relies on
+============================  ===================================================================
+compiled_metrics_container    ``model._compile_metrics``: Keras 3's container of compiled metrics
+checkpoint_value_key          ``<name>/.ATTRIBUTES/VARIABLE_VALUE``: a variable's key in a
+                              ``tf.train.Checkpoint`` (object-graph checkpoints)
+seed_generator_states         Keras ``SeedGenerator`` state variables have ``seed_generator`` in
+                              their ``path``, and are not saved with the model
+backing_variable              ``KerasVariable.value`` is the backing ``tf.Variable``
+supports_no_merge_call        ``tf.__internal__.distribute.strategy_supports_no_merge_call()``
+call_outside_strategy         a strategy scope (its variable creator) is thread-local: a fresh
+                              thread creates plain host variables
+============================  ===================================================================
+
+Example:
+    >>> checkpoint_value_key("step")
+    'step/.ATTRIBUTES/VARIABLE_VALUE'
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = [
+    "CHECKED_VERSIONS",
+    "backing_variable",
+    "call_outside_strategy",
+    "checkpoint_value_key",
+    "compiled_metrics_container",
+    "seed_generator_states",
+    "supports_no_merge_call",
+]
+
+#: The TensorFlow and Keras versions (major.minor) every function here was checked on.
+CHECKED_VERSIONS = {"tensorflow": "2.21", "keras": "3.15"}
+
+T = TypeVar("T")
+
+
+def compiled_metrics_container(model: Any) -> Any | None:
+    """Keras 3's container of a compiled model's metrics (``model._compile_metrics``), or None.
+
+    It has ``built``, ``build(y_true, y_pred)`` and ``metrics``; ``None`` when
+    the model was compiled without metrics.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> m.compile(loss="mse", metrics=["mae"])
+        >>> compiled_metrics_container(m).built
+        False
+    """
+    return getattr(model, "_compile_metrics", None)
+
+
+def checkpoint_value_key(name: str) -> str:
+    """The key of the variable tracked as ``name`` on a ``tf.train.Checkpoint``, in its files.
+
+    What ``tf.train.load_checkpoint(path).get_tensor(key)`` takes.
+
+    Example:
+        >>> checkpoint_value_key("data_position")
+        'data_position/.ATTRIBUTES/VARIABLE_VALUE'
+    """
+    return f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def backing_variable(variable: Any) -> Any:
+    """The ``tf.Variable`` behind a Keras variable (``variable.value``); others as they are.
+
+    Only for Keras variables and plain tensors: a ``tf.Variable`` has a
+    ``value`` *method*, which this returns as is (as the call sites always did).
+
+    Example:
+        >>> import keras, tensorflow as tf
+        >>> isinstance(backing_variable(keras.Variable(1.0)), tf.Variable)
+        True
+    """
+    return getattr(variable, "value", variable)
+
+
+def seed_generator_states(model: Any) -> list[Any]:
+    """The state variables of a Keras model's ``SeedGenerator`` objects (dropout, random layers).
+
+    ``tf.train.Checkpoint(model=...)`` does not save them: an exact resume
+    must. Found by the ``seed_generator`` in their variable path.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dropout(0.5)])
+        >>> len(seed_generator_states(m))
+        1
+    """
+    return [backing_variable(v) for v in model.variables if "seed_generator" in v.path]
+
+
+def supports_no_merge_call() -> bool:
+    """Whether the current strategy can all-reduce in a replica context without a merge call.
+
+    Example:
+        >>> supports_no_merge_call() in (True, False)
+        True
+    """
+    import tensorflow as tf
+
+    return bool(tf.__internal__.distribute.strategy_supports_no_merge_call())
+
+
+def call_outside_strategy(fn: Callable[[], T]) -> T:
+    """Call ``fn()`` in a fresh thread: no ``strategy.scope()``, device or variable creator.
+
+    A strategy scope (and its variable creator) is thread-local in TensorFlow,
+    and there is no public way to leave one temporarily; variables created in
+    a fresh thread are plain ``ResourceVariable`` objects on the host. An
+    exception of ``fn`` is re-raised in the caller's thread.
+
+    Example:
+        >>> call_outside_strategy(lambda: 6 * 7)
+        42
+    """
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # re-raised in the caller's thread
+            result["error"] = e
+
+    thread = threading.Thread(target=run, name="tfdp-outside-strategy")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]

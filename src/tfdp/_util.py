@@ -1,0 +1,102 @@
+"""Small helpers shared across tfdp's modules: argument checks, atomic writes, tf.data options.
+
+This module owns the helpers that would otherwise be copied from module to
+module. Pure Python at import time (TensorFlow is imported only by
+:func:`deterministic_unsharded`, when called).
+
+Example:
+    >>> check_int("shards", 4, 1)
+    4
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from typing import Any
+
+import numpy as np
+
+from tfdp.errors import ConfigError
+
+__all__ = ["check_int", "deterministic_unsharded", "temp_name", "write_text_atomic"]
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
+    """``value`` as an ``int`` if an integer in ``[low, high]``, else a ValueError naming ``name``.
+
+    Booleans are refused (``True`` is not a count). ``what`` is appended to
+    the message (e.g. ``" (an unsigned 64-bit integer)"``).
+
+    Example:
+        >>> check_int("lane", 2, 0, 3)
+        2
+        >>> check_int("lane", 4, 0, 3)
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: lane must be in [0, 3], got 4
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{name} must be an integer{what}, got {value!r}")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ConfigError(f"{name} must be {bound}{what}, got {value}")
+    return value
+
+
+def temp_name(path: str, token: str | None = None) -> str:
+    """The temporary name ``path`` is written under before its rename: ``<path>.tmp-<token>``.
+
+    Example:
+        >>> temp_name("a/b.json", "x1")
+        'a/b.json.tmp-x1'
+    """
+    return f"{path}.tmp-{token or uuid.uuid4().hex}"
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    r"""Write ``text`` to ``path`` atomically: a temporary file, fsync, then ``os.replace``.
+
+    A crash leaves either the old file or the new one, never half of one; on
+    an error the temporary file is removed.
+
+    Example:
+        >>> import tempfile
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.txt")
+        >>> write_text_atomic(p, "hello\n"); open(p).read()
+        'hello\n'
+    """
+    path = os.fspath(path)
+    tmp = temp_name(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def deterministic_unsharded(ds: Any) -> Any:
+    """``ds`` (a ``tf.data.Dataset``) with deterministic order and auto-sharding off.
+
+    tfdp's samplers shard the data; tf.data's auto-sharding under a
+    distribution strategy would shard it a second time.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> ds = deterministic_unsharded(tf.data.Dataset.range(3))
+        >>> ds.options().experimental_distribute.auto_shard_policy.name
+        'OFF'
+    """
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)

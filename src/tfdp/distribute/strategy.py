@@ -1,0 +1,209 @@
+"""Picking and building the strategy: TF_CONFIG, Slurm, logical CPUs, TPUs (:func:`make_strategy`).
+
+This module owns strategy selection and the multi-worker start-up: the
+TF_CONFIG check (:mod:`tfdp.distribute.tf_config`), the start-up watchdog
+(:mod:`tfdp.distribute.watchdog`) and the first collective that proves every
+worker joined.
+
+Example:
+    >>> STRATEGY_KINDS[:3]
+    ('auto', 'mirrored', 'multi_worker')
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import tensorflow as tf
+
+from tfdp.distribute.tf_config import parse_tf_config
+from tfdp.distribute.watchdog import start as start_watchdog
+from tfdp.errors import ConfigError
+
+__all__ = ["STRATEGY_KINDS", "make_strategy"]
+
+
+STRATEGY_KINDS = ("auto", "mirrored", "multi_worker", "one_device", "cpu", "tpu")
+
+
+def _server_failure() -> str:
+    """Why this worker's gRPC server could not start, naming its TF_CONFIG address."""
+    import errno
+    import socket
+
+    cfg = parse_tf_config()
+    if cfg is None:
+        return "could not start this worker's gRPC server (the cluster came from Slurm)"
+    task = cfg["task"]
+    address = cfg["cluster"][task["type"]][task["index"]]
+    host, _, port = address.rpartition(":")
+    cause = "the address cannot be bound here"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as s:
+            s.bind((host.strip("[]"), int(port)))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            cause = (
+                f"port {port} is already in use: another process holds it -- another worker "
+                f"started with the same TF_CONFIG task ({task['type']} {task['index']})?"
+            )
+        else:
+            cause = f"{address} cannot be bound on this machine ({err.strerror})"
+    else:
+        cause = "the address could be bound a moment later (a port race?)"
+    return (
+        f"could not start the gRPC server of TF_CONFIG task {task['type']} {task['index']} at "
+        f"{address}: {cause}. Every worker needs its own task index and a free port on its own "
+        "host"
+    )
+
+
+def _configure_logical_cpus(n: int) -> list[str]:
+    cpus = tf.config.list_physical_devices("CPU")
+    current = tf.config.get_logical_device_configuration(cpus[0])
+    if current and len(current) == n:
+        return [f"/cpu:{i}" for i in range(n)]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * n
+        )
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        raise ConfigError(
+            f"cpu_replicas={n} needs {n} logical CPU devices, but TensorFlow is already "
+            f"initialised with {have}: call tfdp.make_strategy(cpu_replicas={n}) before any "
+            "other TensorFlow work (creating tensors, models or datasets)"
+        ) from None
+    return [f"/cpu:{i}" for i in range(n)]
+
+
+def _slurm_options() -> dict[str, Any]:
+    """SlurmClusterResolver's options: the port base, and CPU nodes (no nvidia-smi) handled.
+
+    The resolver counts GPUs with ``nvidia-smi`` unless ``CUDA_VISIBLE_DEVICES``
+    is set (a CPU node without it fails), and gives a node only as many tasks
+    as it has GPU slots. On a CPU node: one nominal slot per task of the step,
+    and ``CUDA_VISIBLE_DEVICES`` left alone. ``TFDP_SLURM_PORT_BASE`` (default
+    8888, the resolver's) is the port of a node's first task.
+    """
+    options: dict[str, Any] = {
+        "port_base": int(os.environ.get("TFDP_SLURM_PORT_BASE", "8888") or 8888)
+    }
+    if "CUDA_VISIBLE_DEVICES" not in os.environ and shutil.which("nvidia-smi") is None:
+        tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or "1"
+        options.update(gpus_per_node=int(tasks), gpus_per_task=1, auto_set_gpu=False)
+    return options
+
+
+def make_strategy(
+    kind: str = "auto",
+    *,
+    cpu_replicas: int | None = None,
+    collective_timeout: float | None = None,
+    startup_timeout: float | None = None,
+    communication: str = "auto",
+    tpu: str | None = None,
+) -> tf.distribute.Strategy:
+    """Pick and build the strategy for this process, the way clusters configure TensorFlow.
+
+    ``kind="auto"``: TF_CONFIG set -> MultiWorkerMirroredStrategy (validated
+    first, see :func:`parse_tf_config`); a Slurm job step with several tasks ->
+    MultiWorkerMirroredStrategy over ``SlurmClusterResolver``; several GPUs ->
+    MirroredStrategy; one GPU -> OneDeviceStrategy on it; otherwise
+    ``cpu_replicas`` logical CPU devices under MirroredStrategy when given, else
+    OneDeviceStrategy on the CPU. Explicit kinds: ``"mirrored"``,
+    ``"multi_worker"``, ``"one_device"``, ``"cpu"`` (MirroredStrategy over
+    ``cpu_replicas`` logical CPUs, for tests and demos) and ``"tpu"``
+    (``TPUClusterResolver(tpu)``; follows the documented API, untested here).
+
+    Args:
+        kind: One of ``STRATEGY_KINDS``.
+        cpu_replicas: Logical CPU replicas (must be set before TF initialises).
+        collective_timeout: Seconds after which one collective op fails
+            (multi-worker). Default None: TensorFlow's coordination service
+            already fails the job when a peer stops sending heartbeats (a dead
+            worker is reported as "unhealthy"), and in TF 2.21 a per-op timeout
+            starts one sleeping thread per collective, which exhausted the
+            thread limit of a fast-stepping job (see docs/benchmarks.md).
+        startup_timeout: Seconds the workers have to find each other
+            (default: ``$TFDP_STARTUP_TIMEOUT`` or 300). TensorFlow waits for
+            missing peers forever, in C++, deaf to signals; past this time a
+            watchdog process prints which peer addresses are unreachable and
+            ends this process (SIGKILL).
+        communication: ``"auto"``, ``"ring"`` or ``"nccl"`` (multi-worker).
+        tpu: TPU name or address for ``kind="tpu"``.
+
+    Raises:
+        ValueError: for an unknown kind, a bad TF_CONFIG, or logical CPUs
+            requested after TensorFlow initialised.
+
+    Example:
+        >>> make_strategy("one_device").num_replicas_in_sync
+        1
+    """
+    import os
+
+    if kind not in STRATEGY_KINDS:
+        raise ConfigError(f"strategy kind must be one of {', '.join(STRATEGY_KINDS)}, got {kind!r}")
+    if cpu_replicas is not None and (isinstance(cpu_replicas, bool) or cpu_replicas < 1):
+        raise ConfigError(f"cpu_replicas must be an integer >= 1, got {cpu_replicas!r}")
+    if kind == "auto":
+        slurm = int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in os.environ
+        if parse_tf_config() is not None or slurm:
+            kind = "multi_worker"
+        elif len(tf.config.list_physical_devices("GPU")) > 1:
+            kind = "mirrored"
+        elif cpu_replicas and not tf.config.list_physical_devices("GPU"):
+            kind = "cpu"
+        else:
+            kind = "one_device"
+    if kind == "multi_worker":
+        impl = {
+            "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+        }.get(communication)
+        if impl is None:
+            raise ConfigError(
+                f"communication must be 'auto', 'ring' or 'nccl', got {communication!r}"
+            )
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=impl, timeout_seconds=collective_timeout
+        )
+        resolver = None
+        if parse_tf_config() is None:
+            if "SLURM_JOB_ID" not in os.environ:
+                raise ConfigError(
+                    "strategy 'multi_worker' needs TF_CONFIG (set by tfdp launch, Kubeflow's "
+                    "TFJob or Ray) or a Slurm job step"
+                )
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(**_slurm_options())
+        done = start_watchdog(startup_timeout)
+        try:
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver, communication_options=options
+            )
+        except tf.errors.UnknownError as exc:
+            done.set()
+            if "Could not start gRPC server" not in str(exc):
+                raise
+            raise ConfigError(_server_failure()) from None
+        # A first collective: returns only once every worker is up and connected.
+        strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+        done.set()
+        return strategy
+    if kind == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if kind == "cpu":
+        return tf.distribute.MirroredStrategy(_configure_logical_cpus(cpu_replicas or 2))
+    gpus = tf.config.list_physical_devices("GPU")
+    if kind == "mirrored":
+        if gpus:
+            return tf.distribute.MirroredStrategy()
+        return tf.distribute.MirroredStrategy(_configure_logical_cpus(cpu_replicas or 1))
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")

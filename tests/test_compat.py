@@ -1,0 +1,118 @@
+"""tfdp._compat: each private TensorFlow / Keras reach, checked against the real libraries.
+
+Every test here exercises one reach on the installed TensorFlow and Keras. When one fails
+after an upgrade, re-check that reach (and then CHECKED_VERSIONS).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from pathlib import Path  # noqa: E402
+
+from tfdp import _compat  # noqa: E402
+from tfdp._compat import CHECKED_VERSIONS  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tfdp"
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def test_the_installed_versions_are_the_checked_ones():
+    installed = {
+        "tensorflow": _major_minor(tf.__version__),
+        "keras": _major_minor(keras.__version__),
+    }
+    assert installed == CHECKED_VERSIONS, (
+        "TensorFlow / Keras changed: run tests/test_compat.py, re-check every reach in "
+        "tfdp/_compat.py, then update CHECKED_VERSIONS"
+    )
+
+
+def test_compiled_metrics_container_builds_and_lists_the_users_metrics():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(loss="mse", metrics=["mae", keras.metrics.MeanSquaredError(name="m2")])
+    container = _compat.compiled_metrics_container(model)
+    assert container is not None and not container.built
+    x, y = np.ones((4, 3), "float32"), np.zeros((4, 2), "float32")
+    container.build(y, model(x, training=False))
+    assert sorted(m.name for m in container.metrics) == ["m2", "mae"]
+    bare = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    bare.compile(loss="mse")
+    assert _compat.compiled_metrics_container(bare) is None
+
+
+def test_checkpoint_value_key_is_the_key_tf_writes(tmp_path):
+    step = tf.Variable(7, dtype=tf.int64)
+    path = tf.train.Checkpoint(step=step).write(str(tmp_path / "ckpt"))
+    reader = tf.train.load_checkpoint(path)
+    key = _compat.checkpoint_value_key("step")
+    assert key in reader.get_variable_to_shape_map()
+    assert int(reader.get_tensor(key)) == 7
+
+
+def test_seed_generator_states_are_found_and_not_saved_with_the_model(tmp_path):
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(1),
+            keras.layers.Dropout(0.2),
+        ]
+    )
+    states = _compat.seed_generator_states(model)
+    assert len(states) == 2 and all(isinstance(s, tf.Variable) for s in states)
+    # Why they are checkpointed on their own: tf.train.Checkpoint(model=...) leaves them out.
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "m"))
+    saved = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    assert not [k for k in saved if "seed_generator" in k]
+
+
+def test_backing_variable_is_the_tf_variable_of_a_keras_variable():
+    v = keras.Variable(np.float32(2.0))
+    assert isinstance(_compat.backing_variable(v), tf.Variable)
+    assert _compat.backing_variable(v) is v.value
+
+
+def test_supports_no_merge_call_under_mirrored_strategy():
+    """MirroredStrategy on TF 2.21 still needs a merge call (guard.py takes that path)."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+    @tf.function
+    def step():
+        return strategy.run(lambda: tf.constant(_compat.supports_no_merge_call()))
+
+    flags = strategy.experimental_local_results(step())
+    assert [bool(f) for f in flags] == [False, False]
+
+
+def test_call_outside_strategy_creates_plain_host_variables_and_reraises():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        inside = tf.Variable(1.0)
+        outside = _compat.call_outside_strategy(lambda: tf.Variable(1.0))
+    assert isinstance(inside, tf.distribute.DistributedValues)
+    assert not isinstance(outside, tf.distribute.DistributedValues)
+    assert strategy.extended.variable_created_in_scope(inside)
+    with pytest.raises(KeyError, match="boom"):
+        _compat.call_outside_strategy(lambda: {}["boom"])
+
+
+def test_no_private_reach_outside_compat_in_the_modules_it_serves():
+    files = [SRC / "checkpoint.py", SRC / "train" / "keras_fit.py", SRC / "train" / "guard.py"]
+    private = re.compile(r"_compile_metrics|\.ATTRIBUTES/|__internal__|\"seed_generator\"")
+    found = [
+        f"{f.name}:{i}"
+        for f in files
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
+    assert found == []
