@@ -144,8 +144,20 @@ def test_guide_python_sampler_example_runs():
     assert len(scope["s"].indices()) == 3  # ceil(12 / 4)
 
 
-def test_guide_keeps_the_elastic_resume_heading():
-    assert "## Changing the number of workers\n\n(see README)\n" in GUIDE
+def test_guide_elastic_resume_names_a_real_api():
+    import inspect
+
+    from tfdp.samplers import DistributedSampler
+
+    section = GUIDE.split("## Changing the number of workers", 1)[1].split("\n## ", 1)[0]
+    assert "load_state_dict(state, allow_world_size_change=True)" in section
+    params = inspect.signature(DistributedSampler.load_state_dict).parameters
+    assert "allow_world_size_change" in params
+    s2 = DistributedSampler(12, num_replicas=2, rank=0, shuffle=False)
+    s2.set_epoch(0)
+    state = s2.state_dict()
+    s3 = DistributedSampler(12, num_replicas=3, rank=0, shuffle=False)
+    s3.load_state_dict(state, allow_world_size_change=True)  # as the guide says: works
 
 
 def test_cluster_paragraphs_name_what_the_tests_run():
