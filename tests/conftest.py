@@ -46,7 +46,12 @@ def mirrored4():
     import tensorflow as tf
 
     assert len(tf.config.list_logical_devices("CPU")) == NUM_LOGICAL_CPUS
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
+    from tfdp.distribute import make_strategy
+
+    # make_strategy's: the CLI run in this process (tfdp.cli.main) shares it, and its keys
+    strategy = make_strategy("cpu", cpu_replicas=NUM_LOGICAL_CPUS)
+    assert strategy.num_replicas_in_sync == NUM_LOGICAL_CPUS
+    return strategy
 
 
 @pytest.fixture(scope="session")

@@ -101,3 +101,29 @@ def test_auto_with_bad_tf_config_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({**GOOD, "task": {"type": "worker", "index": 5}}))
     with pytest.raises(ValueError, match="out of range"):
         make_strategy()
+
+
+def test_one_local_mirrored_strategy_per_device_set(mirrored4):
+    """A second request reuses the strategy: a second one would restart its collective keys
+    at the first one's and abort every collective of the process on a shape mismatch."""
+    import tensorflow as tf
+
+    from tfdp.distribute import make_strategy
+
+    again = make_strategy("cpu", cpu_replicas=4)
+    assert again is mirrored4
+    w = []
+    for width in (3, 5):  # collectives of two shapes, one after the other, both sum right
+        with again.scope():
+            v = tf.Variable(tf.zeros([width]))
+
+        @tf.function
+        def step(v=v):
+            def replica():
+                ctx = tf.distribute.get_replica_context()
+                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.ones_like(v))
+
+            return again.run(replica)
+
+        w.append(again.experimental_local_results(step())[0].numpy().tolist())
+    assert w == [[4.0] * 3, [4.0] * 5]

@@ -332,7 +332,7 @@ def test_keras_fit_path_resumed_on_another_replica_count(mirrored_of, tmp_path):
     fit(compiled(mirrored_of(4)), old, 2, run_dir=tmp_path, max_steps=4, verbose=0)
     model = compiled(mirrored_of(2))
     hist = fit(model, new, 2, run_dir=tmp_path, checkpoint_every=1, verbose=0)
-    assert len(hist["loss"]) == 2  # the interrupted epoch (its 2 last steps), then a whole one
+    assert len(hist.history["loss"]) == 2  # interrupted epoch, then a whole one
     assert int(model.optimizer.iterations.numpy()) == 6 + 5
     position, step = CheckpointManager(tmp_path / "checkpoints", model=model,
                                        optimizer=model.optimizer).restore(partial=True)  # fmt: skip
@@ -414,9 +414,9 @@ def test_two_workers_stopped_by_sigterm_resume_on_three_through_launch(tmp_path)
         if first.poll() is None:
             first.kill()
     assert first.returncode == 128 + signal.SIGTERM, out[-3000:]
-    stopped = re.search(r"stopped at epoch (\d+), step (\d+)", out)
+    stopped = re.search(r"stopped in epoch (\d+) of \d+, after its step (\d+)", out)
     assert stopped, out[-3000:]  # the fault happened: the group stopped mid-run
-    epoch, step = int(stopped.group(1)), int(stopped.group(2))
+    epoch, step = int(stopped.group(1)) - 1, int(stopped.group(2))  # epochs count from 1
     before = _records(ids)
     second = subprocess.run(_launch(3, "--resume", "--run-dir", run), **pipes, timeout=600)
     out2 = second.stdout.decode(errors="replace")

@@ -65,6 +65,20 @@ def _bad_input(exc: BaseException) -> bool:
     return isinstance(exc, RunLockedError)
 
 
+def _runtime_failure(exc: BaseException) -> bool:
+    """A failure of the run's world rather than of tfdp's code.
+
+    TensorFlow's runtime errors (a file that does not decode, a peer that died,
+    a collective that timed out), OS errors, and tfdp's own run-time stops
+    (divergence, a checkpoint that cannot be written, a held run directory).
+    """
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(exc, tf.errors.OpError):
+        return True
+    ours = isinstance(exc, RuntimeError) and type(exc).__module__.startswith("tfdp.")
+    return ours or isinstance(exc, (OSError, TimeoutError))
+
+
 def _quiet_after_closed_pipe() -> int:
     """Point stdout at /dev/null, so that Python's final flush does not complain again."""
     try:
@@ -109,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if os.environ.get("TFDP_DEBUG"):
             raise
+        if _runtime_failure(exc):  # the data, a peer, the machine: not a bug of tfdp
+            print(f"tfdp: error: {user_message(exc)}", file=sys.stderr)
+            return 1
         print(
             f"tfdp: internal error: {user_message(exc)}. This is a bug in tfdp: please report "
             "it with the command you ran (TFDP_DEBUG=1 shows the traceback)",

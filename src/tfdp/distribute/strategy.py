@@ -97,6 +97,26 @@ def _slurm_options() -> dict[str, Any]:
     return options
 
 
+#: One MirroredStrategy per device set and process (see :func:`_local_mirrored`).
+_LOCAL: dict[tuple[str, ...] | None, tf.distribute.Strategy] = {}
+
+
+def _local_mirrored(devices: list[str] | None) -> tf.distribute.Strategy:
+    """The process's MirroredStrategy over ``devices`` (``None``: every GPU), made once.
+
+    Collective group and instance keys start at the same values in every
+    strategy object of a process, so the collectives of a second strategy over
+    the same devices (a second training in a notebook, a test after another)
+    meet the first's at the same keys with other shapes, and TensorFlow aborts
+    every collective of the process. One strategy per device set keeps the
+    keys increasing.
+    """
+    key = tuple(devices) if devices is not None else None
+    if key not in _LOCAL:
+        _LOCAL[key] = tf.distribute.MirroredStrategy(devices)
+    return _LOCAL[key]
+
+
 def make_strategy(
     kind: str = "auto",
     *,
@@ -200,10 +220,10 @@ def make_strategy(
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     if kind == "cpu":
-        return tf.distribute.MirroredStrategy(_configure_logical_cpus(cpu_replicas or 2))
+        return _local_mirrored(_configure_logical_cpus(cpu_replicas or 2))
     gpus = tf.config.list_physical_devices("GPU")
     if kind == "mirrored":
         if gpus:
-            return tf.distribute.MirroredStrategy()
-        return tf.distribute.MirroredStrategy(_configure_logical_cpus(cpu_replicas or 1))
+            return _local_mirrored(None)
+        return _local_mirrored(_configure_logical_cpus(cpu_replicas or 1))
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
