@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tfdp import indices as _ix
+from tfdp._util import check_int
 from tfdp.errors import StateError
 
 __all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "Sampler"]
@@ -46,16 +47,6 @@ __all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "
 _STATE_VERSION = 2
 _READS_VERSIONS = (1, 2)
 PermutationCallable = Callable[[int], Any]
-
-
-def _check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer{what}, got {value!r}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        rng = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {rng}{what}, got {value}")
-    return value
 
 
 def _is_positive_number(value: Any) -> bool:
@@ -101,12 +92,12 @@ class Sampler:
         seed: int = 0,
         permutation: PermutationCallable | None = None,
     ) -> None:
-        self.num_examples = _check_int("num_examples", num_examples, 1, _ix.MAX_EXAMPLES)
-        self.num_replicas = _check_int("num_replicas", num_replicas, 1)
-        self.rank = _check_int(
+        self.num_examples = check_int("num_examples", num_examples, 1, _ix.MAX_EXAMPLES)
+        self.num_replicas = check_int("num_replicas", num_replicas, 1)
+        self.rank = check_int(
             "rank", rank, 0, self.num_replicas - 1, f" (num_replicas={self.num_replicas})"
         )
-        self.seed = _check_int("seed", seed, 0, _ix.MAX_SEED, " (an unsigned 64-bit integer)")
+        self.seed = check_int("seed", seed, 0, _ix.MAX_SEED, " (an unsigned 64-bit integer)")
         if permutation is not None and not callable(permutation):
             raise ValueError(
                 "permutation must be None or a callable (epoch) -> permutation of "
@@ -251,7 +242,7 @@ class Sampler:
                 f"cannot follow a {plan._KIND} of another configuration: "
                 + ("; ".join(diffs) or f"kind {plan._KIND} vs {self._KIND}")
             )
-        _check_int("start", start, 0, plan.global_length, " (a global position of the plan)")
+        check_int("start", start, 0, plan.global_length, " (a global position of the plan)")
         self.set_epoch(plan.epoch)
         self._plan = plan.replace(rank=0)
         self._deal_start = int(start)
@@ -287,7 +278,7 @@ class Sampler:
             >>> s.epoch
             1
         """
-        epoch = _check_int("epoch", epoch, 0, 2**63 - 1)
+        epoch = check_int("epoch", epoch, 0, 2**63 - 1)
         if epoch != self.epoch:
             self._resume_position = 0
             self._yielded = 0
@@ -365,7 +356,7 @@ class Sampler:
         if position is None:
             position = self._yielded or self._resume_position
         limit = -(-(self._plan_list_length() - self._deal_start) // self.num_replicas)
-        position = _check_int("position", position, 0, max(len(self), limit))
+        position = check_int("position", position, 0, max(len(self), limit))
         plan = self._plan if self._plan is not None else self
         return {
             "sampler": self._KIND,
@@ -443,9 +434,9 @@ class Sampler:
             )
         saved_w = theirs.get("num_replicas")
         try:
-            saved_w = _check_int("state['config']['num_replicas']", saved_w, 1)
-            plan_w = _check_int("state['plan_replicas']", state.get("plan_replicas", saved_w), 1)
-            epoch = _check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
+            saved_w = check_int("state['config']['num_replicas']", saved_w, 1)
+            plan_w = check_int("state['plan_replicas']", state.get("plan_replicas", saved_w), 1)
+            epoch = check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
         except ValueError as e:
             raise StateError(str(e)) from None
         plan = self if plan_w == self.num_replicas else self.replace(num_replicas=plan_w, rank=0)
@@ -454,9 +445,9 @@ class Sampler:
             # Ranks of an uneven sampler (padding=None) differ in length by one: a position
             # saved by a longer rank at its end means "epoch done" for a shorter one.
             limit = -(-total // saved_w)
-            position = _check_int("state['position']", state["position"], 0, limit)
+            position = check_int("state['position']", state["position"], 0, limit)
             if "global_position" in state:
-                reached = _check_int("state['global_position']", state["global_position"], 0, total)
+                reached = check_int("state['global_position']", state["global_position"], 0, total)
             else:  # version 1: every rank at the same position of a list of saved_w ranks
                 reached = min(position * saved_w, total)
         except ValueError as e:
@@ -656,7 +647,7 @@ class RepeatAugSampler(Sampler):
         super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
         if not _is_positive_number(num_repeats) or num_repeats < 1:
             raise ValueError(f"num_repeats must be a finite number >= 1, got {num_repeats!r}")
-        self.selected_round = _check_int("selected_round", selected_round, 0)
+        self.selected_round = check_int("selected_round", selected_round, 0)
         if selected_ratio is not None and not _is_positive_number(selected_ratio):
             raise ValueError(
                 "selected_ratio must be None (num_replicas) or a number > 0, "
@@ -754,7 +745,7 @@ class DistributedEvalSampler(Sampler):
         permutation: PermutationCallable | None = None,
     ) -> None:
         super().__init__(num_examples, num_replicas, rank, permutation=permutation)
-        self.multiple_of = _check_int("multiple_of", multiple_of, 1)
+        self.multiple_of = check_int("multiple_of", multiple_of, 1)
         self._len = _ix.eval_num_samples(self.num_examples, self.num_replicas, self.multiple_of)
 
     def _config(self) -> dict[str, Any]:
