@@ -38,6 +38,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfdp._compat import backing_variable
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
@@ -314,7 +315,7 @@ class Trainer:
                 "strategy.scope(), or pass a factory"
             )
         for v in self.model.variables:
-            var = getattr(v, "value", v)
+            var = backing_variable(v)
             if not self.strategy.extended.variable_created_in_scope(var):
                 raise ValueError(
                     f"model variable {v.path if hasattr(v, 'path') else v.name} was created "
@@ -366,7 +367,7 @@ class Trainer:
                 **keras_trackables(self.model, self.optimizer),
                 # The epoch's training-metric accumulators: a resumed epoch's line covers it all.
                 metric_states=[
-                    getattr(v, "value", v)
+                    backing_variable(v)
                     for m in (self.train_loss, *self.train_metrics)
                     for v in m.variables
                 ],
