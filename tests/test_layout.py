@@ -56,3 +56,54 @@ def test_tfrecord_package_keeps_its_public_names():
         "stream",
         "writer",
     }
+
+
+def _imports() -> dict[str, set[str]]:
+    """``module -> the tfdp modules it imports`` (anywhere in it, type-checking blocks too)."""
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        parts = ["tfdp", *path.relative_to(SRC).with_suffix("").parts]
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = [f"{node.module}.{alias.name}" for alias in node.names]
+                targets = [s for s in subs if s in modules] or [node.module]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (a list of modules, the first repeated last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_cycle_finder_sees_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_in_src():
+    graph = _imports()
+    assert "tfdp.cli.launch" in graph["tfdp.launch.__main__"]  # the graph is really read
+    assert _cycle(graph) is None

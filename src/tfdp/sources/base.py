@@ -50,8 +50,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     import tensorflow as tf
 
-    from tfdp.augment import WindowRequest
-
 __all__ = [
     "AugmentationFn",
     "BatchSource",
@@ -63,6 +61,7 @@ __all__ = [
     "SkipReportingSource",
     "StreamingSource",
     "WeightedSource",
+    "WindowPlan",
     "WindowSource",
     "is_batched_augmentation",
 ]
@@ -131,6 +130,31 @@ class WeightedSource(RandomAccessSource, Protocol):
         ...
 
 
+class WindowPlan(Protocol):
+    """What a window source needs from the augmentation side for ``N`` entries.
+
+    The request :meth:`WindowSource.load_windows` and
+    :func:`tfdp.sources.windows.decode_windows` take.
+
+    :class:`tfdp.augment.WindowRequest` is one: ``windows(shapes [N, 2])``
+    plans every entry's window, ``finish(window, j)`` makes entry ``j``'s
+    output from its window's pixels, ``output_spec(window_spec)`` is that
+    output's spec.
+    """
+
+    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
+        """The windows ``[N, 4]`` ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
+        ...
+
+    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
+        """Entry ``j``'s output from its window's pixels."""
+        ...
+
+    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
+        """The spec of :meth:`finish`'s output."""
+        ...
+
+
 @runtime_checkable
 class WindowSource(Protocol):
     """A random-access source that can decode just the window each sample needs.
@@ -149,7 +173,7 @@ class WindowSource(Protocol):
         False
     """
 
-    def load_windows(self, indices: tf.Tensor, request: WindowRequest) -> tuple[Any, tf.Tensor]:
+    def load_windows(self, indices: tf.Tensor, request: WindowPlan) -> tuple[Any, tf.Tensor]:
         """Load the entries' windows (see the class docstring)."""
         ...
 

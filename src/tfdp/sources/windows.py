@@ -47,11 +47,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from tfdp.sources.base import WindowSource
+from tfdp.sources.base import WindowPlan, WindowSource
 
 __all__ = [
     "Decoded",
@@ -87,28 +87,6 @@ def complete_jpegs(data: tf.Tensor) -> tf.Tensor:
     magic = tf.strings.substr(data, tf.zeros_like(size), tf.fill(tf.shape(size), 3))
     tail = tf.strings.substr(data, tf.maximum(size - 2, 0), tf.fill(tf.shape(size), 2))
     return tf.equal(magic, _JPEG_MAGIC) & tf.equal(tail, _JPEG_EOI) & (size >= 4)
-
-
-class WindowPlan(Protocol):
-    """What :func:`decode_windows` needs from the augmentation side for ``N`` entries.
-
-    :class:`tfdp.augment.WindowRequest` is one: ``windows(shapes [N, 2])``
-    plans every entry's window, ``finish(window, j)`` makes entry ``j``'s
-    output from its window's pixels, ``output_spec(window_spec)`` is that
-    output's spec.
-    """
-
-    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
-        """The windows ``[N, 4]`` ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
-        ...
-
-    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
-        """Entry ``j``'s output from its window's pixels."""
-        ...
-
-    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
-        """The spec of :meth:`finish`'s output."""
-        ...
 
 
 class Decoded(NamedTuple):

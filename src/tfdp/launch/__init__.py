@@ -604,9 +604,3 @@ def launch(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-if __name__ == "__main__":  # pragma: no cover - ``python -m tfdp.launch``: the command line
-    from tfdp.cli.launch import main
-
-    sys.exit(main())
