@@ -302,8 +302,10 @@ def read_events(root: Path) -> dict[str, dict[str, dict[int, float]]]:
         for path in sorted(run_dir.glob("events.out.tfevents.*")):
             for event in tf.compat.v1.train.summary_iterator(str(path)):
                 for value in event.summary.value:
-                    number = float(tf.make_ndarray(value.tensor))
-                    tags.setdefault(value.tag, {})[int(event.step)] = number
+                    array = tf.make_ndarray(value.tensor)
+                    if array.dtype.kind in "OSU":  # Keras's model-config text summary
+                        continue
+                    tags.setdefault(value.tag, {})[int(event.step)] = float(array)
     return out
 
 
@@ -361,3 +363,98 @@ def test_fit_path_auto_verbosity_writes_no_escapes_when_redirected(mirrored_of, 
     out = capfd.readouterr().out
     assert "\x1b" not in out and "\r" not in out and "\b" not in out
     assert re.search(r"16/16 - .* - loss: \d\.\d{4} - val_loss: \d\.\d{4}", out)  # one plain line
+
+
+def test_fit_path_resumed_mid_epoch_is_one_training_for_callbacks(mirrored_of, tmp_path):
+    """A cut at step 21 (inside epoch 1): no on_epoch_end for the cut epoch; the resumed run
+    (two model.fit calls inside) sends on_train_begin / on_train_end once, every epoch end
+    with the exact val_*, and the CSV holds each epoch once."""
+    strategy = mirrored_of(2)
+    train, held_out = inputs(strategy)
+
+    def compiled() -> keras.Model:
+        with strategy.scope():
+            model = make_model()
+            model.compile(
+                keras.optimizers.SGD(0.2),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=[METRIC],
+            )
+        return model
+
+    csv_path = tmp_path / "log.csv"
+    cut_rec = Recorder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = fit(
+            compiled(),
+            train,
+            3,
+            eval_input=held_out,
+            run_dir=tmp_path / "run",
+            max_steps=21,
+            verbose=0,
+            callbacks=[cut_rec, early_stopping(), keras.callbacks.CSVLogger(csv_path)],
+        )
+    assert not [w for w in caught if "val_loss" in str(w.message)]
+    assert hist.epoch == [0]
+    kinds = [e[0] for e in cut_rec.events]
+    assert kinds.count("train_begin") == kinds.count("train_end") == 1
+    assert [e[1] for e in cut_rec.events if e[0] == "epoch_end"] == [0]  # not the cut epoch 1
+    assert kinds.count("batch_end") == 21
+
+    rec = Recorder()
+    tb = tmp_path / "tb"
+    csv_logger = keras.callbacks.CSVLogger(csv_path, append=True)
+    model = compiled()
+    hist = fit(
+        model,
+        train,
+        3,
+        eval_input=held_out,
+        run_dir=tmp_path / "run",
+        verbose=0,
+        callbacks=[rec, csv_logger, keras.callbacks.TensorBoard(tb)],
+    )
+    assert hist.epoch == [1, 2]
+    kinds = [e[0] for e in rec.events]
+    assert kinds[0] == "train_begin" and kinds[-1] == "train_end"
+    assert kinds.count("train_begin") == kinds.count("train_end") == 1
+    ends = [e for e in rec.events if e[0] == "epoch_end"]
+    assert [e[1] for e in ends] == [1, 2] and all("val_loss" in e[2] for e in ends)
+    assert len(rec.val_errors) == 2 and max(rec.val_errors) < 1e-5
+    assert kinds.count("batch_end") == 16 - 5 + 16
+    assert [int(r["epoch"]) for r in check_csv(csv_path, 3)] == [0, 1, 2]
+    events = read_events(tb)
+    assert sorted(events["validation"]["epoch_loss"]) == [1, 2]  # one writer for both calls
+    assert events["validation"]["epoch_loss"][2] == pytest.approx(hist.history["val_loss"][1])
+
+
+def test_keras_tensorboard_callback_with_the_trainer(mirrored_of, tmp_path):
+    """Keras's own TensorBoard callback on the Trainer: train / validation runs, epoch_* tags,
+    the exact val_loss as the validation run's epoch_loss."""
+    strategy = mirrored_of(2)
+    train, held_out = inputs(strategy)
+    trainer = Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[METRIC],
+        progress=False,
+        verbose=0,
+    )
+    tb = tmp_path / "tb"
+    hist = trainer.fit(
+        train, 2, eval_input=held_out, callbacks=[keras.callbacks.TensorBoard(tb, update_freq=4)]
+    )
+    events = read_events(tb)
+    assert set(events) == {"train", "validation"}
+    assert events["train"]["epoch_loss"] == pytest.approx(dict(enumerate(hist.history["loss"])))
+    assert events["validation"]["epoch_loss"] == pytest.approx(
+        dict(enumerate(hist.history["val_loss"]))
+    )
+    assert events["validation"][f"epoch_{METRIC}"][1] == pytest.approx(
+        hist.history[f"val_{METRIC}"][1]
+    )
+    assert "batch_loss" in events["train"]  # update_freq: per-step scalars from batch logs

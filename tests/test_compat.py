@@ -116,3 +116,23 @@ def test_no_private_reach_outside_compat_in_the_modules_it_serves():
         if private.search(line)
     ]
     assert found == []
+
+
+def test_attach_optimizer_is_read_by_callbacks_and_not_checkpointed(tmp_path):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.Adam(0.5)
+    optimizer.build(model.trainable_variables)
+    _compat.attach_optimizer(model, optimizer)
+    assert model.optimizer is optimizer
+    keys = [
+        k
+        for k, _ in tf.train.list_variables(
+            tf.train.Checkpoint(model=model).write(str(tmp_path / "c"))
+        )
+    ]
+    assert not [k for k in keys if "optimizer" in k]  # the model's checkpoint is unchanged
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert not loaded.compiled and getattr(loaded, "optimizer", None) is None
+    for a, b in zip(loaded.weights, model.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -18,6 +18,8 @@ checkpoint_value_key          ``<name>/.ATTRIBUTES/VARIABLE_VALUE``: a variable'
 seed_generator_states         Keras ``SeedGenerator`` state variables have ``seed_generator`` in
                               their ``path``, and are not saved with the model
 backing_variable              ``KerasVariable.value`` is the backing ``tf.Variable``
+attach_optimizer              an attribute set with ``object.__setattr__`` on a Keras model is
+                              not tracked (not in its checkpoints or saved weights)
 supports_no_merge_call        ``tf.__internal__.distribute.strategy_supports_no_merge_call()``
 call_outside_strategy         a strategy scope (its variable creator) is thread-local: a fresh
                               thread creates plain host variables
@@ -36,6 +38,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "CHECKED_VERSIONS",
+    "attach_optimizer",
     "backing_variable",
     "call_outside_strategy",
     "checkpoint_value_key",
@@ -90,6 +93,30 @@ def backing_variable(variable: Any) -> Any:
         True
     """
     return getattr(variable, "value", variable)
+
+
+def attach_optimizer(model: Any, optimizer: Any) -> None:
+    """Makes ``model.optimizer`` the optimizer a custom loop trains it with, untracked.
+
+    Keras callbacks (``TensorBoard``'s learning-rate scalar,
+    ``ReduceLROnPlateau``, ``LearningRateScheduler``) read ``model.optimizer``,
+    which only ``compile`` sets. Set as Keras would (``model.optimizer = ...``)
+    it would become a checkpoint dependency of the model and move the
+    optimizer's keys under ``model/optimizer/``; set with
+    ``object.__setattr__`` the model's checkpoints and saved files stay as they
+    are (tfdp checkpoints the optimizer beside the model).
+
+    Example:
+        >>> import tempfile, keras, tensorflow as tf
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> attach_optimizer(model, keras.optimizers.SGD(0.25))
+        >>> float(model.optimizer.learning_rate)
+        0.25
+        >>> path = tf.train.Checkpoint(model=model).write(tempfile.mkdtemp() + "/c")
+        >>> [key for key, _ in tf.train.list_variables(path) if "optimizer" in key]
+        []
+    """
+    object.__setattr__(model, "optimizer", optimizer)
 
 
 def seed_generator_states(model: Any) -> list[Any]:

@@ -75,6 +75,7 @@ class StateError(TfdpError):
         True
     """
 
+
 #: Longest message kept (a label list can run to thousands of characters).
 MAX_CHARS = 400
 

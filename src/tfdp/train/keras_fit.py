@@ -208,6 +208,82 @@ class _ExactValidation(keras.callbacks.Callback):
                 logs[f"val_{k}"] = v
 
 
+class _UserCallbacks(keras.callbacks.Callback):
+    """The user's callbacks, seen as one training across :func:`fit`'s ``model.fit`` calls.
+
+    A resumed run finishes the interrupted epoch in a first ``model.fit`` call and
+    trains the rest in a second: the user's callbacks get ``on_train_begin``
+    once (the first call's) and ``on_train_end`` once (sent by :meth:`end` after
+    the last call), as from one ``model.fit``. An epoch cut by ``max_steps`` is
+    not an epoch: its ``on_epoch_end`` (without ``val_*``; Keras sends it for a
+    stopped epoch) is not forwarded, as the Trainer does not send one, and the
+    history leaves it out. Every other hook is forwarded in order.
+    """
+
+    def __init__(self, callbacks: Sequence[keras.callbacks.Callback]) -> None:
+        super().__init__()
+        self.callbacks = list(callbacks)
+        self.begun = False
+        self.stopper: _StopAt | None = None
+
+    def set_model(self, model: keras.Model) -> None:
+        super().set_model(model)
+        for cb in self.callbacks:
+            cb.set_model(model)
+
+    def set_params(self, params: dict[str, Any]) -> None:
+        super().set_params(params)
+        for cb in self.callbacks:
+            cb.set_params(params)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if not self.begun:
+            self.begun = True
+            self._send("on_train_begin", logs)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        """Held back: :meth:`end` sends it once, after the last ``model.fit`` call."""
+
+    def end(self, logs: dict[str, float]) -> None:
+        """Sends ``on_train_end`` (with the last epoch's logs) if training began."""
+        if self.begun:
+            self._send("on_train_end", logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.stopper is None or not self.stopper.partial:
+            self._send("on_epoch_end", epoch, logs)
+
+    def _send(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(*args, **kwargs)
+
+
+def _forward(hook: str) -> Any:
+    def forward(self: _UserCallbacks, *args: Any, **kwargs: Any) -> None:
+        self._send(hook, *args, **kwargs)
+
+    forward.__name__ = hook
+    return forward
+
+
+for _hook in (
+    "on_epoch_begin",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_batch_begin",
+    "on_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_batch_begin",
+    "on_predict_batch_end",
+):
+    setattr(_UserCallbacks, _hook, _forward(_hook))
+
+
 def _compiled_metrics(model: keras.Model, train_input: DistributedInput) -> list[Any]:
     """The user's compiled metrics (built by running one batch through Keras's container)."""
     container = compiled_metrics_container(model)
@@ -252,6 +328,10 @@ def fit(
         callbacks: More Keras callbacks. They run after tfdp's own (the
             exact validation first), so ``EarlyStopping(monitor="val_loss")``,
             ``CSVLogger`` and ``TensorBoard`` see the ``val_*`` of every epoch.
+            They see one training: ``on_train_begin`` / ``on_train_end`` once
+            (also when a resumed run finishes its interrupted epoch in a first
+            ``model.fit`` call), and no ``on_epoch_end`` for an epoch cut by
+            ``max_steps``.
         verbose: Passed to ``model.fit`` (quiet on non-chief workers);
             ``"auto"`` is Keras's bar (1) when stdout is a terminal, else one
             plain line per epoch (2): no ANSI escapes in a redirected log.
@@ -312,7 +392,8 @@ def fit(
                 start, global_step = restored
                 train_input.resume_from(start.sampler, start.step)  # another world size's epoch
     epoch, step = start.epoch, start.step
-    cbs = list(callbacks or ())
+    users = _UserCallbacks(callbacks or ())
+    cbs: list[keras.callbacks.Callback] = [users]
     validation = None
     if eval_input is not None:
         evaluator = Evaluator(
@@ -330,6 +411,7 @@ def fit(
     def run(dataset: Any, first: int, last: int, steps_per_epoch: int) -> bool:
         nonlocal global_step, start
         stopper = _StopAt(global_step, max_steps, steps_per_epoch)
+        users.stopper = stopper
         if validation is not None:
             validation.stopper = stopper
         extra: list[keras.callbacks.Callback] = [guard, stopper]  # the guard before any save
@@ -378,6 +460,7 @@ def fit(
     finally:
         guard.uninstall()
         model.train_function = None
+    users.end({key: values[-1] for key, values in history.items() if values})
     result = keras.callbacks.History()
     result.set_model(model)
     result.history, result.epoch = history, epochs_done

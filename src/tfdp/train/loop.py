@@ -38,7 +38,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp._compat import backing_variable
+from tfdp._compat import attach_optimizer, backing_variable
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
@@ -286,6 +286,7 @@ class Trainer:
             self.optimizer = optimizer
             self._check_model_in_scope()
             self.optimizer.build(self.model.trainable_variables)
+            attach_optimizer(self.model, self.optimizer)  # what Keras callbacks read
             self.loss = per_example_loss(loss)
             self.train_loss = keras.metrics.Mean(name="loss")
             self.train_metrics = [
