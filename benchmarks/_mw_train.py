@@ -50,9 +50,12 @@ def _os_threads() -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--strategy", default="auto", choices=["auto", "one_device", "multi_worker"],
-                    help="tfdp.make_strategy kind (auto: MultiWorkerMirroredStrategy under "
-                    "TF_CONFIG)")
+    ap.add_argument(
+        "--strategy",
+        default="auto",
+        choices=["auto", "one_device", "multi_worker"],
+        help="tfdp.make_strategy kind (auto: MultiWorkerMirroredStrategy under TF_CONFIG)",
+    )
     ap.add_argument("--batch-size", type=int, default=32, help="examples per replica per step")
     ap.add_argument("--steps-per-call", type=int, default=8)
     ap.add_argument("--examples", type=int, default=131_072)
@@ -60,12 +63,16 @@ def main() -> int:
     ap.add_argument("--lead", type=int, default=16, help="untimed steps at the start of a round")
     ap.add_argument("--steps", type=int, default=512, help="timed optimizer steps per round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--collective-timeout", type=float, default=None,
-                    help="make_strategy(collective_timeout=...) in seconds (default: none). "
-                    "TensorFlow 2.21 starts one detached thread per collective op that has a "
-                    "timeout, which sleeps for the whole timeout: at hundreds of steps/s that "
-                    "is ~1,000 new threads a second, and tfdp's default of 600 s exhausts the "
-                    "pid space of this machine (32,768) in about 30 s")
+    ap.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=None,
+        help="make_strategy(collective_timeout=...) in seconds (default: none). "
+        "TensorFlow 2.21 starts one detached thread per collective op that has a "
+        "timeout, which sleeps for the whole timeout: at hundreds of steps/s that "
+        "is ~1,000 new threads a second, and tfdp's default of 600 s exhausts the "
+        "pid space of this machine (32,768) in about 30 s",
+    )
     args = ap.parse_args()
     spc = args.steps_per_call
     for name in ("warmup", "lead", "steps"):
@@ -92,16 +99,20 @@ def main() -> int:
     inp = DistributedInput(strategy, ArraySource((x, y)), batch_size=args.batch_size, seed=0)
     need = max(args.warmup, args.lead + args.steps)
     if need > inp.steps_per_epoch:
-        ap.error(f"{need} steps do not fit in one epoch of {inp.steps_per_epoch} steps: "
-                 "raise --examples or lower --steps/--warmup")
+        ap.error(
+            f"{need} steps do not fit in one epoch of {inp.steps_per_epoch} steps: "
+            "raise --examples or lower --steps/--warmup"
+        )
 
     def model() -> keras.Model:
         keras.utils.set_random_seed(0)
-        return keras.Sequential([
-            keras.Input((64,)),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10),
-        ])
+        return keras.Sequential(
+            [
+                keras.Input((64,)),
+                keras.layers.Dense(128, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
 
     trainer = Trainer(
         strategy,
@@ -132,8 +143,10 @@ def main() -> int:
         a = next(m for m in marks if m[2] == args.lead)
         b = marks[-1]
         if b[2] - a[2] != args.steps or trainer.state.epoch != 0:
-            raise RuntimeError(f"timed {b[2] - a[2]} steps in epoch {trainer.state.epoch}, "
-                               f"expected {args.steps} in epoch 0")
+            raise RuntimeError(
+                f"timed {b[2] - a[2]} steps in epoch {trainer.state.epoch}, "
+                f"expected {args.steps} in epoch 0"
+            )
         rates.append(args.steps * inp.global_batch_size / (b[0] - a[0]))
         cpu_ms.append(1e3 * (b[1] - a[1]) / args.steps)
 
@@ -162,9 +175,10 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.environ.get("TFDP_WORKER_INDEX", "0") == "0" and int(
-        os.environ.get("TFDP_NUM_WORKERS", "1")
-    ) > 1:
+    if (
+        os.environ.get("TFDP_WORKER_INDEX", "0") == "0"
+        and int(os.environ.get("TFDP_NUM_WORKERS", "1")) > 1
+    ):
         # Worker 0 hosts TensorFlow's coordination service: let the others leave first,
         # or they log heartbeat errors on their way out.
         time.sleep(0.5)

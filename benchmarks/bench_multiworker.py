@@ -82,15 +82,29 @@ PER_REPLICA = 32
 STEPS_PER_CALL = 8
 EXAMPLES = 131_072  # 2,048 steps per epoch at 2 workers x 32
 
-FULL = {"warmup": 64, "steps": 1024, "rounds": 5, "train_repeats": 2, "k_plain": 10, "k_tf": 4,
-        "two_workers": 1}
+FULL = {
+    "warmup": 64,
+    "steps": 1024,
+    "rounds": 5,
+    "train_repeats": 2,
+    "k_plain": 10,
+    "k_tf": 4,
+    "two_workers": 1,
+}
 # --quick runs everything in about 50 s on the 2-core machine when TensorFlow imports in 3-4 s.
 # When other processes load it more (TensorFlow then imports in 10-20 s), everything would take
 # about 110 s, so --quick has a time budget: the 2-worker training run and then the TensorFlow
 # launcher timing (the two parts after the baselines, 2 and 4 TensorFlow processes) run only
 # when their estimated cost fits in what is left of it, and the output names what was skipped.
-QUICK = {"warmup": 16, "steps": 128, "rounds": 2, "train_repeats": 1, "k_plain": 3, "k_tf": 1,
-         "two_workers": 1}
+QUICK = {
+    "warmup": 16,
+    "steps": 128,
+    "rounds": 2,
+    "train_repeats": 1,
+    "k_plain": 3,
+    "k_tf": 1,
+    "two_workers": 1,
+}
 QUICK_BUDGET_S = 55.0  # a little room for estimates that run over
 RESERVE_S = 4.0  # the plain launcher timing and the import context, which always run
 LEAD = 16
@@ -115,10 +129,13 @@ class Budget:
         if elapsed + cost + reserve <= self.seconds:
             return True
         self.skipped.append(name)
-        print(f"  SKIPPED {name}: {elapsed:.0f} s elapsed + about {cost:.0f} s estimated"
-              + (f" + {reserve:.0f} s reserved" if reserve else "")
-              + f" > the {self.seconds:.0f} s budget (the machine is slow or loaded now; "
-              "run without --quick, or with --budget 0, to measure it)", flush=True)
+        print(
+            f"  SKIPPED {name}: {elapsed:.0f} s elapsed + about {cost:.0f} s estimated"
+            + (f" + {reserve:.0f} s reserved" if reserve else "")
+            + f" > the {self.seconds:.0f} s budget (the machine is slow or loaded now; "
+            "run without --quick, or with --budget 0, to measure it)",
+            flush=True,
+        )
         return False
 
 
@@ -145,8 +162,12 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[int, str, float]:
     """Run ``argv`` to completion, output captured; (return code, output, wall seconds)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
@@ -175,10 +196,24 @@ class TrainConfig:
 
     def argv(self, mode: dict[str, int]) -> list[str]:
         worker = [
-            PY, str(TRAIN_SCRIPT), "--strategy", self.strategy,
-            "--batch-size", str(PER_REPLICA), "--steps-per-call", str(STEPS_PER_CALL),
-            "--examples", str(EXAMPLES), "--warmup", str(mode["warmup"]), "--lead", str(LEAD),
-            "--steps", str(mode["steps"]), "--rounds", str(mode["rounds"]),
+            PY,
+            str(TRAIN_SCRIPT),
+            "--strategy",
+            self.strategy,
+            "--batch-size",
+            str(PER_REPLICA),
+            "--steps-per-call",
+            str(STEPS_PER_CALL),
+            "--examples",
+            str(EXAMPLES),
+            "--warmup",
+            str(mode["warmup"]),
+            "--lead",
+            str(LEAD),
+            "--steps",
+            str(mode["steps"]),
+            "--rounds",
+            str(mode["rounds"]),
         ]
         if mode.get("collective_timeout") is not None and self.strategy != "one_device":
             worker += ["--collective-timeout", str(mode["collective_timeout"])]
@@ -222,10 +257,12 @@ def run_train(cfg: TrainConfig, mode: dict[str, int], env: dict[str, str]) -> No
     cfg.spread.append(max(gaps))
     cfg.walls.append(wall)
     rounds = " ".join(f"{r:,.0f}" for r in chief["rounds_samples_per_s"])
-    print(f"  {cfg.name:<10} run {len(cfg.results)}: samples/s per round {rounds}  "
-          f"(process wall {wall:.1f} s; import {chief['import_s']:.1f} s, strategy "
-          f"{chief['strategy_s']:.1f} s, set-up + warm-up {chief['setup_warmup_s']:.1f} s)",
-          flush=True)
+    print(
+        f"  {cfg.name:<10} run {len(cfg.results)}: samples/s per round {rounds}  "
+        f"(process wall {wall:.1f} s; import {chief['import_s']:.1f} s, strategy "
+        f"{chief['strategy_s']:.1f} s, set-up + warm-up {chief['setup_warmup_s']:.1f} s)",
+        flush=True,
+    )
 
 
 # --------------------------------------------------------------------------- (2) launcher
@@ -240,8 +277,10 @@ class LaunchCase:
 
 def _check_outputs(case: LaunchCase, how: str, codes: list[int], out: str) -> None:
     if any(codes) or out.count(case.marker) != 2:
-        raise RuntimeError(f"{case.name} ({how}): exit status {codes}, "
-                           f"{out.count(case.marker)} of 2 workers reported:\n{_tail(out)}")
+        raise RuntimeError(
+            f"{case.name} ({how}): exit status {codes}, "
+            f"{out.count(case.marker)} of 2 workers reported:\n{_tail(out)}"
+        )
 
 
 def time_launcher(case: LaunchCase, env: dict[str, str]) -> float:
@@ -256,8 +295,12 @@ def time_by_hand(case: LaunchCase, env: dict[str, str]) -> float:
     specs = plan(case.command, free_ports(2), env=env)
     procs = [
         subprocess.Popen(
-            spec.argv, env=spec.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
+            spec.argv,
+            env=spec.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for spec in specs
     ]
@@ -298,29 +341,48 @@ def _fmt(x: float, spec: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--quick", action="store_true",
-                    help=f"short runs: {QUICK['steps']} timed steps x {QUICK['rounds']} rounds, "
-                    f"one run per configuration, launcher timings best of "
-                    f"{QUICK['k_plain']} (plain) / {QUICK['k_tf']} (TF)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"short runs: {QUICK['steps']} timed steps x {QUICK['rounds']} rounds, "
+        f"one run per configuration, launcher timings best of "
+        f"{QUICK['k_plain']} (plain) / {QUICK['k_tf']} (TF)",
+    )
     ap.add_argument("--steps", type=int, default=None, help="timed optimizer steps per round")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds per training run")
-    ap.add_argument("--train-repeats", type=int, default=None,
-                    help="training runs (processes) per configuration, interleaved")
+    ap.add_argument(
+        "--train-repeats",
+        type=int,
+        default=None,
+        help="training runs (processes) per configuration, interleaved",
+    )
     ap.add_argument("--k-plain", type=int, default=None, help="repeats, plain launcher timing")
     ap.add_argument("--k-tf", type=int, default=None, help="repeats, TensorFlow launcher timing")
-    ap.add_argument("--skip-two-workers", action="store_true",
-                    help="skip the 2-worker training run (two TensorFlow processes)")
-    ap.add_argument("--collective-timeout", type=float, default=None, metavar="S",
-                    help="pass make_strategy(collective_timeout=S) to the training workers "
-                    "(default: none; see the note on threads in docs/benchmarks.md)")
+    ap.add_argument(
+        "--skip-two-workers",
+        action="store_true",
+        help="skip the 2-worker training run (two TensorFlow processes)",
+    )
+    ap.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="pass make_strategy(collective_timeout=S) to the training workers "
+        "(default: none; see the note on threads in docs/benchmarks.md)",
+    )
     ap.add_argument("--part", choices=["all", "train", "launch"], default="all")
-    ap.add_argument("--budget", type=float, default=None, metavar="S",
-                    help=f"skip the 2-worker training and then the TensorFlow launcher timing "
-                    f"when they would not finish within S seconds of the start (default: "
-                    f"{QUICK_BUDGET_S:g} with --quick, none otherwise; 0: none)")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"skip the 2-worker training and then the TensorFlow launcher timing "
+        f"when they would not finish within S seconds of the start (default: "
+        f"{QUICK_BUDGET_S:g} with --quick, none otherwise; 0: none)",
+    )
     args = ap.parse_args(argv)
-    budget_s = args.budget if args.budget is not None else (
-        QUICK_BUDGET_S if args.quick else None)
+    budget_s = args.budget if args.budget is not None else (QUICK_BUDGET_S if args.quick else None)
     budget = Budget(budget_s or None)
     mode = dict(QUICK if args.quick else FULL)
     for key in ("steps", "rounds", "train_repeats", "k_plain", "k_tf"):
@@ -337,21 +399,31 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 0
     wall0 = time.perf_counter()
 
-    print("bench_multiworker: tfdp Trainer samples/s at 1 and 2 local workers; "
-          "tfdp launch start-up overhead")
-    print(f"date {_dt.date.today()}  python {platform.python_version()}  "
-          f"tensorflow {_version('tensorflow', 'tensorflow-cpu')}  keras {_version('keras')}  "
-          f"tfdp {_version('tfdp')}")
+    print(
+        "bench_multiworker: tfdp Trainer samples/s at 1 and 2 local workers; "
+        "tfdp launch start-up overhead"
+    )
+    print(
+        f"date {_dt.date.today()}  python {platform.python_version()}  "
+        f"tensorflow {_version('tensorflow', 'tensorflow-cpu')}  keras {_version('keras')}  "
+        f"tfdp {_version('tfdp')}"
+    )
     print(f"machine {platform.machine()} {platform.system()}, os.cpu_count() = {cores}")
     load = os.getloadavg()
-    print(f"load average at start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
-          "(the machine may be shared with other processes)")
-    print(f"mode: {'--quick' if args.quick else 'full'}: {mode}, time budget "
-          f"{f'{budget.seconds:g} s' if budget.seconds else 'none'}")
+    print(
+        f"load average at start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
+        "(the machine may be shared with other processes)"
+    )
+    print(
+        f"mode: {'--quick' if args.quick else 'full'}: {mode}, time budget "
+        f"{f'{budget.seconds:g} s' if budget.seconds else 'none'}"
+    )
     if cores <= 2:
-        print(f"NOTE: this machine has {cores} cores. Two workers share them (and TensorFlow "
-              "gives each process a thread pool sized for the whole machine), so the 2-worker "
-              "figure measures the cost of communication and contention, not scaling.")
+        print(
+            f"NOTE: this machine has {cores} cores. Two workers share them (and TensorFlow "
+            "gives each process a thread pool sized for the whole machine), so the 2-worker "
+            "figure measures the cost of communication and contention, not scaling."
+        )
     print(flush=True)
 
     configs = [
@@ -364,10 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         print("NOTE: --skip-two-workers: no 2-worker training run")
     by_name = {c.name: c for c in configs}
     if args.part in ("all", "train"):
-        print(f"(1) training: MLP 64-128-10, {PER_REPLICA} examples per replica per step, "
-              f"Trainer(steps_per_call={STEPS_PER_CALL}), {EXAMPLES:,} in-memory examples; "
-              f"{mode['steps']} timed steps x {mode['rounds']} rounds per run after a "
-              f"{mode['warmup']}-step warm-up; {mode['train_repeats']} run(s) per configuration")
+        print(
+            f"(1) training: MLP 64-128-10, {PER_REPLICA} examples per replica per step, "
+            f"Trainer(steps_per_call={STEPS_PER_CALL}), {EXAMPLES:,} in-memory examples; "
+            f"{mode['steps']} timed steps x {mode['rounds']} rounds per run after a "
+            f"{mode['warmup']}-step warm-up; {mode['train_repeats']} run(s) per configuration"
+        )
         for cfg in configs:
             print(f"  {cfg.name:<10} $ {' '.join(cfg.argv(mode)).replace(PY, 'python')}")
         for _ in range(mode["train_repeats"]):
@@ -386,9 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(plain, mode["k_plain"]), (tfcase, mode["k_tf"])]
     import_launch = import_pass = float("nan")
     if args.part in ("all", "launch"):
-        print("(2) launcher start-up: 2 workers, start to exit of both; launcher "
-              "(python -m tfdp.launch --workers 2 -- CMD) vs by hand (subprocess.Popen, same "
-              "TF_CONFIGs and environment)")
+        print(
+            "(2) launcher start-up: 2 workers, start to exit of both; launcher "
+            "(python -m tfdp.launch --workers 2 -- CMD) vs by hand (subprocess.Popen, same "
+            "TF_CONFIGs and environment)"
+        )
         one_w = by_name["1 worker"].results
         for case, k in cases:
             if case is tfcase and one_w:
@@ -397,14 +473,19 @@ def main(argv: list[str] | None = None) -> int:
                 cost = k * 4.0 * one_w[-1]["import_s"]
                 if not budget.allows("TensorFlow launcher timing", cost):
                     continue
-            print(f"  {case.name:<5} CMD = {' '.join(case.command).replace(PY, 'python')}  "
-                  f"(best of {k})")
+            print(
+                f"  {case.name:<5} CMD = {' '.join(case.command).replace(PY, 'python')}  "
+                f"(best of {k})"
+            )
             for rep in range(k):
                 pair = [("launcher", time_launcher), ("by hand", time_by_hand)]
                 for how, fn in pair if rep % 2 == 0 else pair[::-1]:
                     (case.launcher if how == "launcher" else case.by_hand).append(fn(case, env))
-                print(f"    rep {rep + 1}: launcher {case.launcher[-1]:.3f} s, by hand "
-                      f"{case.by_hand[-1]:.3f} s", flush=True)
+                print(
+                    f"    rep {rep + 1}: launcher {case.launcher[-1]:.3f} s, by hand "
+                    f"{case.by_hand[-1]:.3f} s",
+                    flush=True,
+                )
         cases = [(c, k) for c, k in cases if c.launcher]
         k_ctx = max(3, mode["k_plain"])
         import_launch = best_of(k_ctx, [PY, "-c", "import tfdp.launch"], env)
@@ -417,66 +498,91 @@ def main(argv: list[str] | None = None) -> int:
         by[n].best if n in by else float("nan") for n in ("one_device", "1 worker", "2 workers")
     )
     if args.part in ("all", "train"):
-        print("training throughput (global samples/s: global batch x optimizer steps / wall s; "
-              "best and median over all timed rounds of worker 0)")
-        print(f"{'configuration':<13} {'launcher':<9} {'strategy':<28} {'replicas':>8} "
-              f"{'global batch':>12} {'best samples/s':>14} {'median':>8} {'steps/s':>8} "
-              f"{'ms/step':>8} {'CPU ms/step':>11} {'threads':>7} {'vs one_device':>13}")
+        print(
+            "training throughput (global samples/s: global batch x optimizer steps / wall s; "
+            "best and median over all timed rounds of worker 0)"
+        )
+        print(
+            f"{'configuration':<13} {'launcher':<9} {'strategy':<28} {'replicas':>8} "
+            f"{'global batch':>12} {'best samples/s':>14} {'median':>8} {'steps/s':>8} "
+            f"{'ms/step':>8} {'CPU ms/step':>11} {'threads':>7} {'vs one_device':>13}"
+        )
         for c in configs:
             res = c.results[0]
             steps_s = c.best / res["global_batch"]
             cpu = statistics.median(v for r in c.results for v in r["cpu_ms_per_step"])
             threads = max(r["os_threads"] for r in c.results)
-            print(f"{c.name:<13} {'no' if c.launcher_workers is None else 'yes':<9} "
-                  f"{res['strategy']:<28} {res['replicas']:>8} {res['global_batch']:>12} "
-                  f"{c.best:>14,.0f} {c.median:>8,.0f} {steps_s:>8,.0f} "
-                  f"{1e3 / steps_s:>8.2f} {cpu:>11.2f} {threads:>7,} {c.best / base:>12.2f}x")
+            print(
+                f"{c.name:<13} {'no' if c.launcher_workers is None else 'yes':<9} "
+                f"{res['strategy']:<28} {res['replicas']:>8} {res['global_batch']:>12} "
+                f"{c.best:>14,.0f} {c.median:>8,.0f} {steps_s:>8,.0f} "
+                f"{1e3 / steps_s:>8.2f} {cpu:>11.2f} {threads:>7,} {c.best / base:>12.2f}x"
+            )
         spread = max(s for c in configs for s in c.spread)
-        print("(steps/s and ms/step from the best round; CPU ms/step: worker 0's process CPU "
-              "time per step, all threads, median round; threads: worker 0's OS threads at the "
-              "end, most of any run; the workers' own rates differed by at most "
-              f"{100 * spread:.2f}%)")
+        print(
+            "(steps/s and ms/step from the best round; CPU ms/step: worker 0's process CPU "
+            "time per step, all threads, median round; threads: worker 0's OS threads at the "
+            "end, most of any run; the workers' own rates differed by at most "
+            f"{100 * spread:.2f}%)"
+        )
         timeout = mode["collective_timeout"]
-        print(f"multi-worker runs: make_strategy(collective_timeout={timeout}); "
-              + ("no per-collective timer threads" if timeout is None else
-                 f"TensorFlow starts one thread per collective op that sleeps {timeout:g} s"))
+        print(
+            f"multi-worker runs: make_strategy(collective_timeout={timeout}); "
+            + (
+                "no per-collective timer threads"
+                if timeout is None
+                else f"TensorFlow starts one thread per collective op that sleeps {timeout:g} s"
+            )
+        )
         if "2 workers" in by:
             t1 = 1e3 * PER_REPLICA / one
             t2 = 1e3 * 2 * PER_REPLICA / two
-            print(f"per optimizer step: 1 worker {t1:.2f} ms, 2 workers {t2:.2f} ms "
-                  f"(+{t2 - t1:.2f} ms: twice the examples, on the same {cores} cores, plus "
-                  "cross-worker all-reduces over gRPC: the gradients and the loss every step, "
-                  "the stop flag every call); per worker, 2 workers process "
-                  f"{two / 2:,.0f} samples/s each vs {one:,.0f} for 1 worker")
+            print(
+                f"per optimizer step: 1 worker {t1:.2f} ms, 2 workers {t2:.2f} ms "
+                f"(+{t2 - t1:.2f} ms: twice the examples, on the same {cores} cores, plus "
+                "cross-worker all-reduces over gRPC: the gradients and the loss every step, "
+                "the stop flag every call); per worker, 2 workers process "
+                f"{two / 2:,.0f} samples/s each vs {one:,.0f} for 1 worker"
+            )
         print()
 
     lt = {}
     if args.part in ("all", "launch"):
         print("launcher start-up overhead (2 workers, seconds from start to both exited)")
-        print(f"{'script':<7} {'k':>3} {'launcher best':>13} {'by hand best':>12} "
-              f"{'overhead s':>10} {'ratio':>7} {'launcher median':>15} {'by hand median':>14}")
+        print(
+            f"{'script':<7} {'k':>3} {'launcher best':>13} {'by hand best':>12} "
+            f"{'overhead s':>10} {'ratio':>7} {'launcher median':>15} {'by hand median':>14}"
+        )
         for case, k in cases:
             lb, hb = min(case.launcher), min(case.by_hand)
             lt[case.name] = (lb, hb)
-            print(f"{case.name:<7} {k:>3} {lb:>13.3f} {hb:>12.3f} {lb - hb:>+10.3f} "
-                  f"{lb / hb:>6.2f}x {statistics.median(case.launcher):>15.3f} "
-                  f"{statistics.median(case.by_hand):>14.3f}")
+            print(
+                f"{case.name:<7} {k:>3} {lb:>13.3f} {hb:>12.3f} {lb - hb:>+10.3f} "
+                f"{lb / hb:>6.2f}x {statistics.median(case.launcher):>15.3f} "
+                f"{statistics.median(case.by_hand):>14.3f}"
+            )
         for case, k in cases:
             diffs = [a - b for a, b in zip(case.launcher, case.by_hand, strict=True)]
             slower = sum(d > 0 for d in diffs)
-            print(f"  {case.name}: launcher minus by hand within each repeat: median "
-                  f"{statistics.median(diffs):+.3f} s, range {min(diffs):+.3f} .. "
-                  f"{max(diffs):+.3f} s; the launcher was slower in {slower} of {k}"
-                  + (" (one repeat: noise can swamp a TensorFlow start-up)" if k == 1 else ""))
-        print(f"context: python -c 'import tfdp.launch' {import_launch:.3f} s, python -c 'pass' "
-              f"{import_pass:.3f} s (best of {max(3, mode['k_plain'])}): the launcher's own "
-              f"interpreter start-up and imports, about {import_launch - import_pass:.3f} s "
-              "above a bare interpreter")
+            print(
+                f"  {case.name}: launcher minus by hand within each repeat: median "
+                f"{statistics.median(diffs):+.3f} s, range {min(diffs):+.3f} .. "
+                f"{max(diffs):+.3f} s; the launcher was slower in {slower} of {k}"
+                + (" (one repeat: noise can swamp a TensorFlow start-up)" if k == 1 else "")
+            )
+        print(
+            f"context: python -c 'import tfdp.launch' {import_launch:.3f} s, python -c 'pass' "
+            f"{import_pass:.3f} s (best of {max(3, mode['k_plain'])}): the launcher's own "
+            f"interpreter start-up and imports, about {import_launch - import_pass:.3f} s "
+            "above a bare interpreter"
+        )
         print()
 
     load = os.getloadavg()
-    print(f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-          f"wall time {time.perf_counter() - wall0:.0f} s")
+    print(
+        f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
+        f"wall time {time.perf_counter() - wall0:.0f} s"
+    )
     print()
 
     head: list[tuple[str, str]] = []
@@ -491,8 +597,15 @@ def main(argv: list[str] | None = None) -> int:
         ]
     for name in ("tf", "plain"):
         if name not in lt and args.part in ("all", "launch"):
-            head += [(f"{k}_{name}", "n/a") for k in (
-                "launcher_s", "by_hand_s", "launcher_overhead_s", "launcher_overhead_ratio")]
+            head += [
+                (f"{k}_{name}", "n/a")
+                for k in (
+                    "launcher_s",
+                    "by_hand_s",
+                    "launcher_overhead_s",
+                    "launcher_overhead_ratio",
+                )
+            ]
         if name in lt:
             lb, hb = lt[name]
             head += [

@@ -65,9 +65,14 @@ BYTES_PER_INDEX_LIMIT = 64.0
 
 
 # --------------------------------------------------------------------------- methods
-def deit_numpy(n: int, world: int, rank: int = RANK, epoch: int = EPOCH,
-               num_repeats: int = NUM_REPEATS, selected_round: int = SELECTED_ROUND
-               ) -> np.ndarray:
+def deit_numpy(
+    n: int,
+    world: int,
+    rank: int = RANK,
+    epoch: int = EPOCH,
+    num_repeats: int = NUM_REPEATS,
+    selected_round: int = SELECTED_ROUND,
+) -> np.ndarray:
     """DeiT's RASampler.__iter__ for one rank, full list, reasonably efficient NumPy.
 
     DeiT: ``indices = torch.randperm(N, generator=g)``, ``[ele for ele in indices
@@ -108,8 +113,9 @@ def torch_dist_numpy(n: int, world: int, rank: int = RANK, epoch: int = EPOCH) -
 
 def tfdp_sampler(n: int, world: int, rank: int = RANK, epoch: int = EPOCH) -> np.ndarray:
     """tfdp.RepeatAugSampler: construct, set_epoch, indices()."""
-    sampler = RepeatAugSampler(n, world, rank, num_repeats=NUM_REPEATS,
-                               selected_round=SELECTED_ROUND)
+    sampler = RepeatAugSampler(
+        n, world, rank, num_repeats=NUM_REPEATS, selected_round=SELECTED_ROUND
+    )
     sampler.set_epoch(epoch)
     return sampler.indices()
 
@@ -123,14 +129,20 @@ METHODS: dict[str, Callable[[int, int], np.ndarray]] = {
 
 def check_layout() -> None:
     """Given DeiT's own permutation, tfdp's sampler must reproduce deit_numpy exactly."""
-    for n, world, rounding in ((100_003, 8, 256), (100_003, 64, 256), (9_999, 7, 0),
-                               (5_000, 1024, 0)):
+    for n, world, rounding in (
+        (100_003, 8, 256),
+        (100_003, 64, 256),
+        (9_999, 7, 0),
+        (5_000, 1024, 0),
+    ):
+
         def perm(epoch: int, n: int = n) -> np.ndarray:
             return np.random.default_rng(epoch).permutation(n)
 
         for rank in (0, world - 1):
-            s = RepeatAugSampler(n, world, rank, num_repeats=NUM_REPEATS,
-                                 selected_round=rounding, permutation=perm)
+            s = RepeatAugSampler(
+                n, world, rank, num_repeats=NUM_REPEATS, selected_round=rounding, permutation=perm
+            )
             s.set_epoch(3)
             want = deit_numpy(n, world, rank, 3, NUM_REPEATS, rounding)
             if not np.array_equal(s.indices(), want):
@@ -165,8 +177,9 @@ def _reps_for(first_s: float, quick: bool) -> int:
     return max(1, extra // 2) if quick and extra else extra
 
 
-def measure(method: str, n: int, world: int, quick: bool, max_reps: int | None = None,
-            note: str = "") -> Result:
+def measure(
+    method: str, n: int, world: int, quick: bool, max_reps: int | None = None, note: str = ""
+) -> Result:
     fn = METHODS[method]
     gc.collect()
     t0 = time.perf_counter()
@@ -236,20 +249,27 @@ def _fmt_n(n: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="fewer repetitions, and the full-list baseline at N=20M instead of "
-                         "100M (tfdp still at 100M); under a minute on 2 cores")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer repetitions, and the full-list baseline at N=20M instead of "
+        "100M (tfdp still at 100M); under a minute on 2 cores",
+    )
     args = ap.parse_args(argv)
     quick = args.quick
     started = time.perf_counter()
 
-    print(f"bench_samplers.py{' --quick' if quick else ''}  "
-          f"{_dt.datetime.now().isoformat(timespec='seconds')}")
+    print(
+        f"bench_samplers.py{' --quick' if quick else ''}  "
+        f"{_dt.datetime.now().isoformat(timespec='seconds')}"
+    )
     for line in machine_info():
         print(line)
-    print(f"one rank's epoch: rank={RANK}, epoch={EPOCH}, R={NUM_REPEATS}, "
-          f"selected_round={SELECTED_ROUND}; time = best of k (tracemalloc off); "
-          "peak = tracemalloc peak of a separate call")
+    print(
+        f"one rank's epoch: rank={RANK}, epoch={EPOCH}, R={NUM_REPEATS}, "
+        f"selected_round={SELECTED_ROUND}; time = best of k (tracemalloc off); "
+        "peak = tracemalloc peak of a separate call"
+    )
     check_layout()
     print("layout check: tfdp.RepeatAugSampler(permutation=DeiT's) == deit_numpy: ok")
     print()
@@ -257,8 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, int, int], Result] = {}
     plan: list[tuple[str, int, int, int | None, str]] = []
     for w in WORLD_SIZES:
-        plan += [("tfdp", IMAGENET, w, None, ""), ("deit_numpy", IMAGENET, w, None, ""),
-                 ("torch_dist_numpy", IMAGENET, w, None, "context only")]
+        plan += [
+            ("tfdp", IMAGENET, w, None, ""),
+            ("deit_numpy", IMAGENET, w, None, ""),
+            ("torch_dist_numpy", IMAGENET, w, None, "context only"),
+        ]
     for w in WORLD_SIZES:
         plan.append(("tfdp", HUNDRED_M, w, None, ""))
         if quick:
@@ -274,22 +297,28 @@ def main(argv: list[str] | None = None) -> int:
     tfdp_sampler(10_000, 8)
     deit_numpy(10_000, 8)
 
-    hdr = (f"{'N':>20} {'W':>5} {'method':>17} {'indices':>11} {'best ms':>9} {'k':>3} "
-           f"{'peak MiB':>10} {'B/index':>8}  note")
+    hdr = (
+        f"{'N':>20} {'W':>5} {'method':>17} {'indices':>11} {'best ms':>9} {'k':>3} "
+        f"{'peak MiB':>10} {'B/index':>8}  note"
+    )
     print(hdr)
     print("-" * len(hdr))
     for method, n, w, max_reps, note in plan:
         r = measure(method, n, w, quick, max_reps, note)
         results[(method, n, w)] = r
-        print(f"{_fmt_n(n):>20} {w:>5} {method:>17} {r.length:>11,} {_fmt_ms(r.best_s):>9} "
-              f"{r.reps:>3} {r.peak_bytes / MIB:>10.2f} {r.peak_bytes / r.length:>8.1f}  {note}",
-              flush=True)
+        print(
+            f"{_fmt_n(n):>20} {w:>5} {method:>17} {r.length:>11,} {_fmt_ms(r.best_s):>9} "
+            f"{r.reps:>3} {r.peak_bytes / MIB:>10.2f} {r.peak_bytes / r.length:>8.1f}  {note}",
+            flush=True,
+        )
     print()
 
     # Side-by-side comparison and targets.
     print("tfdp vs deit_numpy (speedup = deit_numpy best / tfdp best, same run)")
-    hdr2 = (f"{'N':>20} {'W':>5} {'deit ms':>9} {'tfdp ms':>9} {'speedup':>9} "
-            f"{'deit MiB':>9} {'tfdp MiB':>9} {'tfdp B/idx':>10}  target")
+    hdr2 = (
+        f"{'N':>20} {'W':>5} {'deit ms':>9} {'tfdp ms':>9} {'speedup':>9} "
+        f"{'deit MiB':>9} {'tfdp MiB':>9} {'tfdp B/idx':>10}  target"
+    )
     print(hdr2)
     print("-" * len(hdr2))
     headline: list[tuple[str, str]] = []
@@ -310,35 +339,47 @@ def main(argv: list[str] | None = None) -> int:
                 ok = speedup >= target
                 if n == HUNDRED_M:
                     ok = ok and bpi <= BYTES_PER_INDEX_LIMIT
-                    status = (f">= {target:.0f}x and <= {BYTES_PER_INDEX_LIMIT:.0f} B/index: "
-                              f"{'PASS' if ok else 'FAIL'}")
+                    status = (
+                        f">= {target:.0f}x and <= {BYTES_PER_INDEX_LIMIT:.0f} B/index: "
+                        f"{'PASS' if ok else 'FAIL'}"
+                    )
                 else:
                     status = f">= {target:.0f}x: {'PASS' if ok else 'FAIL'}"
                 passed += ok
                 status += suffix
-            print(f"{_fmt_n(n):>20} {w:>5} {_fmt_ms(b.best_s):>9} {_fmt_ms(t.best_s):>9} "
-                  f"{speedup:>8.1f}x {b.peak_bytes / MIB:>9.1f} {t.peak_bytes / MIB:>9.2f} "
-                  f"{bpi:>10.1f}  {status}")
+            print(
+                f"{_fmt_n(n):>20} {w:>5} {_fmt_ms(b.best_s):>9} {_fmt_ms(t.best_s):>9} "
+                f"{speedup:>8.1f}x {b.peak_bytes / MIB:>9.1f} {t.peak_bytes / MIB:>9.2f} "
+                f"{bpi:>10.1f}  {status}"
+            )
             headline.append((f"baseline_ms_{label}_w{w}", f"{_fmt_ms(b.best_s)}{suffix}"))
             headline.append((f"speedup_{label}_w{w}", f"{speedup:.1f}x{suffix}"))
             if n == HUNDRED_M:
                 headline.append((f"tfdp_peak_mib_{label}_w{w}", f"{t.peak_bytes / MIB:.2f}"))
-                headline.append((f"baseline_peak_mib_{label}_w{w}",
-                                 f"{b.peak_bytes / MIB:.1f}{suffix}"))
+                headline.append(
+                    (f"baseline_peak_mib_{label}_w{w}", f"{b.peak_bytes / MIB:.1f}{suffix}")
+                )
     if quick:
-        print(f"--quick: the N=100M rows compare tfdp at N=100,000,000 with deit_numpy at "
-              f"N={QUICK_BASELINE_N:,} (a 5x shorter list), so those speedups are lower bounds; "
-              "run without --quick for like-for-like 100M figures.")
+        print(
+            f"--quick: the N=100M rows compare tfdp at N=100,000,000 with deit_numpy at "
+            f"N={QUICK_BASELINE_N:,} (a 5x shorter list), so those speedups are lower bounds; "
+            "run without --quick for like-for-like 100M figures."
+        )
         for w in WORLD_SIZES:
             t = results[("tfdp", QUICK_BASELINE_N, w)]
             b = results[("deit_numpy", QUICK_BASELINE_N, w)]
-            print(f"  like-for-like at N={QUICK_BASELINE_N:,}, W={w}: {b.best_s / t.best_s:.1f}x "
-                  f"({_fmt_ms(b.best_s)} ms vs {_fmt_ms(t.best_s)} ms; "
-                  f"{b.peak_bytes / MIB:.1f} MiB vs {t.peak_bytes / MIB:.2f} MiB)")
+            print(
+                f"  like-for-like at N={QUICK_BASELINE_N:,}, W={w}: {b.best_s / t.best_s:.1f}x "
+                f"({_fmt_ms(b.best_s)} ms vs {_fmt_ms(t.best_s)} ms; "
+                f"{b.peak_bytes / MIB:.1f} MiB vs {t.peak_bytes / MIB:.2f} MiB)"
+            )
     big = [results[("tfdp", HUNDRED_M, w)] for w in WORLD_SIZES]
-    print("memory proportional to N/W: tfdp bytes per index at N=100M, W=8/64/1024 = "
-          + " / ".join(f"{r.peak_bytes / r.length:.1f}" for r in big)
-          + "; peak MiB = " + " / ".join(f"{r.peak_bytes / MIB:.2f}" for r in big))
+    print(
+        "memory proportional to N/W: tfdp bytes per index at N=100M, W=8/64/1024 = "
+        + " / ".join(f"{r.peak_bytes / r.length:.1f}" for r in big)
+        + "; peak MiB = "
+        + " / ".join(f"{r.peak_bytes / MIB:.2f}" for r in big)
+    )
     for w in WORLD_SIZES:
         r = results[("torch_dist_numpy", IMAGENET, w)]
         headline.append((f"torch_dist_numpy_ms_imagenet_w{w}", _fmt_ms(r.best_s)))

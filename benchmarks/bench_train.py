@@ -80,9 +80,7 @@ import tensorflow as tf  # noqa: E402
 
 # 2 logical CPU devices, before any other TensorFlow work (hence the late imports below).
 _CPUS = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(
-    _CPUS[0], [tf.config.LogicalDeviceConfiguration()] * 2
-)
+tf.config.set_logical_device_configuration(_CPUS[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 import argparse  # noqa: E402
 import datetime as _dt  # noqa: E402
@@ -496,11 +494,17 @@ def _git_state() -> str:
     try:
         head = subprocess.run(
             ["git", "-C", src, "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True, timeout=10,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", src, "status", "--porcelain", "--", "."],
-            capture_output=True, text=True, check=True, timeout=10,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return src
@@ -574,20 +578,28 @@ def main(argv: list[str] | None = None) -> int:
     assert inp.global_batch_size == GLOBAL_BATCH and inp.steps_per_epoch == STEPS_PER_EPOCH
 
     print("bench_train: optimizer steps/s, MLP 64-128-10, global batch 64, finely interleaved")
-    print(f"date {_dt.date.today()}  python {platform.python_version()}  "
-          f"tensorflow {tf.__version__}  keras {keras.__version__}  tfdp {tfdp.__version__}  "
-          f"numpy {np.__version__}")
-    print(f"machine {platform.machine()} {platform.system()}, os.cpu_count() = {os.cpu_count()}; "
-          f"{type(strategy).__name__} over {devices} ({strategy.num_replicas_in_sync} replicas, "
-          f"{type(strategy.extended._cross_device_ops).__name__})")
+    print(
+        f"date {_dt.date.today()}  python {platform.python_version()}  "
+        f"tensorflow {tf.__version__}  keras {keras.__version__}  tfdp {tfdp.__version__}  "
+        f"numpy {np.__version__}"
+    )
+    print(
+        f"machine {platform.machine()} {platform.system()}, os.cpu_count() = {os.cpu_count()}; "
+        f"{type(strategy).__name__} over {devices} ({strategy.num_replicas_in_sync} replicas, "
+        f"{type(strategy.extended._cross_device_ops).__name__})"
+    )
     print(f"tfdp source: {_git_state()}")
     print(f"data {NUM_EXAMPLES:,} x {FEATURES} float32, int64 labels; {inp!r}")
-    print(f"timed: {rounds} rounds x {chunk}-step chunks per variant ({rounds * chunk:,} steps "
-          f"each), repeats of {repeat} rounds ({repeat * chunk:,} steps); "
-          f"{'--quick' if args.quick else 'full'} mode")
+    print(
+        f"timed: {rounds} rounds x {chunk}-step chunks per variant ({rounds * chunk:,} steps "
+        f"each), repeats of {repeat} rounds ({repeat * chunk:,} steps); "
+        f"{'--quick' if args.quick else 'full'} mode"
+    )
     load0 = os.getloadavg()
-    print(f"load average at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} "
-          "(the machine is shared with other processes)")
+    print(
+        f"load average at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} "
+        "(the machine is shared with other processes)"
+    )
     print(flush=True)
 
     t_build = time.perf_counter()
@@ -600,10 +612,16 @@ def main(argv: list[str] | None = None) -> int:
     for s in sessions:
         t = time.perf_counter()
         s.start()
-        print(f"  compile + {WARMUP_STEPS + LEAD_STEPS} steps {s.name:<26} "
-              f"{time.perf_counter() - t:5.1f} s", flush=True)
-    print(f"  model.fit jit_compile resolved to {fit_model.jit_compile}; "
-          f"set-up {time.perf_counter() - t_build:.1f} s", flush=True)
+        print(
+            f"  compile + {WARMUP_STEPS + LEAD_STEPS} steps {s.name:<26} "
+            f"{time.perf_counter() - t:5.1f} s",
+            flush=True,
+        )
+    print(
+        f"  model.fit jit_compile resolved to {fit_model.jit_compile}; "
+        f"set-up {time.perf_counter() - t_build:.1f} s",
+        flush=True,
+    )
 
     t_rounds = time.perf_counter()
     try:
@@ -617,8 +635,11 @@ def main(argv: list[str] | None = None) -> int:
                 if w.crossed:
                     s.crossed.append(w)
             if (r + 1) % repeat == 0:
-                print(f"  rounds {r + 2 - repeat}-{r + 1} done "
-                      f"({time.perf_counter() - t_rounds:.0f} s)", flush=True)
+                print(
+                    f"  rounds {r + 2 - repeat}-{r + 1} done "
+                    f"({time.perf_counter() - t_rounds:.0f} s)",
+                    flush=True,
+                )
     finally:
         for s in sessions:
             s.stop()
@@ -633,16 +654,22 @@ def main(argv: list[str] | None = None) -> int:
     def pr(a: str, b: str) -> float:
         return paired(by[a], by[b]) if a in by and b in by else float("nan")
 
-    print(f"{'variant':<26} {'input':<22} {'steps/call':>10} {'best steps/s':>12} "
-          f"{'median':>7} {'ms/step':>8} {'CPU ms/step':>11} {'vs hand_1':>10} "
-          f"{'vs model_fit':>12}")
+    print(
+        f"{'variant':<26} {'input':<22} {'steps/call':>10} {'best steps/s':>12} "
+        f"{'median':>7} {'ms/step':>8} {'CPU ms/step':>11} {'vs hand_1':>10} "
+        f"{'vs model_fit':>12}"
+    )
     for s in sessions:
         v = st[s.name]
-        print(f"{s.name:<26} {s.input_name:<22} {s.steps_per_call:>10} {v.best:>12,.0f} "
-              f"{v.median:>7,.0f} {1e3 / v.best:>8.3f} {v.cpu_ms:>11.3f} "
-              f"{pr(s.name, 'handwritten_1'):>9.2f}x {pr(s.name, 'model_fit'):>11.2f}x")
-    print("(best steps/s and ms/step: the best repeat; median: of the chunks; CPU: process CPU "
-          "time, all threads; vs: median of per-round ratios)")
+        print(
+            f"{s.name:<26} {s.input_name:<22} {s.steps_per_call:>10} {v.best:>12,.0f} "
+            f"{v.median:>7,.0f} {1e3 / v.best:>8.3f} {v.cpu_ms:>11.3f} "
+            f"{pr(s.name, 'handwritten_1'):>9.2f}x {pr(s.name, 'model_fit'):>11.2f}x"
+        )
+    print(
+        "(best steps/s and ms/step: the best repeat; median: of the chunks; CPU: process CPU "
+        "time, all threads; vs: median of per-round ratios)"
+    )
     print()
 
     checks = [
@@ -657,8 +684,10 @@ def main(argv: list[str] | None = None) -> int:
         verdict = _verdict(value, target)
         verdicts.append(verdict)
         flag = "" if _verdict(of_best, target) == verdict else "  [borderline: bests disagree]"
-        print(f"  {a + ' / ' + b:<40} {value:5.2f}x  ({of_best:.2f}x)  target >= {target}x -> "
-              f"{verdict}{flag}")
+        print(
+            f"  {a + ' / ' + b:<40} {value:5.2f}x  ({of_best:.2f}x)  target >= {target}x -> "
+            f"{verdict}{flag}"
+        )
     context = [
         ("trainer_1", "handwritten_1_tfdp_input", "same input: loop cost only"),
         ("trainer_16", "handwritten_16_tfdp_input", "same input: loop cost only"),
@@ -674,16 +703,22 @@ def main(argv: list[str] | None = None) -> int:
     print("context (median of per-round ratios; ratio of the best repeats in brackets):")
     for a, b, label in context:
         if a in by and b in by:
-            print(f"  {a + ' / ' + b:<52} {pr(a, b):5.2f}x  "
-                  f"({_ratio(best(a), best(b)):.2f}x)  {label}")
+            print(
+                f"  {a + ' / ' + b:<52} {pr(a, b):5.2f}x  "
+                f"({_ratio(best(a), best(b)):.2f}x)  {label}"
+            )
     for s in sessions:
         if s.crossed and not math.isnan(st[s.name].median):
             extra = [w.wall - w.steps / st[s.name].median for w in s.crossed]
-            print(f"  {s.name}: {len(extra)} chunk(s) held an epoch boundary; the boundary cost "
-                  f"{1e3 * statistics.median(extra):,.0f} ms (median excess over its median chunk)")
+            print(
+                f"  {s.name}: {len(extra)} chunk(s) held an epoch boundary; the boundary cost "
+                f"{1e3 * statistics.median(extra):,.0f} ms (median excess over its median chunk)"
+            )
     load = os.getloadavg()
-    print(f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; wall time "
-          f"{time.perf_counter() - _T_START:.0f} s ({import_s:.0f} s of it importing)")
+    print(
+        f"load average at end: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; wall time "
+        f"{time.perf_counter() - _T_START:.0f} s ({import_s:.0f} s of it importing)"
+    )
     print()
 
     head = [
@@ -698,10 +733,14 @@ def main(argv: list[str] | None = None) -> int:
         ("ratio_trainer1_vs_handwritten1", f"{pr('trainer_1', 'handwritten_1'):.2f}x"),
         ("ratio_trainer16_vs_handwritten1", f"{pr('trainer_16', 'handwritten_1'):.2f}x"),
         ("ratio_trainer16_vs_fit", f"{pr('trainer_16', 'model_fit'):.2f}x"),
-        ("ratio_trainer1_vs_handwritten1_tfdp_input",
-         f"{pr('trainer_1', 'handwritten_1_tfdp_input'):.2f}x"),
-        ("ratio_trainer16_vs_handwritten16_tfdp_input",
-         f"{pr('trainer_16', 'handwritten_16_tfdp_input'):.2f}x"),
+        (
+            "ratio_trainer1_vs_handwritten1_tfdp_input",
+            f"{pr('trainer_1', 'handwritten_1_tfdp_input'):.2f}x",
+        ),
+        (
+            "ratio_trainer16_vs_handwritten16_tfdp_input",
+            f"{pr('trainer_16', 'handwritten_16_tfdp_input'):.2f}x",
+        ),
         ("nonfinite_check_overhead_16", f"{pr('trainer_16_nocheck', 'trainer_16'):.2f}x"),
         ("nonfinite_check_overhead", f"{pr('trainer_1_nocheck', 'trainer_1'):.2f}x"),
         ("target_trainer1_vs_handwritten1", verdicts[0]),

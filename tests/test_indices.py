@@ -35,9 +35,30 @@ def _chi_square(counts: np.ndarray) -> float:
 
 BIJECTION_NS = [
     *range(1, 70),
-    127, 128, 129, 255, 256, 257, 1000, 1023, 1024, 1025,
-    4094, 4095, 4096, 4097, 4098, 4099,  # the switch from the table to the Feistel network
-    5000, 8191, 8192, 8193, 65535, 65536, 65537, 100_003,
+    127,
+    128,
+    129,
+    255,
+    256,
+    257,
+    1000,
+    1023,
+    1024,
+    1025,
+    4094,
+    4095,
+    4096,
+    4097,
+    4098,
+    4099,  # the switch from the table to the Feistel network
+    5000,
+    8191,
+    8192,
+    8193,
+    65535,
+    65536,
+    65537,
+    100_003,
 ]
 
 
@@ -71,9 +92,7 @@ LARGE_NS = [2**32 - 1, 2**32 + 1, 2**33, 2**40 + 7, 10**15 + 37, ix.MAX_EXAMPLES
 def test_keyed_permutation_large_n_at_sampled_positions(n):
     rng = np.random.default_rng(n % 2**32)
     pos = np.unique(
-        np.concatenate(
-            [rng.integers(0, n, size=20_000), np.array([0, 1, 2, n - 3, n - 2, n - 1])]
-        )
+        np.concatenate([rng.integers(0, n, size=20_000), np.array([0, 1, 2, n - 3, n - 2, n - 1])])
     )
     for seed, epoch in ((0, 0), (ix.MAX_SEED, 5)):
         perm = ix.KeyedPermutation(n, seed, epoch)
@@ -116,8 +135,6 @@ def test_keyed_permutation_depends_on_seed_and_epoch(n):
     assert len(set(outputs.values())) == len(keys)
     for key in keys:  # and is a pure function of (n, seed, epoch)
         assert ix.KeyedPermutation(n, *key)(pos).tobytes() == outputs[key]
-
-
 
 
 def test_keyed_permutation_repr():
@@ -178,9 +195,7 @@ def test_feistel_differentials_are_not_fixed(n):
 
 def test_permutation_is_roughly_uniform_over_seeds():
     n, seeds = 6000, 3000
-    first = np.array(
-        [int(ix.KeyedPermutation(n, s, 0)(np.array([0]))[0]) for s in range(seeds)]
-    )
+    first = np.array([int(ix.KeyedPermutation(n, s, 0)(np.array([0]))[0]) for s in range(seeds)])
     assert _chi_square(np.bincount(first * 10 // n, minlength=10)) < 60
 
 
@@ -345,7 +360,11 @@ def test_distributed_indices_by_hand():
     # wrapping more than once: 2 samples over 5 ranks -> [p0,p1,p0,p1,p0]
     perm2 = ix.array_permutation(np.array([1, 0]))
     assert [ix.distributed_indices(perm2, 2, 5, r).tolist() for r in range(5)] == [
-        [1], [0], [1], [0], [1]
+        [1],
+        [0],
+        [1],
+        [0],
+        [1],
     ]
     # random padding with a shortfall (3) >= n (2): extras perm[extra_ids]
     extra = np.array([1, 1, 0])
@@ -376,11 +395,13 @@ def test_repeat_aug_indices_by_hand():
     assert ix.repeat_aug_indices(perm3, 3, 2, 0, 1.5).tolist() == [2, 0, 1]
     assert ix.repeat_aug_indices(perm3, 3, 2, 1, 1.5).tolist() == [2, 1, 2]
     # R=3 over 4 ranks, n=1: [p,p,p] padded to 4 -> every rank gets p once
-    assert [ix.repeat_aug_indices(ix.identity_permutation, 1, 4, r, 3).tolist()
-            for r in range(4)] == [[0], [0], [0], [0]]
+    assert [
+        ix.repeat_aug_indices(ix.identity_permutation, 1, 4, r, 3).tolist() for r in range(4)
+    ] == [[0], [0], [0], [0]]
     # n=1, R=1, 5 ranks: padding wraps four times
-    assert [ix.repeat_aug_indices(ix.identity_permutation, 1, 5, r, 1).tolist()
-            for r in range(5)] == [[0]] * 5
+    assert [
+        ix.repeat_aug_indices(ix.identity_permutation, 1, 5, r, 1).tolist() for r in range(5)
+    ] == [[0]] * 5
     # the caller's stop bounds the result
     assert ix.repeat_aug_indices(PERM4, 4, 2, 1, 3, stop=2).tolist() == [3, 0]
 

@@ -40,6 +40,16 @@ def test_shared_helpers_have_one_home():
         assert "def _check_int" not in text and "def check_int" not in text, path
 
 
+def test_files_are_published_through_one_helper():
+    """Every write-then-rename goes through _util (replaced_atomically / write_text_atomic);
+    only the shard writer (several files published together) and directory publishing rename."""
+    allowed = {SRC / "_util.py": 1, SRC / "sources" / "tfrecord" / "writer.py": 1}
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text()
+        count = text.count("os.replace(")
+        assert count <= allowed.get(path, 0), (path, count)
+
+
 def test_tfrecord_package_keeps_its_public_names():
     import tfdp.sources.tfrecord as tfr
 

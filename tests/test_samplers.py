@@ -149,24 +149,36 @@ def _check_sampler_output(s, expected, rank, w):
 
 @settings(max_examples=300, deadline=None)
 @given(
-    n=sizes, w=replicas, data=st.data(), epoch=epochs, seed=seeds, drop_last=st.booleans(),
-    padding=st.sampled_from(PADDINGS), key=st.integers(0, 2**32 - 1), shuffle=st.booleans(),
+    n=sizes,
+    w=replicas,
+    data=st.data(),
+    epoch=epochs,
+    seed=seeds,
+    drop_last=st.booleans(),
+    padding=st.sampled_from(PADDINGS),
+    key=st.integers(0, 2**32 - 1),
+    shuffle=st.booleans(),
 )
-@example(n=3, w=64, data=None, epoch=5, seed=9, drop_last=False, padding="random", key=1,
-         shuffle=True).via("random extras, shortfall far above n")
-@example(n=1, w=64, data=None, epoch=0, seed=0, drop_last=False, padding="wrap", key=1,
-         shuffle=True).via("one sample wrapped 63 times")
-@example(n=5, w=10, data=None, epoch=1, seed=3, drop_last=False, padding="random", key=2,
-         shuffle=True).via("random padding, shortfall exactly n: extras, not the head")
-@example(n=4, w=7, data=None, epoch=1, seed=3, drop_last=False, padding="random", key=2,
-         shuffle=True).via("random padding, shortfall n - 1: the head")
+@example(
+    n=3, w=64, data=None, epoch=5, seed=9, drop_last=False, padding="random", key=1, shuffle=True
+).via("random extras, shortfall far above n")
+@example(
+    n=1, w=64, data=None, epoch=0, seed=0, drop_last=False, padding="wrap", key=1, shuffle=True
+).via("one sample wrapped 63 times")
+@example(
+    n=5, w=10, data=None, epoch=1, seed=3, drop_last=False, padding="random", key=2, shuffle=True
+).via("random padding, shortfall exactly n: extras, not the head")
+@example(
+    n=4, w=7, data=None, epoch=1, seed=3, drop_last=False, padding="random", key=2, shuffle=True
+).via("random padding, shortfall n - 1: the head")
 def test_distributed_sampler_matches_reference(
     n, w, data, epoch, seed, drop_last, padding, key, shuffle
 ):
     rank = data.draw(st.integers(0, w - 1)) if data is not None else w - 1
     recorder = RecordingPermutation(n, key) if shuffle else None
-    kwargs = dict(shuffle=shuffle, seed=seed, drop_last=drop_last, padding=padding,
-                  permutation=recorder)
+    kwargs = dict(
+        shuffle=shuffle, seed=seed, drop_last=drop_last, padding=padding, permutation=recorder
+    )
     if drop_last and n < w:  # tfdp refuses what torch silently turns into empty epochs
         with pytest.raises(ValueError, match="drop_last"):
             DistributedSampler(n, w, rank, **kwargs)
@@ -188,9 +200,15 @@ def test_distributed_sampler_matches_reference(
 
 @settings(max_examples=300, deadline=None)
 @given(
-    n=sizes, w=replicas, data=st.data(), epoch=epochs, seed=seeds,
-    repeats=st.sampled_from(REPEATS), selected_round=st.sampled_from(ROUNDS),
-    selected_ratio=st.sampled_from(RATIOS), key=st.integers(0, 2**32 - 1),
+    n=sizes,
+    w=replicas,
+    data=st.data(),
+    epoch=epochs,
+    seed=seeds,
+    repeats=st.sampled_from(REPEATS),
+    selected_round=st.sampled_from(ROUNDS),
+    selected_ratio=st.sampled_from(RATIOS),
+    key=st.integers(0, 2**32 - 1),
 )
 def test_repeat_aug_sampler_matches_reference(
     n, w, data, epoch, seed, repeats, selected_round, selected_ratio, key
@@ -199,8 +217,13 @@ def test_repeat_aug_sampler_matches_reference(
     recorder = RecordingPermutation(n, key)
     perm = make_perm(n, key, epoch).tolist()
     expected = ref_repeat_aug(perm, n, w, rank, repeats, selected_round, selected_ratio)
-    kwargs = dict(num_repeats=repeats, seed=seed, selected_round=selected_round,
-                  selected_ratio=selected_ratio, permutation=recorder)
+    kwargs = dict(
+        num_repeats=repeats,
+        seed=seed,
+        selected_round=selected_round,
+        selected_ratio=selected_ratio,
+        permutation=recorder,
+    )
     if not expected:  # DeiT's count rounds down to nothing: tfdp refuses, naming the fix
         with pytest.raises(ValueError, match="selected_round"):
             RepeatAugSampler(n, w, rank, **kwargs)
@@ -213,21 +236,35 @@ def test_repeat_aug_sampler_matches_reference(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    n=st.integers(1, 2000), w=replicas, data=st.data(),
+    n=st.integers(1, 2000),
+    w=replicas,
+    data=st.data(),
     repeats=st.floats(1, 6, allow_nan=False, allow_infinity=False),
 )
 def test_repeat_aug_sampler_arbitrary_float_repeats(n, w, data, repeats):
     rank = data.draw(st.integers(0, w - 1))
-    s = RepeatAugSampler(n, w, rank, num_repeats=repeats, selected_round=0, selected_ratio=0.01,
-                         permutation=lambda e: make_perm(n, 3, e))
+    s = RepeatAugSampler(
+        n,
+        w,
+        rank,
+        num_repeats=repeats,
+        selected_round=0,
+        selected_ratio=0.01,
+        permutation=lambda e: make_perm(n, 3, e),
+    )
     expected = ref_repeat_aug(make_perm(n, 3, 0).tolist(), n, w, rank, repeats, 0, 0.01)
     _check_sampler_output(s, expected, rank, w)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    n=sizes, w=replicas, data=st.data(), multiple_of=st.integers(1, 32),
-    epoch=st.integers(0, 100), key=st.integers(0, 2**32 - 1), shuffle=st.booleans(),
+    n=sizes,
+    w=replicas,
+    data=st.data(),
+    multiple_of=st.integers(1, 32),
+    epoch=st.integers(0, 100),
+    key=st.integers(0, 2**32 - 1),
+    shuffle=st.booleans(),
 )
 def test_eval_sampler_matches_reference(n, w, data, multiple_of, epoch, key, shuffle):
     rank = data.draw(st.integers(0, w - 1))
@@ -248,11 +285,18 @@ def test_eval_sampler_matches_reference(n, w, data, multiple_of, epoch, key, shu
 
 @settings(max_examples=100, deadline=None)
 @given(
-    n=sizes, w=replicas, data=st.data(), epoch=epochs, seed=seeds,
-    padding=st.sampled_from(PADDINGS), drop_last=st.booleans(), repeats=st.sampled_from(REPEATS),
+    n=sizes,
+    w=replicas,
+    data=st.data(),
+    epoch=epochs,
+    seed=seeds,
+    padding=st.sampled_from(PADDINGS),
+    drop_last=st.booleans(),
+    repeats=st.sampled_from(REPEATS),
 )
-def test_builtin_shuffle_is_the_keyed_permutation(n, w, data, epoch, seed, padding, drop_last,
-                                                  repeats):
+def test_builtin_shuffle_is_the_keyed_permutation(
+    n, w, data, epoch, seed, padding, drop_last, repeats
+):
     """Without permutation=, the samplers lay out KeyedPermutation(n, seed, epoch)."""
     rank = data.draw(st.integers(0, w - 1))
     perm = KeyedPermutation(n, seed, epoch)(np.arange(n)).tolist()
@@ -277,8 +321,9 @@ def test_unshuffled_samplers_follow_range_order():
     assert s.indices().tolist() == [3, 7, 1]
     s.set_epoch(9)  # epochs do not matter without shuffling
     assert s.indices().tolist() == [3, 7, 1]
-    ra = RepeatAugSampler(4, 2, 1, num_repeats=3, shuffle=False, selected_round=0,
-                          selected_ratio=0.5)
+    ra = RepeatAugSampler(
+        4, 2, 1, num_repeats=3, shuffle=False, selected_round=0, selected_ratio=0.5
+    )
     assert ra.indices().tolist() == [0, 1, 1, 2, 3, 3]
     ra = RepeatAugSampler(4, 2, 1, num_repeats=3, shuffle=False, selected_round=0)
     assert ra.indices().tolist() == [0, 1]
@@ -288,10 +333,15 @@ def test_unshuffled_samplers_follow_range_order():
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=sizes, w=replicas, epoch=epochs, seed=seeds, drop_last=st.booleans(),
-       padding=st.sampled_from(PADDINGS))
-def test_distributed_sampler_ranks_partition_the_padded_list(n, w, epoch, seed, drop_last,
-                                                             padding):
+@given(
+    n=sizes,
+    w=replicas,
+    epoch=epochs,
+    seed=seeds,
+    drop_last=st.booleans(),
+    padding=st.sampled_from(PADDINGS),
+)
+def test_distributed_sampler_ranks_partition_the_padded_list(n, w, epoch, seed, drop_last, padding):
     drop_last = drop_last and n >= w
     samplers = [
         DistributedSampler(n, w, r, seed=seed, drop_last=drop_last, padding=padding)
@@ -320,13 +370,26 @@ def test_distributed_sampler_ranks_partition_the_padded_list(n, w, epoch, seed, 
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(1, 3000), repeats=st.sampled_from([1, 2, 3, 4]), data=st.data(),
-       epoch=epochs, seed=seeds, emit_all=st.booleans())
+@given(
+    n=st.integers(1, 3000),
+    repeats=st.sampled_from([1, 2, 3, 4]),
+    data=st.data(),
+    epoch=epochs,
+    seed=seeds,
+    emit_all=st.booleans(),
+)
 def test_repeat_aug_copies_go_to_different_ranks(n, repeats, data, epoch, seed, emit_all):
     w = data.draw(st.integers(repeats, 64))
     samplers = [
-        RepeatAugSampler(n, w, r, num_repeats=repeats, seed=seed, selected_round=0,
-                         selected_ratio=w / repeats if emit_all else None)
+        RepeatAugSampler(
+            n,
+            w,
+            r,
+            num_repeats=repeats,
+            seed=seed,
+            selected_round=0,
+            selected_ratio=w / repeats if emit_all else None,
+        )
         for r in range(w)
     ]
     per_rank = len(samplers[0])
@@ -404,8 +467,12 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
 def _run_determinism_script(hash_seed):
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     proc = subprocess.run(
-        [PYTHON, "-c", _DETERMINISM_SCRIPT], capture_output=True, text=True, env=env,
-        check=False, timeout=300,
+        [PYTHON, "-c", _DETERMINISM_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
@@ -447,8 +514,9 @@ def test_indices_slice_equals_slice_of_indices(n, w, data, kind):
     if kind == "ds":
         s = DistributedSampler(n, w, rank, seed=5, padding=data.draw(st.sampled_from(PADDINGS)))
     elif kind == "ra":
-        s = RepeatAugSampler(n, w, rank, num_repeats=data.draw(st.sampled_from(REPEATS)),
-                             seed=5, selected_round=0)
+        s = RepeatAugSampler(
+            n, w, rank, num_repeats=data.draw(st.sampled_from(REPEATS)), seed=5, selected_round=0
+        )
     else:
         s = DistributedEvalSampler(n, w, rank, multiple_of=data.draw(st.integers(1, 8)))
     s.set_epoch(data.draw(st.integers(0, 50)))
@@ -511,16 +579,38 @@ def test_permutation_may_return_a_list():
 @pytest.mark.parametrize(
     ("sampler", "parts"),
     [
-        (DistributedSampler(10, 4, 3, seed=7),
-         ["DistributedSampler(", "num_examples=10", "rank=3", "num_replicas=4", "seed=7",
-          "padding='wrap'", "len=3"]),
-        (DistributedSampler(10, 4, 3, padding=None),
-         ["DistributedSampler(", "num_examples=10", "rank=3", "len=2"]),
-        (RepeatAugSampler(1000, 8, 1, num_repeats=1.5),
-         ["RepeatAugSampler(", "num_examples=1000", "rank=1", "num_replicas=8",
-          "num_repeats=1.5", "selected_round=256", "len=96"]),
-        (DistributedEvalSampler(5, 2, 1, multiple_of=4),
-         ["DistributedEvalSampler(", "num_examples=5", "rank=1", "multiple_of=4", "len=4"]),
+        (
+            DistributedSampler(10, 4, 3, seed=7),
+            [
+                "DistributedSampler(",
+                "num_examples=10",
+                "rank=3",
+                "num_replicas=4",
+                "seed=7",
+                "padding='wrap'",
+                "len=3",
+            ],
+        ),
+        (
+            DistributedSampler(10, 4, 3, padding=None),
+            ["DistributedSampler(", "num_examples=10", "rank=3", "len=2"],
+        ),
+        (
+            RepeatAugSampler(1000, 8, 1, num_repeats=1.5),
+            [
+                "RepeatAugSampler(",
+                "num_examples=1000",
+                "rank=1",
+                "num_replicas=8",
+                "num_repeats=1.5",
+                "selected_round=256",
+                "len=96",
+            ],
+        ),
+        (
+            DistributedEvalSampler(5, 2, 1, multiple_of=4),
+            ["DistributedEvalSampler(", "num_examples=5", "rank=1", "multiple_of=4", "len=4"],
+        ),
     ],
 )
 def test_repr_is_readable(sampler, parts):
@@ -622,43 +712,99 @@ def test_state_dict_explicit_position(kind):
             s.state_dict(position=bad)
 
 
-ALL_FIELDS = ["num_examples", "num_replicas", "seed", "permutation", "shuffle", "drop_last",
-              "padding", "num_repeats", "selected_round", "selected_ratio", "multiple_of"]
+ALL_FIELDS = [
+    "num_examples",
+    "num_replicas",
+    "seed",
+    "permutation",
+    "shuffle",
+    "drop_last",
+    "padding",
+    "num_repeats",
+    "selected_round",
+    "selected_ratio",
+    "multiple_of",
+]
 
 
 @pytest.mark.parametrize(
     ("saver", "loader", "field"),
     [
-        (lambda: DistributedSampler(1000, 4, 0), lambda: DistributedSampler(1001, 4, 0),
-         "num_examples"),
-        (lambda: DistributedSampler(1000, 4, 0), lambda: DistributedSampler(1000, 8, 0),
-         "num_replicas"),
-        (lambda: DistributedSampler(1000, 4, 0), lambda: DistributedSampler(1000, 4, 0, seed=1),
-         "seed"),
-        (lambda: DistributedSampler(1000, 4, 0),
-         lambda: DistributedSampler(1000, 4, 0, shuffle=False), "shuffle"),
-        (lambda: DistributedSampler(1000, 4, 0),
-         lambda: DistributedSampler(1000, 4, 0, drop_last=True), "drop_last"),
-        (lambda: DistributedSampler(1000, 4, 0),
-         lambda: DistributedSampler(1000, 4, 0, padding="random"), "padding"),
-        (lambda: DistributedSampler(N_API, 4, 0),
-         lambda: DistributedSampler(N_API, 4, 0, permutation=_perm_n_api), "permutation"),
-        (lambda: RepeatAugSampler(1000, 4, 0, num_repeats=3),
-         lambda: RepeatAugSampler(1000, 4, 0, num_repeats=2), "num_repeats"),
-        (lambda: RepeatAugSampler(1000, 4, 0, num_repeats=1.5),
-         lambda: RepeatAugSampler(1000, 4, 0, num_repeats=2.5), "num_repeats"),
-        (lambda: RepeatAugSampler(1000, 4, 0), lambda: RepeatAugSampler(1000, 4, 0, seed=9),
-         "seed"),
-        (lambda: RepeatAugSampler(1000, 4, 0),
-         lambda: RepeatAugSampler(1000, 4, 0, selected_round=0), "selected_round"),
-        (lambda: RepeatAugSampler(1000, 4, 0),
-         lambda: RepeatAugSampler(1000, 4, 0, selected_ratio=2), "selected_ratio"),
-        (lambda: RepeatAugSampler(1000, 4, 0), lambda: RepeatAugSampler(1024, 4, 0),
-         "num_examples"),
-        (lambda: DistributedEvalSampler(1000, 4, 0),
-         lambda: DistributedEvalSampler(1000, 4, 0, multiple_of=8), "multiple_of"),
-        (lambda: DistributedEvalSampler(1000, 4, 0), lambda: DistributedEvalSampler(999, 4, 0),
-         "num_examples"),
+        (
+            lambda: DistributedSampler(1000, 4, 0),
+            lambda: DistributedSampler(1001, 4, 0),
+            "num_examples",
+        ),
+        (
+            lambda: DistributedSampler(1000, 4, 0),
+            lambda: DistributedSampler(1000, 8, 0),
+            "num_replicas",
+        ),
+        (
+            lambda: DistributedSampler(1000, 4, 0),
+            lambda: DistributedSampler(1000, 4, 0, seed=1),
+            "seed",
+        ),
+        (
+            lambda: DistributedSampler(1000, 4, 0),
+            lambda: DistributedSampler(1000, 4, 0, shuffle=False),
+            "shuffle",
+        ),
+        (
+            lambda: DistributedSampler(1000, 4, 0),
+            lambda: DistributedSampler(1000, 4, 0, drop_last=True),
+            "drop_last",
+        ),
+        (
+            lambda: DistributedSampler(1000, 4, 0),
+            lambda: DistributedSampler(1000, 4, 0, padding="random"),
+            "padding",
+        ),
+        (
+            lambda: DistributedSampler(N_API, 4, 0),
+            lambda: DistributedSampler(N_API, 4, 0, permutation=_perm_n_api),
+            "permutation",
+        ),
+        (
+            lambda: RepeatAugSampler(1000, 4, 0, num_repeats=3),
+            lambda: RepeatAugSampler(1000, 4, 0, num_repeats=2),
+            "num_repeats",
+        ),
+        (
+            lambda: RepeatAugSampler(1000, 4, 0, num_repeats=1.5),
+            lambda: RepeatAugSampler(1000, 4, 0, num_repeats=2.5),
+            "num_repeats",
+        ),
+        (
+            lambda: RepeatAugSampler(1000, 4, 0),
+            lambda: RepeatAugSampler(1000, 4, 0, seed=9),
+            "seed",
+        ),
+        (
+            lambda: RepeatAugSampler(1000, 4, 0),
+            lambda: RepeatAugSampler(1000, 4, 0, selected_round=0),
+            "selected_round",
+        ),
+        (
+            lambda: RepeatAugSampler(1000, 4, 0),
+            lambda: RepeatAugSampler(1000, 4, 0, selected_ratio=2),
+            "selected_ratio",
+        ),
+        (
+            lambda: RepeatAugSampler(1000, 4, 0),
+            lambda: RepeatAugSampler(1024, 4, 0),
+            "num_examples",
+        ),
+        (
+            lambda: DistributedEvalSampler(1000, 4, 0),
+            lambda: DistributedEvalSampler(1000, 4, 0, multiple_of=8),
+            "multiple_of",
+        ),
+        (
+            lambda: DistributedEvalSampler(1000, 4, 0),
+            lambda: DistributedEvalSampler(999, 4, 0),
+            "num_examples",
+        ),
     ],
 )
 def test_state_from_another_configuration_is_refused(saver, loader, field):
@@ -679,12 +825,21 @@ def test_state_from_another_configuration_is_refused(saver, loader, field):
 @pytest.mark.parametrize(
     ("saver", "loader", "saved_kind"),
     [
-        (lambda: DistributedSampler(1000, 4, 0), lambda: RepeatAugSampler(1000, 4, 0),
-         "DistributedSampler"),
-        (lambda: RepeatAugSampler(1000, 4, 0), lambda: DistributedEvalSampler(1000, 4, 0),
-         "RepeatAugSampler"),
-        (lambda: DistributedEvalSampler(1000, 4, 0), lambda: DistributedSampler(1000, 4, 0),
-         "DistributedEvalSampler"),
+        (
+            lambda: DistributedSampler(1000, 4, 0),
+            lambda: RepeatAugSampler(1000, 4, 0),
+            "DistributedSampler",
+        ),
+        (
+            lambda: RepeatAugSampler(1000, 4, 0),
+            lambda: DistributedEvalSampler(1000, 4, 0),
+            "RepeatAugSampler",
+        ),
+        (
+            lambda: DistributedEvalSampler(1000, 4, 0),
+            lambda: DistributedSampler(1000, 4, 0),
+            "DistributedEvalSampler",
+        ),
     ],
 )
 def test_state_from_another_kind_of_sampler_is_refused(saver, loader, saved_kind):
@@ -728,24 +883,44 @@ def _ev(**kw):
 
 
 COMMON_BAD = [
-    ("num_examples", 0), ("num_examples", -5), ("num_examples", 2.5), ("num_examples", True),
-    ("num_examples", "100"), ("num_replicas", 0), ("num_replicas", -1), ("num_replicas", 4.0),
-    ("rank", -1), ("rank", 4), ("rank", 1.0), ("rank", None),
+    ("num_examples", 0),
+    ("num_examples", -5),
+    ("num_examples", 2.5),
+    ("num_examples", True),
+    ("num_examples", "100"),
+    ("num_replicas", 0),
+    ("num_replicas", -1),
+    ("num_replicas", 4.0),
+    ("rank", -1),
+    ("rank", 4),
+    ("rank", 1.0),
+    ("rank", None),
     ("permutation", [0, 1, 2]),
 ]
 SEED_BAD = [("seed", -1), ("seed", 2**64), ("seed", 1.5), ("seed", None)]
 BAD_INPUTS = [
     *[(ctor, name, value) for ctor in (_ds, _ra, _ev) for name, value in COMMON_BAD],
     *[(ctor, name, value) for ctor in (_ds, _ra) for name, value in SEED_BAD],
-    (_ds, "padding", "reflect"), (_ds, "padding", "WRAP"), (_ds, "padding", 0),
-    (_ra, "num_repeats", 0), (_ra, "num_repeats", 0.99), (_ra, "num_repeats", -2),
-    (_ra, "num_repeats", float("nan")), (_ra, "num_repeats", float("inf")),
-    (_ra, "num_repeats", "3"), (_ra, "num_repeats", None),
-    (_ra, "selected_round", -1), (_ra, "selected_round", 2.5),
-    (_ra, "selected_ratio", 0), (_ra, "selected_ratio", -2), (_ra, "selected_ratio", 0.0),
-    (_ra, "selected_ratio", float("nan")), (_ra, "selected_ratio", float("inf")),
+    (_ds, "padding", "reflect"),
+    (_ds, "padding", "WRAP"),
+    (_ds, "padding", 0),
+    (_ra, "num_repeats", 0),
+    (_ra, "num_repeats", 0.99),
+    (_ra, "num_repeats", -2),
+    (_ra, "num_repeats", float("nan")),
+    (_ra, "num_repeats", float("inf")),
+    (_ra, "num_repeats", "3"),
+    (_ra, "num_repeats", None),
+    (_ra, "selected_round", -1),
+    (_ra, "selected_round", 2.5),
+    (_ra, "selected_ratio", 0),
+    (_ra, "selected_ratio", -2),
+    (_ra, "selected_ratio", 0.0),
+    (_ra, "selected_ratio", float("nan")),
+    (_ra, "selected_ratio", float("inf")),
     (_ra, "selected_ratio", "2"),
-    (_ev, "multiple_of", 0), (_ev, "multiple_of", -8),
+    (_ev, "multiple_of", 0),
+    (_ev, "multiple_of", -8),
 ]
 
 
@@ -809,9 +984,7 @@ def test_importing_tfdp_does_not_import_tensorflow(tmp_path):
     # whether or not the real one is installed.
     for name in ("tensorflow", "keras"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(
-            f"raise RuntimeError('{name} was imported')\n"
-        )
+        (tmp_path / name / "__init__.py").write_text(f"raise RuntimeError('{name} was imported')\n")
     code = textwrap.dedent(
         """
         import sys
@@ -825,11 +998,15 @@ def test_importing_tfdp_does_not_import_tensorflow(tmp_path):
         print(loaded)
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )}
-    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env,
-                          check=False, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    proc = subprocess.run(
+        [PYTHON, "-c", code], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 

@@ -106,8 +106,9 @@ TIMM_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("n", "w", "repeats", "selected_round", "selected_ratio", "epoch"),
-                         TIMM_CASES)
+@pytest.mark.parametrize(
+    ("n", "w", "repeats", "selected_round", "selected_ratio", "epoch"), TIMM_CASES
+)
 def test_repeat_aug_sampler_equals_timm(n, w, repeats, selected_round, selected_ratio, epoch):
     timm_samplers = pytest.importorskip("timm.data.distributed_sampler")
 
@@ -118,8 +119,13 @@ def test_repeat_aug_sampler_equals_timm(n, w, repeats, selected_round, selected_
 
     for rank in range(w):
         ref = timm_samplers.RepeatAugSampler(
-            _Sized(n), num_replicas=w, rank=rank, shuffle=True, num_repeats=repeats,
-            selected_round=selected_round, selected_ratio=selected_ratio,
+            _Sized(n),
+            num_replicas=w,
+            rank=rank,
+            shuffle=True,
+            num_repeats=repeats,
+            selected_round=selected_round,
+            selected_ratio=selected_ratio,
         )
         ref.set_epoch(epoch)
         try:
@@ -127,8 +133,13 @@ def test_repeat_aug_sampler_equals_timm(n, w, repeats, selected_round, selected_
         except (TypeError, RuntimeError) as err:  # an older timm without fractional repeats
             pytest.skip(f"this timm does not support num_repeats={repeats}: {err}")
         ours = RepeatAugSampler(
-            n, w, rank, num_repeats=repeats, selected_round=selected_round,
-            selected_ratio=selected_ratio or None, permutation=timm_permutation,
+            n,
+            w,
+            rank,
+            num_repeats=repeats,
+            selected_round=selected_round,
+            selected_ratio=selected_ratio or None,
+            permutation=timm_permutation,
         )
         ours.set_epoch(epoch)
         assert len(ours) == len(ref)

@@ -14,13 +14,20 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from tfdp.errors import ConfigError
 
-__all__ = ["check_int", "deterministic_unsharded", "temp_name", "write_text_atomic"]
+__all__ = [
+    "check_int",
+    "deterministic_unsharded",
+    "replaced_atomically",
+    "temp_name",
+    "write_text_atomic",
+]
 
 
 def check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
@@ -56,6 +63,35 @@ def temp_name(path: str, token: str | None = None) -> str:
     return f"{path}.tmp-{token or uuid.uuid4().hex}"
 
 
+@contextlib.contextmanager
+def replaced_atomically(path: str | os.PathLike[str], suffix: str = "") -> Iterator[str]:
+    """A temporary sibling of ``path`` to write; on success it replaces ``path`` at once.
+
+    The body writes the file at the yielded name (any writer: ``model.save``,
+    ``np.savez``, a figure); when it returns, ``os.replace`` publishes it. A
+    crash leaves either the old file or the new one, never half of one; on
+    an error the temporary file is removed and ``path`` is untouched. The
+    temporary name is hidden (a leading dot) and ends with ``suffix`` for
+    writers that pick a format from the extension (``".keras"``).
+
+    Example:
+        >>> import tempfile
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.txt")
+        >>> with replaced_atomically(p) as tmp:
+        ...     _ = open(tmp, "w").write("new")
+        >>> open(p).read()
+        'new'
+    """
+    path = os.fspath(path)
+    tmp = temp_name(path) + suffix
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     r"""Write ``text`` to ``path`` atomically: a temporary file, fsync, then ``os.replace``.
 
@@ -68,18 +104,10 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         >>> write_text_atomic(p, "hello\n"); open(p).read()
         'hello\n'
     """
-    path = os.fspath(path)
-    tmp = temp_name(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    with replaced_atomically(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def deterministic_unsharded(ds: Any) -> Any:

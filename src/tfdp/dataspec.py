@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from tfdp._names import MANIFEST_SUFFIX
 from tfdp.errors import ConfigError, DataError
 
 __all__ = [
@@ -57,8 +58,6 @@ __all__ = [
     "resize_uint8",
 ]
 
-#: Manifest name ending (``tfdp.sources.tfrecord.MANIFEST_SUFFIX``, without importing TF).
-MANIFEST_SUFFIX = ".manifest.json"
 _IMAGE_KEYS = ("images", "x", "image")
 _LABEL_KEYS = ("labels", "y", "label")
 _CHANNEL_PROBES = 32  # image files decoded to guess a folder's channel count (and show sizes)

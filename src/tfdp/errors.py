@@ -38,15 +38,22 @@ class TfdpError(ValueError):
     """Input or state a user can fix; the message names the field and what would be valid.
 
     A ``ValueError`` (so ``except ValueError`` keeps working); a command line
-    maps exactly this family to "bad input".
+    maps exactly this family to "bad input". ``argument`` names the Python
+    argument the message starts with, so that a command line can say it in
+    its own words (``port_base`` -> ``--port-base``) while the library never
+    names a flag.
 
     Example:
         >>> try:
-        ...     raise ConfigError("batch_size must be an integer >= 1, got 0")
+        ...     raise ConfigError("batch_size must be >= 1, got 0", argument="batch_size")
         ... except TfdpError as exc:
-        ...     print(type(exc).__name__, isinstance(exc, ValueError), exc)
-        ConfigError True batch_size must be an integer >= 1, got 0
+        ...     print(type(exc).__name__, isinstance(exc, ValueError), exc.argument, "|", exc)
+        ConfigError True batch_size | batch_size must be >= 1, got 0
     """
+
+    def __init__(self, *args: object, argument: str | None = None) -> None:
+        super().__init__(*args)
+        self.argument = argument
 
 
 class ConfigError(TfdpError):

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import keras
 
+from tfdp.errors import ConfigError
+
 __all__ = ["IMAGENET_STEM_MIN_SIZE", "build_model", "load_factory", "resnet", "small_cnn"]
 
 
@@ -91,7 +93,7 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
     """Resolve ``"package.module:function"`` to the function (a model factory).
 
     Raises:
-        ValueError: naming the reference when the module or function is missing.
+        ConfigError: naming the reference when the module or function is missing.
 
     Example:
         >>> load_factory("tfdp.models:small_cnn").__name__
@@ -99,14 +101,20 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
     """
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--model {ref!r}: expected 'cnn', 'resnet' or 'module:function'")
+        raise ConfigError(
+            f"model {ref!r}: expected 'cnn', 'resnet' or 'module:function'", argument="model"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"--model {ref!r}: cannot import module {module_name!r} ({exc})") from None
+        raise ConfigError(
+            f"model {ref!r}: cannot import module {module_name!r} ({exc})", argument="model"
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"--model {ref!r}: module {module_name!r} has no function {attr!r}")
+        raise ConfigError(
+            f"model {ref!r}: module {module_name!r} has no function {attr!r}", argument="model"
+        )
     return fn
 
 
@@ -123,5 +131,7 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int) -> kera
         return resnet(input_shape, num_classes)
     model = load_factory(name)(tuple(input_shape), num_classes)
     if not isinstance(model, keras.Model):
-        raise ValueError(f"--model {name!r} returned {type(model).__name__}, not a keras.Model")
+        raise ConfigError(
+            f"model {name!r} returned {type(model).__name__}, not a keras.Model", argument="model"
+        )
     return model

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from tfdp.cli import data, evaluate, launch, plot, sampler, train
-from tfdp.cli.args import MissingExtraError, Parser, quiet_tf
+from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
 from tfdp.errors import TfdpError, user_message
 
 __all__ = ["BAD_INPUT", "build_parser", "main"]
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         if _bad_input(exc):
-            print(f"tfdp: error: {exc}", file=sys.stderr)
+            print(f"tfdp: error: {in_flags(exc)}", file=sys.stderr)
             return 2
         if os.environ.get("TFDP_DEBUG"):
             raise

@@ -39,12 +39,12 @@ import json
 import math
 import os
 import shutil
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from tfdp._util import replaced_atomically, temp_name, write_text_atomic
 from tfdp.cli.progress import Progress
 from tfdp.dataspec import (
     MANIFEST_SUFFIX,
@@ -160,7 +160,7 @@ def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
 def _temp_sibling(dst: str) -> str:
     parent = os.path.dirname(os.path.abspath(dst))
     os.makedirs(parent, exist_ok=True)
-    return os.path.join(parent, f".{os.path.basename(os.path.abspath(dst))}.tmp-{uuid.uuid4().hex}")
+    return os.path.join(parent, temp_name("." + os.path.basename(os.path.abspath(dst))))
 
 
 def _publish_dir(tmp: str, dst: str) -> None:
@@ -273,14 +273,9 @@ def _write_npz(
     }
     if data.classes:
         arrays["classes"] = np.asarray(data.classes, dtype=np.str_)
-    tmp = _temp_sibling(dst)
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    with replaced_atomically(dst) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
     return len(labels), []
 
 
@@ -339,10 +334,7 @@ def _add_classes_to_manifest(path: str, data: OpenedData, labels: Any) -> None:
     manifest["classes"] = list(data.classes) if data.classes else None
     manifest["num_classes"] = k
     manifest["label_counts"] = np.bincount(np.asarray(labels), minlength=k).tolist()
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(manifest, indent=1) + "\n")
 
 
 def convert_data(

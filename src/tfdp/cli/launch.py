@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tfdp.cli.args import Parser, int_at_least, port, seconds
+from tfdp.cli.args import Parser, in_flags, int_at_least, port, seconds
 from tfdp.launch import DEFAULT_GRACE_SECONDS, PROG, LaunchError, launch
 
 __all__ = ["add_arguments", "add_parser", "main", "run"]
@@ -116,6 +116,14 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.worker_command)
     if command[:1] == ["--"]:
         command = command[1:]
+    if not command:
+        print(
+            f"{PROG}: error: no command to run: give the command after --, "
+            f"e.g. {PROG} --workers 2 -- python train.py",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
     try:
         return launch(
             command,
@@ -126,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             grace_seconds=args.grace_seconds,
         )
     except LaunchError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        print(f"{PROG}: error: {in_flags(exc)}", file=sys.stderr, flush=True)
         cause = exc.__cause__
         if isinstance(cause, FileNotFoundError):
             return 127

@@ -18,9 +18,9 @@ import argparse
 import json
 import math
 import os
-import uuid
 from typing import Any
 
+from tfdp._util import replaced_atomically
 from tfdp.cli.args import import_extra
 from tfdp.errors import ConfigError, DataError
 
@@ -230,13 +230,8 @@ def plot_metrics(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | 
         ax.legend(fontsize=8)
     fig.suptitle(os.path.basename(os.path.normpath(os.path.abspath(run))))
     fig.tight_layout()
-    tmp = os.path.join(folder, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex}")
-    try:
+    with replaced_atomically(target) as tmp:
         fig.savefig(tmp, format=fmt, dpi=PLOT_DPI)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return target
 
 

@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from tfdp.errors import ConfigError
+
 __all__ = [
     "LaunchError",
     "WorkerSpec",
@@ -56,14 +58,17 @@ _KILL_WAIT_SECONDS = 30.0
 _DRAIN_SECONDS = 5.0
 
 
-class LaunchError(ValueError):
+class LaunchError(ConfigError):
     """A launch that cannot start: bad arguments, ports, or command.
 
+    ``argument`` names the argument of :func:`launch` / :func:`plan` at fault.
+
     Example:
-        >>> plan([], [2222], env={})
-        Traceback (most recent call last):
-        ...
-        tfdp.launch.LaunchError: no command to run: give the command after --, e.g. tfdp launch --workers 2 -- python train.py
+        >>> try:
+        ...     ports_from_base(65535, 2)
+        ... except LaunchError as exc:
+        ...     print(exc.argument, "|", exc)
+        port_base | port_base 65535 with 2 workers needs ports up to 65536, past 65535: use a lower base port
     """  # noqa: E501
 
 
@@ -96,12 +101,12 @@ def _address(host: str, port: int) -> str:
 
 def _check_host(host: str) -> None:
     if not host or any(c.isspace() for c in host):
-        raise LaunchError(f"bad --host {host!r}: expected a host name or IP address")
+        raise LaunchError(f"host {host!r}: expected a host name or IP address", argument="host")
 
 
 def _check_workers(workers: int) -> None:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise LaunchError(f"need at least 1 worker, got --workers {workers!r}")
+        raise LaunchError(f"workers must be an integer >= 1, got {workers!r}", argument="workers")
 
 
 def _torchrun_env(index: int, workers: int, host: str, chief_port: int) -> dict[str, str]:
@@ -166,8 +171,9 @@ def plan(
     argv = [str(a) for a in command]
     if not argv:
         raise LaunchError(
-            "no command to run: give the command after --, "
-            "e.g. tfdp launch --workers 2 -- python train.py"
+            "command is empty: give the program each worker runs and its arguments, "
+            "e.g. [sys.executable, 'train.py']",
+            argument="command",
         )
     ports = list(ports)
     _check_workers(len(ports))
@@ -217,12 +223,15 @@ def ports_from_base(port_base: int, workers: int) -> list[int]:
     """
     _check_workers(workers)
     if isinstance(port_base, bool) or not isinstance(port_base, int) or port_base < 1:
-        raise LaunchError(f"--port-base must be an integer in 1..65535, got {port_base!r}")
+        raise LaunchError(
+            f"port_base must be an integer in 1..65535, got {port_base!r}", argument="port_base"
+        )
     last = port_base + workers - 1
     if last > 65535:
         raise LaunchError(
-            f"--port-base {port_base} with {workers} workers needs ports up to {last}, "
-            "past 65535: use a lower --port-base"
+            f"port_base {port_base} with {workers} workers needs ports up to {last}, "
+            "past 65535: use a lower base port",
+            argument="port_base",
         )
     return list(range(port_base, last + 1))
 
@@ -258,7 +267,7 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             bare, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except OSError as exc:
-        raise LaunchError(f"cannot resolve --host {host!r}: {exc}") from None
+        raise LaunchError(f"host {host!r} cannot be resolved: {exc}", argument="host") from None
     socks: list[socket.socket] = []
     try:
         for _ in range(n):
@@ -267,7 +276,7 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.bind(address)
         return [s.getsockname()[1] for s in socks]
     except OSError as exc:
-        raise LaunchError(f"cannot bind a port on --host {host!r}: {exc}") from None
+        raise LaunchError(f"host {host!r}: cannot bind a port: {exc}", argument="host") from None
     finally:
         for s in socks:
             s.close()
@@ -559,9 +568,13 @@ def launch(
     command = list(command)
     _check_workers(workers)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise LaunchError(f"--max-restarts must be an integer >= 0, got {max_restarts!r}")
+        raise LaunchError(
+            f"max_restarts must be an integer >= 0, got {max_restarts!r}", argument="max_restarts"
+        )
     if not grace_seconds >= 0:
-        raise LaunchError(f"--grace-seconds must be >= 0, got {grace_seconds!r}")
+        raise LaunchError(
+            f"grace_seconds must be >= 0, got {grace_seconds!r}", argument="grace_seconds"
+        )
     base_env = dict(os.environ if env is None else env)
     fixed = None if port_base is None else ports_from_base(port_base, workers)
     plan(command, fixed or list(range(1, workers + 1)), host=host, env={})  # validate early

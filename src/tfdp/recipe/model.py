@@ -16,10 +16,10 @@ Example:
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from typing import Any
 
+from tfdp._util import replaced_atomically
 from tfdp.recipe.config import TrainConfig
 
 __all__ = [
@@ -96,13 +96,8 @@ def save_model(model: Any, run_dir: str | os.PathLike[str]) -> str:
         (None, 1)
     """
     target = os.path.join(os.fspath(run_dir), MODEL_FILE)
-    tmp = os.path.join(os.fspath(run_dir), f".model.tmp-{uuid.uuid4().hex}.keras")
-    try:
+    with replaced_atomically(target, suffix=".keras") as tmp:  # Keras wants the extension
         model.save(tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return target
 
 

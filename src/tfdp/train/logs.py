@@ -42,11 +42,12 @@ import logging
 import os
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from typing import IO, Any
 
 import numpy as np
+
+from tfdp._util import write_text_atomic
 
 __all__ = ["TrainLogs", "is_terminal"]
 
@@ -286,12 +287,7 @@ class TrainLogs:
             len(lines) - len(kept),
             global_step,
         )
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "w") as f:
-            f.write("".join(line + "\n" for line in kept))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, "".join(line + "\n" for line in kept))
 
     # -- sample ids ----------------------------------------------------------------------
     def write_ids(self, ids: Any, epoch: int, first_step: int, world: int) -> None:

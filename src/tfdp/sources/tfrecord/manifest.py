@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp._names import MANIFEST_SUFFIX
 from tfdp.errors import DataError
 
 __all__ = [
@@ -31,10 +32,6 @@ __all__ = [
     "read_manifest",
     "resolve_files",
 ]
-
-
-#: The manifest of ``write_tfrecords(..., prefix=p)`` is ``<out_dir>/<p>.manifest.json``.
-MANIFEST_SUFFIX = ".manifest.json"
 
 
 FORMAT = "tfdp.tfrecord"

@@ -1,0 +1,17 @@
+"""The on-disk names tfdp's writers and readers agree on, free of TensorFlow.
+
+This module owns file-name conventions that both the TensorFlow-free data-spec
+layer (:mod:`tfdp.dataspec`) and the TFRecord writer/reader
+(:mod:`tfdp.sources.tfrecord`) must share, so neither copies them.
+
+Example:
+    >>> "train" + MANIFEST_SUFFIX
+    'train.manifest.json'
+"""
+
+from __future__ import annotations
+
+__all__ = ["MANIFEST_SUFFIX"]
+
+#: The manifest of ``write_tfrecords(..., prefix=p)`` is ``<out_dir>/<p>.manifest.json``.
+MANIFEST_SUFFIX = ".manifest.json"
