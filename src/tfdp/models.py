@@ -1,7 +1,9 @@
 """Built-in models for the ``tfdp train`` command, and loading a user's model factory.
 
 This module owns the small CNN (digits-sized inputs), a ResNet-style network,
-and resolving ``module:function`` references to a model factory.
+and model references: ``"cnn"``, ``"resnet"`` or ``"module:function"``
+(:func:`check_model_ref` checks one without importing Keras, so a bad
+reference is refused before TensorFlow loads; :func:`load_factory` resolves it).
 
 Example:
     >>> model = small_cnn((8, 8, 1), 10)
@@ -13,12 +15,25 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-
-import keras
+from typing import TYPE_CHECKING
 
 from tfdp.errors import ConfigError
 
-__all__ = ["IMAGENET_STEM_MIN_SIZE", "build_model", "load_factory", "resnet", "small_cnn"]
+if TYPE_CHECKING:
+    import keras
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "IMAGENET_STEM_MIN_SIZE",
+    "build_model",
+    "check_model_ref",
+    "load_factory",
+    "resnet",
+    "small_cnn",
+]
+
+#: The models :func:`build_model` knows by name.
+BUILTIN_MODELS = ("cnn", "resnet")
 
 
 def small_cnn(input_shape: Sequence[int], num_classes: int, width: int = 32) -> keras.Model:
@@ -28,6 +43,8 @@ def small_cnn(input_shape: Sequence[int], num_classes: int, width: int = 32) -> 
         >>> small_cnn((28, 28, 1), 10).count_params() > 0
         True
     """
+    import keras
+
     inputs = keras.Input(tuple(input_shape))
     x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(inputs)
     x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(x)
@@ -60,6 +77,8 @@ def resnet(
         >>> [layer.name for layer in resnet((224, 224, 3), 10, width=8).layers[1:3]]
         ['stem_conv', 'stem_pool']
     """
+    import keras
+
     inputs = keras.Input(tuple(input_shape))
     if min(input_shape[0], input_shape[1]) >= IMAGENET_STEM_MIN_SIZE:
         x = keras.layers.Conv2D(
@@ -89,21 +108,46 @@ def resnet(
     return keras.Model(inputs, outputs, name="resnet")
 
 
+def check_model_ref(ref: str) -> str:
+    """``ref`` if it names a built-in model or has the form ``"module:function"``.
+
+    Cheap (imports nothing): it checks the form; :func:`load_factory`
+    imports the module and finds the function.
+
+    Raises:
+        ConfigError: naming the reference and the valid forms.
+
+    Example:
+        >>> check_model_ref("resnet"), check_model_ref("my_models:wide_resnet")
+        ('resnet', 'my_models:wide_resnet')
+        >>> check_model_ref("nosuch")
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: model 'nosuch': expected 'cnn', 'resnet' or 'module:function'
+    """
+    if ref in BUILTIN_MODELS:
+        return ref
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name.strip() or not attr.strip():
+        names = ", ".join(map(repr, BUILTIN_MODELS))
+        raise ConfigError(
+            f"model {ref!r}: expected {names} or 'module:function'", argument="model"
+        )
+    return ref
+
+
 def load_factory(ref: str) -> Callable[..., keras.Model]:
     """Resolve ``"package.module:function"`` to the function (a model factory).
 
     Raises:
-        ConfigError: naming the reference when the module or function is missing.
+        ConfigError: naming the reference when it has another form (see
+            :func:`check_model_ref`) or the module or function is missing.
 
     Example:
         >>> load_factory("tfdp.models:small_cnn").__name__
         'small_cnn'
     """
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(
-            f"model {ref!r}: expected 'cnn', 'resnet' or 'module:function'", argument="model"
-        )
+    module_name, _, attr = check_model_ref(ref).partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -125,6 +169,8 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int) -> kera
         >>> build_model("cnn", (8, 8, 1), 10).name
         'small_cnn'
     """
+    import keras
+
     if name == "cnn":
         return small_cnn(input_shape, num_classes)
     if name == "resnet":

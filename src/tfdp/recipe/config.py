@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError
+from tfdp.models import check_model_ref
 
 __all__ = [
     "OPTIONS_HELP",
@@ -352,6 +353,7 @@ def check_config(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and not str(value).strip():
             raise ConfigError(f"{flag(name)} is empty")
+    check_model_ref(cfg.model)
 
 
 def flag(name: str) -> str:
