@@ -7,6 +7,7 @@ holds the NaN example; the saved weights really make the next loss non-finite).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -75,6 +76,10 @@ def _finite_checkpoint(path: str) -> None:
             assert np.isfinite(reader.get_tensor(name)).all(), name
 
 
+def _iterators() -> list[tf.distribute.DistributedIterator]:
+    return [o for o in gc.get_objects() if isinstance(o, tf.distribute.DistributedIterator)]
+
+
 def _step_of(path: str) -> int:
     return int(path.rsplit("-", 1)[1])
 
@@ -89,8 +94,12 @@ def test_trainer_stops_at_the_nonfinite_step_without_applying_or_saving_it(
     bad = _poisoned_steps(inp, poisoned, 2)[0]
     assert bad == 5  # some good steps and a checkpoint come first
     tr = _trainer(strategy, tmp_path / "run", checkpoint_every=2, steps_per_call=steps_per_call)
+    before = {id(o) for o in _iterators()}
     with pytest.raises(NonFiniteError) as info:
         tr.fit(inp, 2)
+    # The kept exception holds fit's frames, not its input stream: that iterator is gone,
+    # with no garbage collection.
+    assert [o for o in _iterators() if id(o) not in before] == []
     err = info.value
     assert err.global_step == bad and err.what in ("loss", "gradient")  # the poisoned step
     assert f"optimizer step {bad} " in str(err) and "not applied" in str(err)
