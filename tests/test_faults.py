@@ -200,18 +200,19 @@ def test_second_ctrl_c_exits_at_once_without_saving(tmp_path):
 # -- multi-worker start-up and a dead peer -----------------------------------------------------
 
 
-def _worker_env(ports: list[int], index: int) -> dict[str, str]:
+def _worker_env(ports: list[int], index: int, startup_timeout: int = 20) -> dict[str, str]:
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-    return {**ENV, "TF_CONFIG": json.dumps(tf_config), "TFDP_STARTUP_TIMEOUT": "20"}
+    return {**ENV, "TF_CONFIG": json.dumps(tf_config), "TFDP_STARTUP_TIMEOUT": str(startup_timeout)}
 
 
 def test_two_workers_with_one_task_index_are_told_why(tmp_path):
     ports = free_ports(2)
     cmd = [sys.executable, "-m", "tfdp.cli", "train", *TRAIN, "--run-dir", str(tmp_path / "r")]
     procs = [
+        # The one that binds the port waits for a peer that never comes: its watchdog ends it.
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=_worker_env(ports, 0))
+                         env=_worker_env(ports, 0, startup_timeout=10))
         for _ in range(2)
     ]  # fmt: skip
     errs = []

@@ -66,6 +66,7 @@ from typing import Any, ClassVar
 import numpy as np
 import tensorflow as tf
 
+from tfdp._autograph import user_code
 from tfdp.errors import ConfigError
 from tfdp.seeding import (
     FMIX32_C1,
@@ -1166,8 +1167,8 @@ class Compose:
     def __call__(self, example: Any, seeds: Any) -> Any:
         """Apply every stage to the batched ``example`` with per-sample ``seeds`` ``[B, 2]``."""
         seeds = _as_seeds(seeds)
-        for index, stage in enumerate(self.stages):
-            example = stage(example, _stage_seeds(seeds, index, stage))
+        for index, stage in enumerate(self.stages):  # a user's stage as AutoGraph converts it
+            example = user_code(stage)(example, _stage_seeds(seeds, index, stage))
         return example
 
     def __len__(self) -> int:

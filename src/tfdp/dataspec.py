@@ -352,11 +352,13 @@ class OpenedData:
         """
         import tensorflow as tf
 
+        from tfdp._autograph import plain
+
         src = self.stream
         ds = tf.data.Dataset.from_tensor_slices(list(files if files is not None else src.files))
-        ds = ds.flat_map(src.file_records)
+        ds = ds.flat_map(plain(src.file_records))
         return ds.map(
-            lambda r: self.pick(src.parse(r)),
+            plain(lambda r: self.pick(src.parse(r))),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -365,11 +367,13 @@ class OpenedData:
         """All examples, in order: a dataset of ``(image [H, W, C], label int64)``."""
         import tensorflow as tf
 
+        from tfdp._autograph import plain
+
         if self.stream is not None:
             return self.records()
         src = self.source
         return tf.data.Dataset.range(self.num_examples).map(
-            lambda i: _as_pair(src.load(i)),
+            plain(lambda i: _as_pair(src.load(i))),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -745,6 +749,8 @@ def read_labels(
     """
     import tensorflow as tf
 
+    from tfdp._autograph import plain
+
     src, feature = data.stream, data.label_feature
     assert src is not None and feature is not None, "TFRecord data only"
     name = feature["name"]
@@ -760,8 +766,8 @@ def read_labels(
                 lambda r: data.pick(src.parse(r))[1], batch, fn_output_signature=tf.int64
             )
 
-    ds = tf.data.Dataset.from_tensor_slices(list(src.files)).flat_map(src.file_records)
-    ds = ds.batch(4096).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = tf.data.Dataset.from_tensor_slices(list(src.files)).flat_map(plain(src.file_records))
+    ds = ds.batch(4096).map(plain(parse), num_parallel_calls=tf.data.AUTOTUNE)
     try:
         parts = list(ds.as_numpy_iterator())
     except tf.errors.OpError as err:
@@ -910,9 +916,11 @@ def in_memory(
     """
     import tensorflow as tf
 
+    from tfdp._autograph import plain
+
     ds = data.records(files)
     if image_size is not None:
-        ds = ds.map(lambda image, label: (resize_uint8(image, image_size), label))
+        ds = ds.map(plain(lambda image, label: (resize_uint8(image, image_size), label)))
     images, labels = [], []
     try:
         for image, label in ds.as_numpy_iterator():

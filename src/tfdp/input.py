@@ -48,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import tensorflow as tf
 
+from tfdp._autograph import plain, user_code
 from tfdp._util import deterministic_unsharded
 from tfdp.augment import split_window
 from tfdp.elastic import epoch_plan, plan_steps
@@ -179,6 +180,9 @@ class DistributedInput:
         self.batch_size = self._resolve_batch_size(batch_size, global_batch_size)
         self.global_batch_size = self.batch_size * self.num_replicas
         self.augment = augment
+        # What this input calls in the graph: tfdp's own code as is, a user's as AutoGraph
+        # converts it (see tfdp._autograph).
+        self._augment = user_code(augment) if augment is not None else None
         self.seed = int(seed)
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
@@ -424,15 +428,19 @@ class DistributedInput:
                     tail = tf.data.Dataset.from_tensor_slices(tuple(a[full:] for a in arrays))
                     ds = ds.concatenate(tail.batch(b))
                 return ds.map(
-                    self._load_batch, num_parallel_calls=self.num_parallel_calls, deterministic=True
+                    plain(self._load_batch),
+                    num_parallel_calls=self.num_parallel_calls,
+                    deterministic=True,
                 )
             ds = tf.data.Dataset.from_tensor_slices(tuple(arrays)).map(
-                self._load_one, num_parallel_calls=self.num_parallel_calls, deterministic=True
+                plain(self._load_one),
+                num_parallel_calls=self.num_parallel_calls,
+                deterministic=True,
             )
             return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
 
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
-        return tf.data.Dataset.range(first_epoch, last).flat_map(per_epoch)
+        return tf.data.Dataset.range(first_epoch, last).flat_map(plain(per_epoch))
 
     def _finish(self, example: Any, idx: Any, pos: Any, weight: Any) -> Any:
         if self.with_weights:
@@ -447,28 +455,28 @@ class DistributedInput:
         return example
 
     def _load_batch(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        example = self.source.gather(idx)
-        if self.augment is not None:
-            example = self.augment(example, tf.stack([key, pos], axis=1))
+        example = user_code(self.source.gather)(idx)
+        if self._augment is not None:
+            example = self._augment(example, tf.stack([key, pos], axis=1))
         return self._finish(example, idx, pos, weight)
 
     def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         if isinstance(self.source, WeightedSource):
-            example, ok = self.source.load_with_weight(idx)
+            example, ok = user_code(self.source.load_with_weight)(idx)
             weight = weight * tf.cast(ok, tf.float32)
         else:
-            example = self.source.load(idx)
+            example = user_code(self.source.load)(idx)
         return self._finish(self._augment_one(example, key, pos), idx, pos, weight)
 
     def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
-        if self.augment is None:
+        if self._augment is None:
             return example
         seed = tf.stack([key, pos])
         if is_batched_augmentation(self.augment):
             batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
-            out = self.augment(batch, tf.expand_dims(seed, 0))
+            out = self._augment(batch, tf.expand_dims(seed, 0))
             return tf.nest.map_structure(lambda t: t[0], out)
-        return self.augment(example, seed)
+        return self._augment(example, seed)
 
     def _stream_rank_dataset(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
@@ -487,7 +495,7 @@ class DistributedInput:
         if _same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
             idx, pos = arrays(first_epoch, 0)
             rest = tf.data.Dataset.range(first_epoch + 1, last).flat_map(
-                lambda e: self._stream_epoch(e, idx, pos)
+                plain(lambda e: self._stream_epoch(e, idx, pos))
             )
         else:
             if num_epochs is None:
@@ -521,7 +529,7 @@ class DistributedInput:
         key.set_shape([])
         meta = tf.data.Dataset.from_tensor_slices((idx, pos))
         ds = tf.data.Dataset.zip((examples, meta)).map(
-            lambda example, m: self._stream_one(example, m[0], m[1], key),
+            plain(lambda example, m: self._stream_one(example, m[0], m[1], key)),
             num_parallel_calls=self.num_parallel_calls,
             deterministic=True,
         )

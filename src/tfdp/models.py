@@ -130,9 +130,7 @@ def check_model_ref(ref: str) -> str:
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
         names = ", ".join(map(repr, BUILTIN_MODELS))
-        raise ConfigError(
-            f"model {ref!r}: expected {names} or 'module:function'", argument="model"
-        )
+        raise ConfigError(f"model {ref!r}: expected {names} or 'module:function'", argument="model")
     return ref
 
 

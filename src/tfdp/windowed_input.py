@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp._autograph import plain
 from tfdp.augment import WindowPipeline
 from tfdp.sources.windows import WindowSource
 
@@ -68,11 +69,6 @@ EpochArrays = Callable[[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray
 def _one_chunk(pieces: Any) -> Any:
     """Pieces of one chunk as a step of one chunk (a leading axis of 1; no copy)."""
     return tf.nest.map_structure(lambda t: t[tf.newaxis], pieces)
-
-
-def _plain(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` for tf.data without AutoGraph (plain graph code; transpiling only costs time)."""
-    return tf.autograph.experimental.do_not_convert(fn)
 
 
 def chunk_slots(batch_size: int, replicas: int, target: int = CHUNK_ENTRIES) -> int:
@@ -227,15 +223,15 @@ class WindowedBatches:
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         # One flat stream of chunks over all epochs (every epoch a whole number of steps), so
         # the chunk map is one function instantiated once per iterator, not once per epoch.
-        ds = tf.data.Dataset.range(first_epoch, last).map(_plain(epoch_rows)).unbatch()
-        ds = ds.map(_plain(load), self.num_parallel_calls, deterministic=True)
+        ds = tf.data.Dataset.range(first_epoch, last).map(plain(epoch_rows)).unbatch()
+        ds = ds.map(plain(load), self.num_parallel_calls, deterministic=True)
         if per_step == 1:  # a chunk is a whole step: its pieces are the batches (no copy)
-            ds = ds.flat_map(_plain(lambda p, v: emit(_one_chunk(p), v[tf.newaxis])))
+            ds = ds.flat_map(plain(lambda p, v: emit(_one_chunk(p), v[tf.newaxis])))
         else:  # batching a step's chunks concatenates each replica's pieces into its batch
-            ds = ds.batch(per_step, drop_remainder=True).flat_map(_plain(emit))
+            ds = ds.batch(per_step, drop_remainder=True).flat_map(plain(emit))
         options = tf.data.Options()
         # tf.data starts AUTOTUNE maps 16 calls wide: 16 chunks racing for the cores delay the
         # first step's few chunks (the first batch) several times over. Start one per core.
         options.autotune.initial_parallelism = os.cpu_count() or 1
         ds = ds.with_options(options)
-        return ds.map(_plain(self._finish_batch), self.num_parallel_calls, deterministic=True)
+        return ds.map(plain(self._finish_batch), self.num_parallel_calls, deterministic=True)

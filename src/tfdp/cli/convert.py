@@ -202,10 +202,12 @@ def _write_folder(
 ) -> tuple[int, list[str]]:
     import tensorflow as tf
 
+    from tfdp._autograph import plain
+
     if data.labels is not None:
         _class_dirs(data, data.labels)  # bad class names fail before any work
     ds = data.dataset().map(
-        lambda image, label: (tf.io.encode_png(resize_uint8(image, image_size)), label),
+        plain(lambda image, label: (tf.io.encode_png(resize_uint8(image, image_size)), label)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -249,10 +251,12 @@ def _write_npz(
 ) -> tuple[int, list[str]]:
     import tensorflow as tf
 
+    from tfdp._autograph import plain
+
     ds = data.dataset()
     if image_size is not None:
         ds = ds.map(
-            lambda image, label: (resize_uint8(image, image_size), label),
+            plain(lambda image, label: (resize_uint8(image, image_size), label)),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )

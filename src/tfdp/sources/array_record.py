@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp._autograph import plain
 from tfdp.errors import ConfigError
 from tfdp.sources.example_records import check_example
 
@@ -123,7 +124,7 @@ class ArrayRecordSource:
                 finally:
                     reader.close()
         self.element_spec = (
-            tf.data.Dataset.from_tensors(tf.constant(b"")).map(self._parse).element_spec
+            tf.data.Dataset.from_tensors(tf.constant(b"")).map(plain(self._parse)).element_spec
         )
 
     def _fetch(self, index: np.ndarray) -> bytes:

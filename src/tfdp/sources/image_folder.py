@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp._autograph import plain
 from tfdp.augment import WindowRequest
 from tfdp.errors import ConfigError
 from tfdp.sources.windows import Decoded, decode_windows, read_files
@@ -734,7 +735,7 @@ class ImageFolderSource:
             with tf.control_dependencies([image]):
                 return tf.identity(index)
 
-        ds = tf.data.Dataset.range(self.num_examples).map(good, num_parallel_calls)
+        ds = tf.data.Dataset.range(self.num_examples).map(plain(good), num_parallel_calls)
         ds = ds.ignore_errors(log_warning=False)
         seen = np.zeros(self.num_examples, bool)
         for index in ds.as_numpy_iterator():

@@ -24,6 +24,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfdp._autograph import plain, user_code
+
 __all__ = ["Evaluator", "PerExampleLoss", "evaluate", "per_example_loss", "unpack_batch"]
 
 _NAMED = {
@@ -105,7 +107,7 @@ class PerExampleLoss:
                 )
         elif not callable(loss):
             raise ValueError(f"loss must be a Keras loss, a callable or a name, got {loss!r}")
-        self.fn = loss
+        self.fn = user_code(loss)  # a user's function: converted by AutoGraph, as tf.function would
         self.name = getattr(loss, "name", getattr(loss, "__name__", "loss"))
 
     def __call__(self, y_true: Any, y_pred: Any) -> tf.Tensor:
@@ -193,11 +195,12 @@ class Evaluator:
         weights mark padding 0, so every real sample counts exactly once.
         """
         if self._fn is None:
+            step = plain(self._replica_step)
 
             @tf.function
             def run(iterator: Any, n: tf.Tensor) -> None:
                 for _ in tf.range(n):
-                    self.strategy.run(self._replica_step, args=(next(iterator),))
+                    self.strategy.run(step, args=(next(iterator),))
 
             self._fn = run
         self.loss_metric.reset_state()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp._autograph import plain
 from tfdp._util import check_int, deterministic_unsharded
 from tfdp.errors import ConfigError, DataError
 from tfdp.indices import KeyedPermutation
@@ -195,7 +196,7 @@ class TFRecordSource:
         if check_files:
             self._check_first_records()
         self.element_spec = (
-            tf.data.Dataset.from_tensors(tf.constant(b"")).map(self.parse).element_spec
+            tf.data.Dataset.from_tensors(tf.constant(b"")).map(plain(self.parse)).element_spec
         )
 
     # -- construction helpers --------------------------------------------------------------
@@ -352,7 +353,7 @@ class TFRecordSource:
         files.set_shape([None])
         most = -(-len(self.files) // lanes)  # files in the largest lane
         ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-            self.file_records,  # counts checked against the manifest as records are read
+            plain(self.file_records),  # counts checked against the manifest as they are read
             cycle_length=min(self.cycle_length, most),
             block_length=1,
             num_parallel_calls=self.num_parallel_calls,
@@ -368,8 +369,10 @@ class TFRecordSource:
             key.set_shape([])
             ds = ds.batch(self.shuffle_buffer).enumerate()
             ds = ds.map(
-                lambda block, records: tf.random.experimental.stateless_shuffle(
-                    records, seed=tf.stack([key, block])
+                plain(
+                    lambda block, records: tf.random.experimental.stateless_shuffle(
+                        records, seed=tf.stack([key, block])
+                    )
                 ),
                 num_parallel_calls=self.num_parallel_calls,
                 deterministic=True,
@@ -454,7 +457,9 @@ class TFRecordSource:
             ds = tf.data.Dataset.choose_from_datasets(
                 parts, tf.data.Dataset.from_tensor_slices(choice)
             )
-        ds = ds.map(self.parse, num_parallel_calls=self.num_parallel_calls, deterministic=True)
+        ds = ds.map(
+            plain(self.parse), num_parallel_calls=self.num_parallel_calls, deterministic=True
+        )
         return deterministic_unsharded(ds)
 
     def _lane_pass(
@@ -474,10 +479,11 @@ class TFRecordSource:
         counts = np.bincount(wanted - lo, minlength=hi - lo)
         if counts.max() == 1:
             keep = tf.constant(counts > 0)
-            return ds.enumerate().filter(lambda i, _: keep[i]).map(lambda _, record: record)
+            kept = ds.enumerate().filter(plain(lambda i, _: keep[i]))
+            return kept.map(plain(lambda _, record: record))
         times = tf.constant(counts, tf.int64)
         return ds.enumerate().flat_map(
-            lambda i, record: tf.data.Dataset.from_tensors(record).repeat(times[i])
+            plain(lambda i, record: tf.data.Dataset.from_tensors(record).repeat(times[i]))
         )
 
     def __len__(self) -> int:
