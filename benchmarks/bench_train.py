@@ -22,6 +22,9 @@ Variants (optimizer steps per second):
   loops fed by tfdp's ``DistributedInput`` (separates input cost from loop cost).
 * ``handwritten_1_batch_arg`` (context): ``for batch in dist_ds:
   train_step(batch)`` -- the batch, not the iterator, is the argument.
+* ``handwritten_1_bound`` (context): ``handwritten_1`` called as the Trainer calls
+  its function, bound once to the iterator (``tfdp._compat.bound_call``), so that
+  ``trainer_1 / handwritten_1_bound`` is the Trainer's own cost at equal dispatch.
 * ``trainer_1`` / ``trainer_16``: ``tfdp.train.Trainer(steps_per_call=1 / 16,
   progress=False, verbose=0)``, no run_dir, ``fit`` over many epochs; its
   default ``on_nonfinite="stop"`` checks every step's loss and gradients
@@ -97,6 +100,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfdp  # noqa: E402
+from tfdp._compat import bound_call  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402
@@ -325,8 +329,13 @@ def handwritten(
     strategy: tf.distribute.Strategy,
     iterator: Any,
     steps_per_call: int,
+    bound: bool = False,
 ) -> LoopSession:
-    """The minimal strategy.run loop over an endless distributed iterator."""
+    """The minimal strategy.run loop over an endless distributed iterator.
+
+    ``bound``: call the one-step function as the Trainer does, bound once to its
+    iterator (``tfdp._compat.bound_call``: no per-call trace look-up).
+    """
     replica_step = _replica_step_fn(strategy)
 
     def one_step(iterator: Any) -> tf.Tensor:
@@ -347,7 +356,8 @@ def handwritten(
 
     n_const = tf.constant(steps_per_call, tf.int64)
     if steps_per_call == 1:
-        return LoopSession(name, input_name, 1, lambda: train_step(iterator))
+        call = bound_call(train_step, iterator) if bound else lambda: train_step(iterator)
+        return LoopSession(name, input_name, 1, call)
     return LoopSession(name, input_name, steps_per_call, lambda: train_n(iterator, n_const))
 
 
@@ -476,6 +486,7 @@ def build_sessions(
         handwritten("handwritten_1_tfdp_input", tin, strategy, tfdp_iter(), 1),
         handwritten("handwritten_16_tfdp_input", tin, strategy, tfdp_iter(), MULTI),
         handwritten_batch_arg("handwritten_1_batch_arg", mem, strategy, memory_dist_ds()),
+        handwritten("handwritten_1_bound", mem, strategy, iter(memory_dist_ds()), 1, bound=True),
         trainer_session("trainer_1", strategy, inp, 1),
         trainer_session("trainer_16", strategy, inp, MULTI),
         trainer_session("trainer_1_nocheck", strategy, inp, 1, "ignore"),
@@ -699,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
         ("trainer_1_nocheck", "trainer_1", "the non-finite check's cost, 1 step per call"),
         ("trainer_16_nocheck", "trainer_16", "the non-finite check's cost, 16 steps per call"),
         ("handwritten_1_batch_arg", "handwritten_1", "batch vs iterator as the argument"),
+        ("handwritten_1_bound", "handwritten_1", "its call bound once, as the Trainer's"),
+        ("trainer_1", "handwritten_1_bound", "same call: the Trainer's loop and input cost"),
     ]
     print("context (median of per-round ratios; ratio of the best repeats in brackets):")
     for a, b, label in context:
@@ -741,6 +754,11 @@ def main(argv: list[str] | None = None) -> int:
             "ratio_trainer16_vs_handwritten16_tfdp_input",
             f"{pr('trainer_16', 'handwritten_16_tfdp_input'):.2f}x",
         ),
+        (
+            "ratio_trainer1_vs_handwritten1_bound",
+            f"{pr('trainer_1', 'handwritten_1_bound'):.2f}x",
+        ),
+        ("ratio_tfdp_fit_vs_fit", f"{pr('tfdp_fit', 'model_fit'):.2f}x"),
         ("nonfinite_check_overhead_16", f"{pr('trainer_16_nocheck', 'trainer_16'):.2f}x"),
         ("nonfinite_check_overhead", f"{pr('trainer_1_nocheck', 'trainer_1'):.2f}x"),
         ("target_trainer1_vs_handwritten1", verdicts[0]),
