@@ -193,3 +193,8 @@ def test_gradients_reduced_hands_the_optimizer_summed_gradients(mirrored_of):
     np.testing.assert_array_equal(v.numpy(), [-4.0, -4.0])  # the sum applied once, not twice
     assert "_all_reduce_sum_gradients" not in vars(opt)
     assert int(opt.iterations.numpy()) == 2
+    with _compat.gradients_reduced(opt):  # re-entrant: set until the last one leaves
+        with _compat.gradients_reduced(opt):
+            pass
+        assert "_all_reduce_sum_gradients" in vars(opt)
+    assert "_all_reduce_sum_gradients" not in vars(opt)

@@ -246,6 +246,39 @@ def test_fit_path_stops_at_a_nonfinite_loss_with_finite_gradients(mirrored_of):
     assert "train_step" not in vars(model) and "apply_gradients" not in vars(model.optimizer)
 
 
+def test_fit_path_leaves_a_custom_train_step_with_optimizer_apply_alone(mirrored_of):
+    """The guard wraps apply_gradients only; a train step updating through optimizer.apply
+    trains exactly as under a plain model.fit (Keras still all-reduces its gradients)."""
+    strategy = mirrored_of(2)
+
+    class Custom(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply(grads, self.trainable_variables)
+            return {"loss": loss}
+
+    def compiled() -> keras.Model:
+        with strategy.scope():
+            keras.utils.set_random_seed(3)
+            inputs = keras.Input((6,))
+            model = Custom(inputs, keras.layers.Dense(2)(keras.layers.Dense(4, "tanh")(inputs)))
+            model.compile(
+                keras.optimizers.SGD(0.1),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+        return model
+
+    inp = _input(strategy, (X, Y))
+    ours, plain = compiled(), compiled()
+    fit(ours, inp, 1, verbose=0)
+    plain.fit(inp.epochs(0, 1), epochs=1, steps_per_epoch=inp.steps_per_epoch, verbose=0)
+    for a, b in zip(ours.weights, plain.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_two_workers_agree_on_the_nonfinite_step():
     """The NaN is on worker 1's replica only; both workers stop at the same step."""
     from mw import run_workers

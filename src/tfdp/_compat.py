@@ -183,6 +183,10 @@ def call_outside_strategy(fn: Callable[[], T]) -> T:
     return result["value"]
 
 
+_REDUCED_LOCK = threading.Lock()
+_REDUCED_DEPTH: dict[int, int] = {}
+
+
 @contextmanager
 def gradients_reduced(optimizer: Any) -> Iterator[None]:
     """Inside, ``optimizer.apply_gradients`` takes gradients that are already all-reduced.
@@ -192,9 +196,13 @@ def gradients_reduced(optimizer: Any) -> Iterator[None]:
     before its merge call applies them. A step that has summed its gradients
     already (to check them, clip them, or fold other values into the same
     collective) sets that method to the identity on the optimizer instance
-    while it traces ``strategy.run`` (the replica functions, threads of the
-    thread that enters this, run inside). Nothing else of the update changes:
-    learning rate, weight decay, iteration count, EMA, constraints.
+    while it traces the update, and only then: any other update (a custom
+    train step's ``optimizer.apply``) is reduced by Keras as always. Nothing
+    else of the update changes: learning rate, weight decay, iteration count,
+    EMA, constraints. Re-entrant: the replica threads of a
+    ``call_for_each_replica`` may each enter it around their own part of one
+    update (they run one at a time, and each calls the method before its first
+    merge call); the method comes back when the last one leaves.
 
     Example:
         >>> import keras
@@ -208,11 +216,19 @@ def gradients_reduced(optimizer: Any) -> Iterator[None]:
     name = "_all_reduce_sum_gradients"
     if not hasattr(optimizer, name):  # not Keras's TensorFlow optimizer: nothing to replace
         raise TypeError(f"{type(optimizer).__name__} has no {name}: cannot pass reduced gradients")
-    object.__setattr__(optimizer, name, list)
+    key = id(optimizer)
+    with _REDUCED_LOCK:
+        _REDUCED_DEPTH[key] = _REDUCED_DEPTH.get(key, 0) + 1
+        if _REDUCED_DEPTH[key] == 1:
+            object.__setattr__(optimizer, name, list)
     try:
         yield
     finally:
-        object.__delattr__(optimizer, name)
+        with _REDUCED_LOCK:
+            _REDUCED_DEPTH[key] -= 1
+            if not _REDUCED_DEPTH[key]:
+                del _REDUCED_DEPTH[key]
+                object.__delattr__(optimizer, name)
 
 
 def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:

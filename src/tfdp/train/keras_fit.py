@@ -33,7 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -105,9 +104,11 @@ class _NonFiniteGuard(keras.callbacks.Callback):
     ``apply_gradients``: Keras's train step hands it the replica's gradients,
     which it all-reduces itself; the reduced gradient, the same on every
     replica, is checked once and applied only when finite
-    (:func:`~tfdp.train.guard.apply_reduced_if_finite`; the optimizer is told the
-    gradients are reduced, :func:`tfdp._compat.gradients_reduced`), so a flagged
-    step changes no variable. With a ``LossScaleOptimizer`` gradient overflow is
+    (:func:`~tfdp.train.guard.apply_reduced_if_finite`; the optimizer is told,
+    for that update only, that the gradients are reduced:
+    :func:`tfdp._compat.gradients_reduced`), so a flagged step changes no
+    variable. A custom ``train_step`` that updates through ``optimizer.apply``
+    is neither wrapped nor changed. With a ``LossScaleOptimizer`` gradient overflow is
     the loss scaler's business and only the loss is checked.
 
     ``"stop"`` needs no host read per step: it also wraps ``model.train_step``,
@@ -134,7 +135,6 @@ class _NonFiniteGuard(keras.callbacks.Callback):
         )
         self.count: Any = None
         self._installed: list[tuple[Any, str]] = []
-        self._reduced: contextlib.ExitStack | None = None
         self._traced = threading.local()  # the replica's gradient flags, while Keras traces
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
@@ -181,34 +181,31 @@ class _NonFiniteGuard(keras.callbacks.Callback):
                     synchronization=tf.VariableSynchronization.ON_READ,
                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
                 )
-        count, traced, original = self.count, self._traced, self.optimizer.apply_gradients
+        optimizer = self.optimizer
+        count, traced, original = self.count, self._traced, optimizer.apply_gradients
 
         def guarded(grads_and_vars: Any, *args: Any, **kwargs: Any) -> None:
             pairs = [(g, v) for g, v in grads_and_vars if g is not None]
             variables = [v for _, v in pairs]
             ctx = tf.distribute.get_replica_context()
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [g for g, _ in pairs])
-            flags = apply_reduced_if_finite(
-                tf.constant(0.0),
-                grads,
-                lambda g: original(zip(g, variables, strict=True), *args, **kwargs),
-            )
+
+            def apply(g: list[Any]) -> None:
+                with gradients_reduced(optimizer):  # this update only: they are reduced
+                    original(zip(g, variables, strict=True), *args, **kwargs)
+
+            flags = apply_reduced_if_finite(tf.constant(0.0), grads, apply)
             traced.flags = flags
             if counting:
                 count.assign_add(tf.cast(tf.reduce_sum(flags) > 0, tf.int64))
 
-        self._set(self.optimizer, "apply_gradients", guarded)
-        self._reduced = contextlib.ExitStack()  # every update of the fit gets reduced gradients
-        self._reduced.enter_context(gradients_reduced(self.optimizer))
+        self._set(optimizer, "apply_gradients", guarded)
 
     def uninstall(self) -> None:
         """The optimizer's and the model's own methods again."""
         for obj, name in reversed(self._installed):
             delattr(obj, name)  # the class's method again
         self._installed = []
-        if self._reduced is not None:
-            self._reduced.close()
-            self._reduced = None
 
     def error(self, failure: tf.errors.InvalidArgumentError) -> NonFiniteError | None:
         """The :class:`NonFiniteError` of a step the in-graph check failed, else None."""
