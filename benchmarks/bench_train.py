@@ -22,16 +22,20 @@ Variants (optimizer steps per second):
   loops fed by tfdp's ``DistributedInput`` (separates input cost from loop cost).
 * ``handwritten_1_batch_arg`` (context): ``for batch in dist_ds:
   train_step(batch)`` -- the batch, not the iterator, is the argument.
+* ``handwritten_1_bound`` (context): ``handwritten_1`` called as the Trainer calls
+  its function, bound once to the iterator (``tfdp._compat.bound_call``), so that
+  ``trainer_1 / handwritten_1_bound`` is the Trainer's own cost at equal dispatch.
 * ``trainer_1`` / ``trainer_16``: ``tfdp.train.Trainer(steps_per_call=1 / 16,
   progress=False, verbose=0)``, no run_dir, ``fit`` over many epochs; its
   default ``on_nonfinite="stop"`` checks every step's loss and gradients
   (all-reduced) before the update.
 * ``trainer_1_nocheck`` / ``trainer_16_nocheck``: the same with
   ``on_nonfinite="ignore"``; ``nonfinite_check_overhead`` is the paired ratio
-  ``trainer_1_nocheck / trainer_1`` (1.05x: the check costs 5%).
+  ``trainer_1_nocheck / trainer_1`` (1.05x would say the check costs 5%).
 * ``model_fit``: ``model.fit`` (compiled in the scope, ``steps_per_epoch`` set,
   ``verbose=0``) on ``inp.epochs(0, n)``.
-* ``tfdp_fit``: ``tfdp.train.fit`` (the fit path) on the same input.
+* ``tfdp_fit``: ``tfdp.train.fit`` (the fit path) on the same input;
+  ``tfdp_fit_nocheck`` the same with ``on_nonfinite="ignore"``.
 
 The tfdp-fed variants share one ``DistributedInput(strategy, ArraySource((x,
 y)), batch_size=32)`` (the default shuffling ``"distributed"`` sampler).
@@ -42,8 +46,8 @@ asks each session in turn (order rotated every round) for one chunk of C
 steps (64; 32 with ``--quick``). The hand-written loops run in the main
 thread; ``Trainer.fit``, ``model.fit`` and ``tfdp.train.fit`` run in their own
 threads and hand over at their per-step hook (Trainer's ``on_step``, Keras's
-``on_train_batch_begin``, which leaves Keras's asynchronous batch-end
-dispatch on), where they block while the other sessions run. A chunk's clock
+``on_train_batch_begin``, which adds no batch-end hook), where they block
+while the other sessions run. A chunk's clock
 starts when its session resumes and stops at the hook after its C-th step,
 so it holds exactly C steps of that loop's own work, Python included. Before
 the rounds every session is compiled and runs 64 steps, then 32 untimed ones.
@@ -97,6 +101,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfdp  # noqa: E402
+from tfdp._compat import bound_call  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402
@@ -325,8 +330,13 @@ def handwritten(
     strategy: tf.distribute.Strategy,
     iterator: Any,
     steps_per_call: int,
+    bound: bool = False,
 ) -> LoopSession:
-    """The minimal strategy.run loop over an endless distributed iterator."""
+    """The minimal strategy.run loop over an endless distributed iterator.
+
+    ``bound``: call the one-step function as the Trainer does, bound once to its
+    iterator (``tfdp._compat.bound_call``: no per-call trace look-up).
+    """
     replica_step = _replica_step_fn(strategy)
 
     def one_step(iterator: Any) -> tf.Tensor:
@@ -347,7 +357,8 @@ def handwritten(
 
     n_const = tf.constant(steps_per_call, tf.int64)
     if steps_per_call == 1:
-        return LoopSession(name, input_name, 1, lambda: train_step(iterator))
+        call = bound_call(train_step, iterator) if bound else lambda: train_step(iterator)
+        return LoopSession(name, input_name, 1, call)
     return LoopSession(name, input_name, steps_per_call, lambda: train_n(iterator, n_const))
 
 
@@ -394,8 +405,9 @@ def trainer_session(
 class _KerasHook(keras.callbacks.Callback):
     """Calls the session hook at ``on_train_batch_begin``: after the previous step.
 
-    It overrides no batch-end hook, so Keras keeps dispatching batch-end
-    callbacks asynchronously, as in a plain ``model.fit``.
+    It overrides no batch-end hook, as a plain ``model.fit`` has none. (Keras's
+    TensorFlow backend calls batch ends synchronously in any case: it does not
+    dispatch them to threads there.)
     """
 
     def __init__(self, hook: Callable[[int, int], None], steps_per_epoch: int) -> None:
@@ -440,7 +452,7 @@ def model_fit_session(
 
 
 def tfdp_fit_session(
-    name: str, strategy: tf.distribute.Strategy, inp: DistributedInput
+    name: str, strategy: tf.distribute.Strategy, inp: DistributedInput, on_nonfinite: str = "stop"
 ) -> ThreadSession:
     model = compiled_model(strategy)
 
@@ -451,6 +463,7 @@ def tfdp_fit_session(
             epochs=FOREVER,
             callbacks=[_KerasHook(hook, inp.steps_per_epoch)],
             verbose=0,
+            on_nonfinite=on_nonfinite,
         )
 
     return ThreadSession(name, "tfdp DistributedInput", 1, run)
@@ -476,12 +489,14 @@ def build_sessions(
         handwritten("handwritten_1_tfdp_input", tin, strategy, tfdp_iter(), 1),
         handwritten("handwritten_16_tfdp_input", tin, strategy, tfdp_iter(), MULTI),
         handwritten_batch_arg("handwritten_1_batch_arg", mem, strategy, memory_dist_ds()),
+        handwritten("handwritten_1_bound", mem, strategy, iter(memory_dist_ds()), 1, bound=True),
         trainer_session("trainer_1", strategy, inp, 1),
         trainer_session("trainer_16", strategy, inp, MULTI),
         trainer_session("trainer_1_nocheck", strategy, inp, 1, "ignore"),
         trainer_session("trainer_16_nocheck", strategy, inp, MULTI, "ignore"),
         fit_session,
         tfdp_fit_session("tfdp_fit", strategy, inp),
+        tfdp_fit_session("tfdp_fit_nocheck", strategy, inp, "ignore"),
     ]
     return sessions, fit_model
 
@@ -696,9 +711,13 @@ def main(argv: list[str] | None = None) -> int:
         ("handwritten_16", "handwritten_1", "16 steps per call, hand-written"),
         ("handwritten_16", "model_fit", "16 steps per call, hand-written"),
         ("tfdp_fit", "model_fit", "the fit path"),
+        ("tfdp_fit_nocheck", "model_fit", "the fit path without the non-finite check"),
+        ("tfdp_fit_nocheck", "tfdp_fit", "the non-finite check's cost in the fit path"),
         ("trainer_1_nocheck", "trainer_1", "the non-finite check's cost, 1 step per call"),
         ("trainer_16_nocheck", "trainer_16", "the non-finite check's cost, 16 steps per call"),
         ("handwritten_1_batch_arg", "handwritten_1", "batch vs iterator as the argument"),
+        ("handwritten_1_bound", "handwritten_1", "its call bound once, as the Trainer's"),
+        ("trainer_1", "handwritten_1_bound", "same call: the Trainer's loop and input cost"),
     ]
     print("context (median of per-round ratios; ratio of the best repeats in brackets):")
     for a, b, label in context:
@@ -741,8 +760,14 @@ def main(argv: list[str] | None = None) -> int:
             "ratio_trainer16_vs_handwritten16_tfdp_input",
             f"{pr('trainer_16', 'handwritten_16_tfdp_input'):.2f}x",
         ),
+        (
+            "ratio_trainer1_vs_handwritten1_bound",
+            f"{pr('trainer_1', 'handwritten_1_bound'):.2f}x",
+        ),
+        ("ratio_tfdp_fit_vs_fit", f"{pr('tfdp_fit', 'model_fit'):.2f}x"),
         ("nonfinite_check_overhead_16", f"{pr('trainer_16_nocheck', 'trainer_16'):.2f}x"),
         ("nonfinite_check_overhead", f"{pr('trainer_1_nocheck', 'trainer_1'):.2f}x"),
+        ("nonfinite_check_overhead_fit", f"{pr('tfdp_fit_nocheck', 'tfdp_fit'):.2f}x"),
         ("target_trainer1_vs_handwritten1", verdicts[0]),
         ("target_trainer16_vs_handwritten1", verdicts[1]),
         ("target_trainer16_vs_fit", verdicts[2]),

@@ -458,3 +458,35 @@ def test_keras_tensorboard_callback_with_the_trainer(mirrored_of, tmp_path):
         hist.history[f"val_{METRIC}"][1]
     )
     assert "batch_loss" in events["train"]  # update_freq: per-step scalars from batch logs
+
+
+def test_batch_hooks_under_an_alias_or_set_on_the_instance_are_called(mirrored_of):
+    """The Trainer calls batch hooks only when a callback has one: one under Keras's alias
+    (on_batch_begin), or set on the instance, counts (once per compiled call)."""
+    strategy = mirrored_of(2)
+    train, _ = inputs(strategy)
+
+    class AliasOnly(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.begins: list[int] = []
+
+        def on_batch_begin(self, batch, logs=None):
+            self.begins.append(batch)
+
+    alias, assigned = AliasOnly(), keras.callbacks.Callback()
+    ends: list[int] = []
+    assigned.on_train_batch_end = lambda batch, logs=None: ends.append(batch)
+    trainer = Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        "sparse_categorical_crossentropy_from_logits",
+        steps_per_call=8,
+        progress=False,
+        verbose=0,
+    )
+    trainer.fit(train, 1, callbacks=[alias])
+    assert alias.begins == [0, 8]
+    trainer.fit(train, 2, callbacks=[assigned])
+    assert ends == [7, 15]

@@ -107,8 +107,11 @@ def test_call_outside_strategy_creates_plain_host_variables_and_reraises():
 
 
 def test_no_private_reach_outside_compat_in_the_modules_it_serves():
-    files = [SRC / "checkpoint.py", SRC / "train" / "keras_fit.py", SRC / "train" / "guard.py"]
-    private = re.compile(r"_compile_metrics|\.ATTRIBUTES/|__internal__|\"seed_generator\"")
+    files = [SRC / "checkpoint.py", *(SRC / "train").glob("*.py")]
+    private = re.compile(
+        r"_compile_metrics|\.ATTRIBUTES/|__internal__|\"seed_generator\"|_call_flat"
+        r"|_all_reduce_sum_gradients|function_type"
+    )
     found = [
         f"{f.name}:{i}"
         for f in files
@@ -136,3 +139,62 @@ def test_attach_optimizer_is_read_by_callbacks_and_not_checkpointed(tmp_path):
     assert not loaded.compiled and getattr(loaded, "optimizer", None) is None
     for a, b in zip(loaded.weights, model.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_bound_call_runs_the_traced_function_on_the_same_distributed_iterator(mirrored_of):
+    """What ``tf.function`` runs per call after its trace look-up, on a distributed iterator."""
+    strategy = mirrored_of(2)
+    ds = tf.data.Dataset.range(40).batch(4)
+    iterator = iter(strategy.experimental_distribute_dataset(ds))
+
+    @tf.function
+    def step(it, scale):
+        out = strategy.run(lambda x: tf.reduce_sum(x) * scale, args=(next(it),))
+        return strategy.reduce("SUM", out, axis=None)
+
+    scale = tf.constant(10, tf.int64)
+    bound = _compat.bound_call(step, iterator, scale)
+    got = [int(bound()), int(step(iterator, scale)), int(bound()), int(bound())]
+    assert got == [10 * sum(range(4 * i, 4 * i + 4)) for i in range(4)]  # one stream, in order
+    assert step.experimental_get_tracing_count() == 1  # the same trace
+    tf.config.run_functions_eagerly(True)
+    try:
+        assert int(_compat.bound_call(step, iterator, scale)()) == 10 * sum(range(16, 20))
+    finally:
+        tf.config.run_functions_eagerly(False)
+
+
+def test_gradients_reduced_hands_the_optimizer_summed_gradients(mirrored_of):
+    """Keras all-reduces replica-context gradients itself; inside, it takes them as given."""
+    strategy = mirrored_of(2)
+    with strategy.scope():
+        v = keras.Variable(np.zeros(2, "float32"))
+        opt = keras.optimizers.SGD(1.0)
+        opt.build([v])
+
+    def step(reduce_first: bool) -> None:
+        def replica() -> None:
+            g = tf.ones(2)  # every replica's part: 1
+            if reduce_first:
+                g = tf.distribute.get_replica_context().all_reduce("SUM", g)  # 2
+            opt.apply_gradients([(g, v)])
+
+        strategy.run(replica)
+
+    tf.function(lambda: step(False))()
+    np.testing.assert_array_equal(v.numpy(), [-2.0, -2.0])  # Keras summed the parts
+
+    @tf.function
+    def reduced_step():
+        with _compat.gradients_reduced(opt):
+            step(True)
+
+    reduced_step()
+    np.testing.assert_array_equal(v.numpy(), [-4.0, -4.0])  # the sum applied once, not twice
+    assert "_all_reduce_sum_gradients" not in vars(opt)
+    assert int(opt.iterations.numpy()) == 2
+    with _compat.gradients_reduced(opt):  # re-entrant: set until the last one leaves
+        with _compat.gradients_reduced(opt):
+            pass
+        assert "_all_reduce_sum_gradients" in vars(opt)
+    assert "_all_reduce_sum_gradients" not in vars(opt)

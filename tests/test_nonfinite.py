@@ -118,7 +118,10 @@ def test_trainer_skip_policy_skips_exactly_the_nonfinite_steps(mirrored_of, tmp_
     strategy = mirrored_of(2)
     inp, poisoned = _poisoned(strategy)
     expected = _poisoned_steps(inp, poisoned, 2)
-    tr = _trainer(strategy, tmp_path / "run", on_nonfinite="skip", steps_per_call=2)
+    # Clipping: the check is of the reduced gradient's global norm (computed anyway).
+    tr = _trainer(
+        strategy, tmp_path / "run", on_nonfinite="skip", steps_per_call=2, clip_global_norm=1.0
+    )
     tr.fit(inp, 2)
     records = tr.state.history
     assert tr.state.skipped_steps == len(expected) == 2  # once per epoch
@@ -221,6 +224,68 @@ def test_fit_path_stops_before_the_checkpoint_of_the_nonfinite_step(mirrored_of,
     fit(skipping, inp, 2, verbose=0, on_nonfinite="skip")
     assert int(skipping.optimizer.iterations.numpy()) == 2 * inp.steps_per_epoch - 2
     assert all(np.isfinite(w.numpy()).all() for w in skipping.weights)
+
+
+def test_fit_path_stops_at_a_nonfinite_loss_with_finite_gradients(mirrored_of):
+    """The loss alone is NaN (an added loss, no gradient): fit stops at that very step."""
+    strategy = mirrored_of(2)
+    _, poisoned = _poisoned(strategy)
+    x = X.copy()
+    x[poisoned, 5] = np.nan  # read only by the added loss
+    inp = _input(strategy, (x, Y))
+    bad = _poisoned_steps(inp, poisoned, 1)[0]
+
+    class Probe(keras.layers.Layer):
+        def call(self, inputs):
+            self.add_loss(tf.stop_gradient(tf.reduce_sum(inputs[:, 5])) * 0.0)  # NaN there
+            return inputs[:, :5]
+
+    with strategy.scope():
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential([keras.Input((6,)), Probe(), keras.layers.Dense(2)])
+        model.compile(
+            keras.optimizers.SGD(0.1),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    with pytest.raises(NonFiniteError) as info:
+        fit(model, inp, 1, verbose=0)
+    err = info.value
+    assert (err.global_step, err.what) == (bad, "loss") and "was applied" in str(err)
+    assert int(model.optimizer.iterations.numpy()) == bad  # finite gradients: applied
+    assert "train_step" not in vars(model) and "apply_gradients" not in vars(model.optimizer)
+
+
+def test_fit_path_leaves_a_custom_train_step_with_optimizer_apply_alone(mirrored_of):
+    """The guard wraps apply_gradients only; a train step updating through optimizer.apply
+    trains exactly as under a plain model.fit (Keras still all-reduces its gradients)."""
+    strategy = mirrored_of(2)
+
+    class Custom(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply(grads, self.trainable_variables)
+            return {"loss": loss}
+
+    def compiled() -> keras.Model:
+        with strategy.scope():
+            keras.utils.set_random_seed(3)
+            inputs = keras.Input((6,))
+            model = Custom(inputs, keras.layers.Dense(2)(keras.layers.Dense(4, "tanh")(inputs)))
+            model.compile(
+                keras.optimizers.SGD(0.1),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+        return model
+
+    inp = _input(strategy, (X, Y))
+    ours, plain = compiled(), compiled()
+    fit(ours, inp, 1, verbose=0)
+    plain.fit(inp.epochs(0, 1), epochs=1, steps_per_epoch=inp.steps_per_epoch, verbose=0)
+    for a, b in zip(ours.weights, plain.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_two_workers_agree_on_the_nonfinite_step():

@@ -23,6 +23,12 @@ attach_optimizer              an attribute set with ``object.__setattr__`` on a 
 supports_no_merge_call        ``tf.__internal__.distribute.strategy_supports_no_merge_call()``
 call_outside_strategy         a strategy scope (its variable creator) is thread-local: a fresh
                               thread creates plain host variables
+gradients_reduced             Keras's TensorFlow optimizer all-reduces the gradients it gets in a
+                              replica context in ``_all_reduce_sum_gradients`` (an instance
+                              attribute of that name replaces it)
+bound_call                    ``ConcreteFunction._call_flat`` and ``function_type.bind`` /
+                              ``unpack_inputs``: what ``tf.function`` itself runs per call, after
+                              looking the trace up
 ============================  ===================================================================
 
 Example:
@@ -33,16 +39,19 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 __all__ = [
     "CHECKED_VERSIONS",
     "attach_optimizer",
     "backing_variable",
+    "bound_call",
     "call_outside_strategy",
     "checkpoint_value_key",
     "compiled_metrics_container",
+    "gradients_reduced",
     "seed_generator_states",
     "supports_no_merge_call",
 ]
@@ -172,3 +181,89 @@ def call_outside_strategy(fn: Callable[[], T]) -> T:
     if "error" in result:
         raise result["error"]
     return result["value"]
+
+
+_REDUCED_LOCK = threading.Lock()
+_REDUCED_DEPTH: dict[int, int] = {}
+
+
+@contextmanager
+def gradients_reduced(optimizer: Any) -> Iterator[None]:
+    """Inside, ``optimizer.apply_gradients`` takes gradients that are already all-reduced.
+
+    Keras's TensorFlow optimizer all-reduces (sums over the replicas) the
+    gradients it is given in a replica context, in ``_all_reduce_sum_gradients``,
+    before its merge call applies them. A step that has summed its gradients
+    already (to check them, clip them, or fold other values into the same
+    collective) sets that method to the identity on the optimizer instance
+    while it traces the update, and only then: any other update (a custom
+    train step's ``optimizer.apply``) is reduced by Keras as always. Nothing
+    else of the update changes: learning rate, weight decay, iteration count,
+    EMA, constraints. Re-entrant: the replica threads of a
+    ``call_for_each_replica`` may each enter it around their own part of one
+    update (they run one at a time, and each calls the method before its first
+    merge call); the method comes back when the last one leaves.
+
+    Example:
+        >>> import keras
+        >>> opt = keras.optimizers.SGD(0.5)
+        >>> with gradients_reduced(opt):
+        ...     opt._all_reduce_sum_gradients([(1.0, None)])
+        [(1.0, None)]
+        >>> "_all_reduce_sum_gradients" in vars(opt)
+        False
+    """
+    name = "_all_reduce_sum_gradients"
+    if not hasattr(optimizer, name):  # not Keras's TensorFlow optimizer: nothing to replace
+        raise TypeError(f"{type(optimizer).__name__} has no {name}: cannot pass reduced gradients")
+    key = id(optimizer)
+    with _REDUCED_LOCK:
+        _REDUCED_DEPTH[key] = _REDUCED_DEPTH.get(key, 0) + 1
+        if _REDUCED_DEPTH[key] == 1:
+            object.__setattr__(optimizer, name, list)
+    try:
+        yield
+    finally:
+        with _REDUCED_LOCK:
+            _REDUCED_DEPTH[key] -= 1
+            if not _REDUCED_DEPTH[key]:
+                del _REDUCED_DEPTH[key]
+                object.__delattr__(optimizer, name)
+
+
+def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:
+    """A call of the ``tf.function`` ``fn`` on ``args``, bound once: ``() -> fn(*args)``.
+
+    ``fn(*args)`` looks its trace up on every call: it computes the trace type
+    of every argument, which for a distributed iterator means building its
+    whole type spec in Python (about as long as a small training step on a
+    CPU). The arguments of a training loop's call never change (the same
+    iterator, the same step count), so this looks the trace up and flattens
+    the arguments once, and each call then runs what ``fn(*args)`` runs after
+    its look-up (TensorFlow's ``tracing_compilation.call_function``): the
+    concrete function on the flat inputs and the current captures. The
+    arguments are kept alive with the call. Under
+    ``tf.config.run_functions_eagerly(True)`` it is plainly ``fn(*args)``.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> it = iter(tf.data.Dataset.range(5))
+        >>> step = tf.function(lambda iterator: next(iterator) * 10)
+        >>> call = bound_call(step, it)
+        >>> [int(call()) for _ in range(3)]
+        [0, 10, 20]
+    """
+    import tensorflow as tf
+
+    if tf.config.functions_run_eagerly():
+        return lambda: fn(*args)
+    concrete = fn.get_concrete_function(*args)
+    function_type = concrete.function_type
+    flat = function_type.unpack_inputs(function_type.bind(*args))
+    call_flat = concrete._call_flat
+
+    def call() -> Any:
+        return call_flat(flat, captured_inputs=concrete.captured_inputs)
+
+    call.args = args  # type: ignore[attr-defined]  # the arguments live as long as the call
+    return call

@@ -2,12 +2,13 @@
 
 This module owns what keeps a diverging run from training on, or saving, non-finite
 values: :class:`NonFiniteError` (raised naming the optimizer step), :data:`POLICIES`
-(``"stop"``, ``"skip"``, ``"ignore"``), :func:`nonfinite_local` (whether a replica's loss
-or gradient is non-finite) and :func:`apply_if_finite` (those flags summed over the
-replicas, so that every replica on every worker decides alike, and an optimizer update
-applied only when no replica flagged the step -- a skipped step changes no variable,
-optimizer slot or iteration count). The training loop (:mod:`tfdp.train.loop`) and the
-``model.fit`` path (:mod:`tfdp.train.keras_fit`) use them;
+(``"stop"``, ``"skip"``, ``"ignore"``), :func:`nonfinite_local` (whether a loss or gradient
+is non-finite), :func:`apply_if_finite` (a replica's flags summed over the replicas, so that
+every replica on every worker decides alike, and an optimizer update applied only when no
+replica flagged the step -- a skipped step changes no variable, optimizer slot or iteration
+count) and :func:`apply_reduced_if_finite` (the same decision taken once on values that are
+already all-reduced, which every replica holds alike: no flag collective). The training loop
+(:mod:`tfdp.train.step`) and the ``model.fit`` path (:mod:`tfdp.train.keras_fit`) use them;
 :class:`tfdp.checkpoint.CheckpointManager` refuses to save non-finite variables.
 
 Example:
@@ -31,6 +32,7 @@ __all__ = [
     "POLICIES",
     "NonFiniteError",
     "apply_if_finite",
+    "apply_reduced_if_finite",
     "check_policy",
     "nonfinite_local",
 ]
@@ -104,10 +106,15 @@ def _all_finite(tensors: Sequence[Any]) -> tf.Tensor:
 
 
 def nonfinite_local(loss: tf.Tensor, grads: Sequence[Any]) -> tf.Tensor:
-    """``[loss is non-finite, a gradient is non-finite]`` on this replica, as float32 0/1.
+    """``[loss is non-finite, a gradient is non-finite]``, as float32 0/1.
 
-    :func:`apply_if_finite` sums it over the replicas, so that every replica of every
-    worker decides alike.
+    Of a replica's own values, :func:`apply_if_finite` sums it over the replicas, so
+    that every replica of every worker decides alike; of all-reduced values,
+    :func:`apply_reduced_if_finite` takes it once.
+
+    Example:
+        >>> nonfinite_local(tf.constant(1.0), [tf.constant([0.0, float("inf")])]).numpy()
+        array([0., 1.], dtype=float32)
     """
     bad = [tf.logical_not(_all_finite([loss])), tf.logical_not(_all_finite(grads))]
     return tf.cast(tf.stack(bad), tf.float32)
@@ -156,3 +163,58 @@ def apply_if_finite(
         return total
 
     return ctx.merge_call(cross_replica, args=(local_flags, grads))
+
+
+def apply_reduced_if_finite(
+    loss: tf.Tensor,
+    grads: Sequence[Any],
+    apply: Callable[[list[Any]], Any],
+    *,
+    checked: Sequence[Any] | None = None,
+) -> tf.Tensor:
+    """``apply(grads)`` -- an optimizer update -- unless the reduced loss or gradient is not finite.
+
+    Replica context. ``loss`` and ``grads`` are already all-reduced (summed over the
+    replicas), so every replica of every worker holds the same values and takes the
+    same decision without another collective: a NaN or infinity on any replica
+    propagates through the sum (so does a sum that overflows). ``checked`` are the
+    tensors whose finiteness stands for the gradient's (default ``grads``; the
+    gradient's global norm when it is computed anyway). Returns ``[loss is
+    non-finite, gradient is non-finite]`` (float32 0/1); a step not applied changes
+    nothing: no variable, no optimizer slot, no iteration count. Under strategies that
+    synchronise updates with ``merge_call`` (MirroredStrategy) the check runs once, on
+    the first local replica's copy, in cross-replica context, and the update is the
+    replicas' ``apply`` under a ``tf.cond`` there (a ``tf.cond`` in replica context may
+    not hold a ``merge_call``).
+
+    Example:
+        >>> applied = []
+        >>> flags = apply_reduced_if_finite(tf.constant(float("nan")), [tf.ones(2)], applied.append)
+        >>> flags.numpy(), applied
+        (array([1., 0.], dtype=float32), [])
+    """
+    grads = list(grads)
+    checked = grads if checked is None else list(checked)
+
+    def run(g: list[Any]) -> None:
+        apply(g)
+
+    if supports_no_merge_call():
+        flags = nonfinite_local(loss, checked)
+        tf.cond(tf.reduce_sum(flags) == 0, lambda: run(grads), lambda: None)
+        return flags
+
+    def cross_replica(distribution: Any, loss: Any, checked: Any, grads: Any) -> tf.Tensor:
+        def first(value: Any) -> Any:
+            return distribution.experimental_local_results(value)[0]
+
+        flags = nonfinite_local(first(loss), [first(t) for t in checked])
+        tf.cond(
+            tf.reduce_sum(flags) == 0,
+            lambda: distribution.extended.call_for_each_replica(run, args=(grads,)),
+            lambda: None,
+        )
+        return flags
+
+    ctx = tf.distribute.get_replica_context()
+    return ctx.merge_call(cross_replica, args=(loss, checked, grads))

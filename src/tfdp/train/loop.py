@@ -91,6 +91,19 @@ def _build(obj: Any) -> Any:
     )
 
 
+def _has_batch_hooks(callback: keras.callbacks.Callback) -> bool:
+    """Whether a Keras callback has its own training batch hook (not ``Callback``'s no-op).
+
+    ``on_batch_begin`` / ``on_batch_end`` count: Keras's defaults of the
+    ``on_train_batch_*`` hooks call them. A hook set on the instance counts too.
+    """
+    for name in ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end"):
+        method = getattr(callback, name, None)
+        if getattr(method, "__func__", None) is not getattr(keras.callbacks.Callback, name):
+            return True
+    return False
+
+
 @contextmanager
 def _dtype_policy(name: str | None) -> Iterator[None]:
     """Keras's global dtype policy set to ``name`` inside, the previous one restored after."""
@@ -163,8 +176,9 @@ class Trainer:
             have ``return_ids=True``; the ids are all-gathered, so the chief
             writes every rank's).
         on_nonfinite: A step whose loss or gradient is NaN or infinite (on
-            any replica: the check is all-reduced, so every replica and worker
-            decides alike) is never applied. ``"stop"`` (default): :meth:`fit`
+            any replica: the check is of the all-reduced loss and gradient,
+            which every replica and worker holds alike, so all decide alike) is
+            never applied. ``"stop"`` (default): :meth:`fit`
             raises :class:`tfdp.train.NonFiniteError` naming the step, without
             saving (the latest checkpoint stays the last good one).
             ``"skip"``: the step is skipped -- its data consumed, no variable
@@ -174,9 +188,7 @@ class Trainer:
             variables). Under ``mixed_float16`` a non-finite *gradient* is the
             loss scaler's business (skipped and rescaled); the loss is checked.
             A gradient whose all-reduced sum overflows although every
-            replica's part is finite is caught here only with
-            ``clip_global_norm`` (which computes the summed norm), otherwise at
-            the next step's loss.
+            replica's part is finite is flagged too (the sum is what is checked).
 
     Raises:
         ValueError: for a model built outside the scope, a loss with a sum
@@ -454,7 +466,7 @@ class Trainer:
         if self.info.num_workers > 1:
             if self._agree_fn is None:
 
-                @tf.function
+                @tf.function(autograph=False)
                 def agree(flags: tf.Tensor) -> tf.Tensor:
                     per_replica = self.strategy.run(tf.identity, args=(flags,))
                     return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
@@ -581,11 +593,15 @@ class Trainer:
             spec = str(dataset.element_spec)
             del dataset
         width = train_input.batch_size if self.record_samples else 0
+        calls: dict[tuple[int, int], Callable[[], Any]] = {}
 
-        def run(group: int, n: int) -> Any:
-            """``n`` optimizer steps of ``group`` micro-batches from the stream: one call."""
-            fn = self.train_step.function(spec, group, n > 1, train_input.return_ids, width)
-            return fn(stream[0], n)
+        def call(group: int, n: int) -> Callable[[], Any]:
+            """The compiled call of ``n`` steps of ``group`` micro-batches, bound to the stream."""
+            if (group, n) not in calls:
+                calls[group, n] = self.train_step.bind(
+                    stream[0], spec, group, n, train_input.return_ids, width
+                )
+            return calls[group, n]
 
         cbs.on_train_begin()
         try:
@@ -596,13 +612,15 @@ class Trainer:
                 max_steps=max_steps,
                 on_step=on_step,
                 callbacks=cbs,
-                run=run,
+                batch_hooks=any(_has_batch_hooks(cb) for cb in callbacks or ()),
+                call=call,
             )
         finally:
             # No frame holds the iterator but this list: it dies here, even when an exception
             # kept by the caller (a NonFiniteError) outlives fit. Left alive, iterators pile up
             # in the process, and TensorFlow's teardown of one of them, whenever it comes, was
             # measured waiting 10-120 s on tf.data's background threads with a dozen alive.
+            calls.clear()  # the bound calls hold it too
             stream.clear()
             self.logs.close()
         cbs.on_train_end({key: values[-1] for key, values in history.history.items()})
@@ -617,9 +635,15 @@ class Trainer:
         max_steps: int | None,
         on_step: Callable[[TrainState], None] | None,
         callbacks: keras.callbacks.CallbackList,
-        run: Callable[[int, int], Any],
+        batch_hooks: bool,
+        call: Callable[[int, int], Callable[[], Any]],
     ) -> None:
-        """The epochs of :meth:`fit`, from ``state`` up to ``epochs`` or an agreed stop."""
+        """The epochs of :meth:`fit`, from ``state`` up to ``epochs`` or an agreed stop.
+
+        ``call(group, n)`` is the compiled call of ``n`` steps of ``group``
+        micro-batches on the training stream; ``batch_hooks`` whether any
+        callback has a batch hook (else none is called: no per-call work).
+        """
         k = self.accumulation_steps
         while self.state.epoch < epochs:
             epoch = self.state.epoch
@@ -643,14 +667,15 @@ class Trainer:
                     n = min(n, max_steps - self.state.global_step)
                 if n <= 0:
                     break
-                callbacks.on_train_batch_begin(self.state.step)
-                out = run(group, n)
+                if batch_hooks:
+                    callbacks.on_train_batch_begin(self.state.step)
+                out = call(group, n)()
                 if self.record_samples:
                     out, ids = out
                     self.logs.write_ids(ids, epoch, self.state.step, train_input.num_replicas)
                 steps = out.numpy()  # [steps run, 3]: loss, non-finite flags
                 losses, flags = steps[:, 0].tolist(), steps[:, 1:]
-                bad = [i for i in range(len(losses)) if flags[i].any()]
+                bad = flags.any(axis=1).nonzero()[0].tolist() if flags.any() else []
                 if bad and self.on_nonfinite == "stop":  # the call ended at that step
                     raise self._nonfinite_error(bad[0], losses, flags)
                 for i in bad:  # "skip": not applied; its data is consumed
@@ -668,7 +693,7 @@ class Trainer:
                 self.state.step += n
                 self.state.global_step += n
                 batches_done += n * group
-                good = [v for i, v in enumerate(losses) if i not in bad]
+                good = [v for i, v in enumerate(losses) if i not in bad] if bad else losses
                 loss_sum += sum(good)
                 loss_count += len(good)
                 # Already-reduced step losses: no metric read, no collective.
@@ -684,7 +709,8 @@ class Trainer:
                 )
                 if on_step is not None:
                     on_step(self.state)
-                callbacks.on_train_batch_end(self.state.step - 1, {"loss": mean})
+                if batch_hooks:
+                    callbacks.on_train_batch_end(self.state.step - 1, {"loss": mean})
                 due = self.checkpoint_every and self.state.global_step % self.checkpoint_every == 0
                 stop = self._agreed_stop() or (
                     max_steps is not None and self.state.global_step >= max_steps

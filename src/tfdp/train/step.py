@@ -22,20 +22,28 @@ Example:
     >>> step = TrainStep(strategy, model, opt, PerExampleLoss("mse"), keras.metrics.Mean())
     >>> data = tf.data.Dataset.from_tensors((np.ones((4, 3), "float32"), np.zeros((4, 2))))
     >>> out = step.function(str(data.element_spec), group=1, multi=False)(iter(data), 1)
-    >>> out.shape  # one step: [loss, replicas with a non-finite loss, ... gradient]
+    >>> out.shape  # one step: [loss, the loss is non-finite, the gradient is]
     TensorShape([1, 3])
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from tfdp._autograph import plain
+from tfdp._compat import bound_call, gradients_reduced
 from tfdp.train.evaluate import PerExampleLoss, unpack_batch
-from tfdp.train.guard import apply_if_finite, check_policy, nonfinite_local
+from tfdp.train.guard import (
+    apply_if_finite,
+    apply_reduced_if_finite,
+    check_policy,
+    nonfinite_local,
+)
 
 __all__ = ["TrainStep"]
 
@@ -87,6 +95,7 @@ class TrainStep:
         self.jit_compile = jit_compile
         self.multi_worker = multi_worker
         self._fns: dict[tuple[Any, ...], Any] = {}
+        self._counts: dict[int, tf.Tensor] = {}
         self._grad_fn: Any = None
 
     @property
@@ -169,18 +178,22 @@ class TrainStep:
     ) -> Any:
         """One optimizer step on this replica's micro-batches: gradients, clipping, update.
 
-        Returns this replica's loss share and the step's non-finite flags
-        (``[replicas with a non-finite loss, with a non-finite gradient]``,
-        summed over the replicas: the same on every replica; zeros with
-        ``on_nonfinite="ignore"``); with ``record_width`` (the per-replica
-        batch size) also the step's all-gathered ids, ``[micro-batches,
-        replicas * record_width]`` in global rank order, padded with -1 where
-        a batch is partial. A step with a non-finite flag is not applied and
-        does not update the metrics.
+        Returns the step's loss (summed over the replicas: the mean over the
+        step's rows, the same on every replica) and its non-finite flags
+        (``[the loss is non-finite, the gradient is]``, non-zero when so, the
+        same on every replica; zeros with ``on_nonfinite="ignore"``); with
+        ``record_width`` (the per-replica batch size) also the step's
+        all-gathered ids, ``[micro-batches, replicas * record_width]`` in
+        global rank order, padded with -1 where a batch is partial. A step
+        with a non-finite flag is not applied and does not update the metrics.
+
+        The gradients and the loss are all-reduced in one collective, then
+        clipped (the global norm of the reduced gradient), checked and
+        applied: the optimizer is handed the reduced gradients
+        (:func:`tfdp._compat.gradients_reduced`, set while the step is
+        traced). Under ``mixed_float16`` the loss scaler's optimizer reduces
+        them itself and decides on overflow (see :meth:`_loss_scaled_update`).
         """
-        opt = self.optimizer
-        tvars = self.model.trainable_variables
-        lso = self._loss_scale_optimizer
         ctx = tf.distribute.get_replica_context()
         ids = None
         if with_ids:  # elements are (example, {"index", "position"})
@@ -199,52 +212,68 @@ class TrainStep:
             batches = tuple(bt[0] for bt in batches)
         rows = self.step_rows(batches)
         grads_sum, total_loss, outputs = self._grad_fn(batches, rows)
-        check = self.on_nonfinite != "ignore"
-        local = nonfinite_local(total_loss, grads_sum) if check or lso is not None else None
-        local_flags = None
-        if check:
-            # Under mixed_float16 an overflowing gradient is the loss scaler's business
-            # (skip and rescale); the loss is checked in every case.
-            local_flags = local if lso is None else local * tf.constant([1.0, 0.0])
-        if lso is not None:
-            # Keras decides skip/apply from replica 0's local gradients: make every replica's
-            # gradients non-finite when any replica's are, so all replicas decide alike.
-            any_bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local[1]) > 0
-            grads_sum = [
-                tf.where(any_bad, tf.fill(tf.shape(g), float("nan")), g)
-                if g.dtype.is_floating
-                else g
-                for g in grads_sum
-            ]
-        if self.clip_global_norm is not None:
-            total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads_sum)
-            norm = tf.linalg.global_norm([tf.cast(t, tf.float32) for t in total])
-            if lso is not None:
-                norm = norm / tf.cast(lso.dynamic_scale, tf.float32)
-            factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
-            grads_sum = [g * tf.cast(factor, g.dtype) for g in grads_sum]
-            if local_flags is not None and lso is None:  # the summed gradient overflowed
-                overflow = tf.cast(tf.logical_not(tf.math.is_finite(norm)), tf.float32)
-                local_flags = tf.maximum(local_flags, tf.stack([0.0, overflow]))
-        if local_flags is None:
-            opt.apply_gradients(zip(grads_sum, tvars, strict=True))
-            self._update_metrics(outputs)
-            flags = tf.zeros([2])
+        if self._loss_scale_optimizer is not None:
+            loss, flags = self._loss_scaled_update(grads_sum, total_loss)
         else:
-            flags = apply_if_finite(
-                local_flags,
-                lambda g: opt.apply_gradients(zip(g, tvars, strict=True)),
-                grads_sum,
-                multi_worker=self.multi_worker,
-            )
-            if self.on_nonfinite == "skip":  # a skipped step leaves the metrics out too
-                ok = tf.reduce_sum(flags) == 0
-                tf.cond(ok, lambda: self._update_metrics(outputs), lambda: None)
-            else:  # "stop": a flagged step ends the run
-                self._update_metrics(outputs)
+            loss, flags = self._reduced_update(grads_sum, total_loss)
+        if self.on_nonfinite == "skip":  # a skipped step leaves the metrics out too
+            tf.cond(tf.reduce_sum(flags) == 0, lambda: self._update_metrics(outputs), lambda: None)
+        else:  # "stop": a flagged step ends the run; "ignore": no flags
+            self._update_metrics(outputs)
         if record_width:
-            return total_loss, flags, ids
-        return total_loss, flags
+            return loss, flags, ids
+        return loss, flags
+
+    def _apply(self, grads: list[Any]) -> None:
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+
+    def _reduced_update(self, grads: list[Any], loss: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """All-reduce gradients and loss together, clip, check once and apply (replica context)."""
+        ctx = tf.distribute.get_replica_context()
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [*grads, loss])
+        grads, loss = list(reduced[:-1]), reduced[-1]
+        checked = None
+        if self.clip_global_norm is not None:
+            norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads])
+            factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
+            grads = [g * tf.cast(factor, g.dtype) for g in grads]
+            checked = [norm]  # non-finite exactly when a gradient is, or their sum overflowed
+        if self.on_nonfinite == "ignore":
+            self._apply(grads)
+            return loss, tf.zeros([2])
+        return loss, apply_reduced_if_finite(loss, grads, self._apply, checked=checked)
+
+    def _loss_scaled_update(self, grads: list[Any], loss: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The ``mixed_float16`` update: the loss scaler reduces, and skips overflowing steps.
+
+        Keras decides skip/apply from replica 0's local gradients: every replica's
+        gradients are made non-finite when any replica's are, so all decide alike.
+        A non-finite loss stops (or skips) the step as always; a non-finite
+        gradient is the loss scaler's business (skipped and rescaled), not flagged.
+        """
+        lso = self._loss_scale_optimizer
+        assert lso is not None
+        ctx = tf.distribute.get_replica_context()
+        local = nonfinite_local(loss, grads)
+        any_bad = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local[1]) > 0
+        grads = [
+            tf.where(any_bad, tf.fill(tf.shape(g), float("nan")), g) if g.dtype.is_floating else g
+            for g in grads
+        ]
+        if self.clip_global_norm is not None:
+            total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            norm = tf.linalg.global_norm([tf.cast(t, tf.float32) for t in total])
+            norm = norm / tf.cast(lso.dynamic_scale, tf.float32)
+            factor = tf.minimum(1.0, self.clip_global_norm / tf.maximum(norm, 1e-12))
+            grads = [g * tf.cast(factor, g.dtype) for g in grads]
+        loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+        if self.on_nonfinite == "ignore":
+            self._apply(grads)
+            return loss, tf.zeros([2])
+        flags = apply_if_finite(
+            local * tf.constant([1.0, 0.0]), self._apply, grads, multi_worker=self.multi_worker
+        )
+        return loss, flags
 
     # -- the compiled functions ----------------------------------------------------------
     def function(
@@ -259,11 +288,46 @@ class TrainStep:
         (straight-line) or several (a ``tf.range`` loop), and, when recording
         ids, the per-replica batch size (``width``; 0 records nothing); a
         second input gets functions of its own. Every function returns, per
-        step it ran, ``[loss, replicas with a non-finite loss, with a
-        non-finite gradient]`` (``[n, 3]``, the loss reduced over the replicas;
-        a call with ``on_nonfinite="stop"`` ends at the first flagged step)
-        and, when ``width`` is set, the steps' ids as a second output.
+        step it ran, ``[loss, the loss is non-finite, the gradient is]``
+        (``[n, 3]``, the loss the mean over the step's rows; a flag non-zero
+        when so; a call with ``on_nonfinite="stop"`` ends at the first flagged
+        step) and, when ``width`` is set, the steps' ids as a second output.
         """
+        fn = self._traced(spec, group, multi, with_ids, width)
+        if not multi:
+            return lambda iterator, n: fn(iterator)
+        return lambda iterator, n: fn(iterator, self._count(n))
+
+    def bind(
+        self,
+        iterator: Any,
+        spec: str,
+        group: int,
+        n: int,
+        with_ids: bool = False,
+        width: int = 0,
+    ) -> Any:
+        """``() -> steps``: :meth:`function`'s call of ``n`` steps on ``iterator``, bound once.
+
+        What the training loop calls: the same compiled function, without
+        ``tf.function``'s per-call look-up of its trace by the arguments' types
+        (:func:`tfdp._compat.bound_call`), which for a distributed iterator
+        costs about as much as a small step.
+
+        Example:
+            >>> TrainStep.bind.__name__
+            'bind'
+        """
+        fn = self._traced(spec, group, n > 1, with_ids, width)
+        return bound_call(fn, iterator, self._count(n)) if n > 1 else bound_call(fn, iterator)
+
+    def _count(self, n: int) -> tf.Tensor:
+        """``n`` as an int64 tensor, one per value (not a new one per call)."""
+        if n not in self._counts:
+            self._counts[n] = tf.constant(n, tf.int64)
+        return self._counts[n]
+
+    def _traced(self, spec: str, group: int, multi: bool, with_ids: bool, width: int) -> Any:
         key = (spec, with_ids, width, group, multi)
         fn = self._fns.get(key)
         if fn is None:
@@ -272,35 +336,44 @@ class TrainStep:
         return fn
 
     def _build(self, group: int, multi: bool, with_ids: bool, width: int) -> Any:
+        """The ``tf.function`` of one step (``multi=False``) or of ``n`` (a ``tf.range`` loop)."""
         if self._grad_fn is None:
             self._grad_fn = self.gradients
             if self.jit_compile:  # the forward/backward pass; the update stays outside XLA
-                self._grad_fn = tf.function(self.gradients, jit_compile=True)
+                self._grad_fn = tf.function(self.gradients, jit_compile=True, autograph=False)
         strategy = self.strategy
         record = bool(width)
+        lso = self._loss_scale_optimizer
+
+        def reduced() -> Any:  # the optimizer gets all-reduced gradients (the LSO reduces itself)
+            return gradients_reduced(self.optimizer) if lso is None else contextlib.nullcontext()
 
         def replica_step(batches: tuple[Any, ...]) -> Any:
             return self.replica_step(batches, with_ids, width)
 
+        # tfdp's step is traced without AutoGraph, as Keras traces its train step: the user's
+        # model and metrics run as written, a user's loss function as AutoGraph converts it
+        # (tfdp._autograph). Only the multi-step loop below is converted, for its tf.range.
+        @plain
         def one_step(iterator: Any) -> tuple[tf.Tensor, Any]:
             """``[loss, flags...]`` of one step (and its ids when recording)."""
             batches = tuple(next(iterator) for _ in range(group))
-            out = strategy.run(replica_step, args=(batches,))
+            with reduced():
+                out = strategy.run(replica_step, args=(batches,))
             local = strategy.experimental_local_results
-            loss = strategy.reduce(tf.distribute.ReduceOp.SUM, out[0], axis=None)
-            flags = local(out[1])[0]  # summed over the replicas in the step
-            step = tf.concat([tf.reshape(loss, [1]), flags], 0)
+            # The loss and the flags are all-reduced: the same on every replica.
+            step = tf.concat([tf.reshape(local(out[0])[0], [1]), local(out[1])[0]], 0)
             return step, (local(out[2])[0] if record else None)
 
         if not multi:
 
-            @tf.function
+            @tf.function(autograph=False)
             def train_1(iterator: Any) -> Any:  # straight-line: no loop
                 step, ids = one_step(iterator)
                 step = tf.expand_dims(step, 0)
                 return (step, tf.expand_dims(ids, 0)) if record else step
 
-            return lambda iterator, n: train_1(iterator)
+            return train_1
 
         stop_early = self.on_nonfinite == "stop"
 
@@ -318,11 +391,4 @@ class TrainStep:
                     break  # every replica and worker breaks at the same step
             return (steps.stack(), ids_out.stack()) if record else steps.stack()
 
-        constants: dict[int, tf.Tensor] = {}
-
-        def call(iterator: Any, n: int) -> Any:
-            if n not in constants:
-                constants[n] = tf.constant(n, tf.int64)
-            return train_loop(iterator, constants[n])
-
-        return call
+        return train_loop
