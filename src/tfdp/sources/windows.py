@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -64,6 +65,10 @@ __all__ = [
     "read_files",
 ]
 
+
+#: Files decoded (and windows finished) at once inside one batch: one per core, so a
+#: batch alone -- the first of a new iterator -- spreads over the machine.
+PARALLEL_DECODES = os.cpu_count() or 1
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _JPEG_EOI = b"\xff\xd9"
@@ -144,13 +149,21 @@ def read_files(paths: tf.Tensor) -> tf.TensorArray:
     return _loop(count, body, files)
 
 
-def _loop(count: tf.Tensor, body: Callable[[tf.Tensor, Any], Any], state: Any) -> Any:
-    """``state = body(i, state)`` for ``i`` in ``[0, count)``: a sequential ``tf.while_loop``."""
+def _loop(
+    count: tf.Tensor, body: Callable[[tf.Tensor, Any], Any], state: Any, parallel: int = 1
+) -> Any:
+    """``state = body(i, state)`` for ``i`` in ``[0, count)``: a ``tf.while_loop``.
+
+    With ``parallel > 1``, up to that many iterations run at once: their
+    decodes and resizes overlap, while the writes to ``state`` (a chain of
+    ``tf.TensorArray`` writes) stay in order. Each iteration's values depend
+    only on its index, so the result is the same.
+    """
     _, state = tf.while_loop(
         lambda i, _: i < count,
         lambda i, st: (i + 1, body(i, st)),
         (tf.constant(0), state),
-        parallel_iterations=1,
+        parallel_iterations=parallel,
     )
     return state
 
@@ -232,7 +245,7 @@ def decode_windows(
         element_shape=[None, None, channels],
         clear_after_read=False,  # read once per entry of the file
     )
-    regions = _loop(tf.size(fast_files), decode_jpeg, regions)
+    regions = _loop(tf.size(fast_files), decode_jpeg, regions, PARALLEL_DECODES)
     regions = _loop(tf.size(other_files), cut_decoded, regions)
 
     # Each entry's window inside its file's region, as tf.slice arguments.
@@ -245,7 +258,9 @@ def decode_windows(
 
     n = tf.size(entry_file)
     spec = request.output_spec(tf.TensorSpec([None, None, channels], tf.uint8))
-    out = _loop(n, finish, tf.TensorArray(spec.dtype, n, element_shape=spec.shape))
+    out = _loop(
+        n, finish, tf.TensorArray(spec.dtype, n, element_shape=spec.shape), PARALLEL_DECODES
+    )
     return out.stack(), ok
 
 
