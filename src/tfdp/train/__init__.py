@@ -14,9 +14,20 @@ trained weights, one concern per module:
 - ``keras_fit``: :func:`fit`, the same semantics under ``model.fit``.
 
 Example:
-    >>> from tfdp.train import Trainer, evaluate, fit
-    >>> Trainer.__name__, evaluate.__name__, fit.__name__
-    ('Trainer', 'evaluate', 'fit')
+    >>> import keras, numpy as np
+    >>> from tfdp import ArraySource, DistributedInput
+    >>> from tfdp.train import Trainer, evaluate
+    >>> x, y = np.eye(3, dtype=np.float32)[np.arange(12) % 3], np.arange(12) % 3
+    >>> train = DistributedInput(None, ArraySource((x, y)), batch_size=4)
+    >>> held_out = DistributedInput(None, ArraySource((x, y)), sampler="eval", batch_size=5)
+    >>> def model():
+    ...     return keras.Sequential([keras.Input((3,)), keras.layers.Dense(3)])
+    >>> trainer = Trainer(None, model, lambda: keras.optimizers.SGD(1.0),
+    ...                   "sparse_categorical_crossentropy_from_logits", progress=False, verbose=0)
+    >>> _ = trainer.fit(train, epochs=20)
+    >>> evaluate(None, trainer.model, held_out, "sparse_categorical_crossentropy_from_logits",
+    ...          [keras.metrics.SparseCategoricalAccuracy()])["sparse_categorical_accuracy"]
+    1.0
 """
 
 from tfdp.train.evaluate import Evaluator, PerExampleLoss, evaluate

@@ -195,8 +195,23 @@ class Trainer:
             reduction, optimizer-side clipping, or bad numbers.
 
     Example:
-        >>> Trainer.__name__
-        'Trainer'
+        >>> import keras, numpy as np
+        >>> from tfdp import ArraySource, DistributedInput
+        >>> x, y = np.eye(4, dtype=np.float32)[np.arange(32) % 4], np.arange(32) % 4
+        >>> inp = DistributedInput(None, ArraySource((x, y)), batch_size=8)
+        >>> trainer = Trainer(
+        ...     None,  # the default strategy; a MirroredStrategy or MWMS in real use
+        ...     lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)]),
+        ...     lambda: keras.optimizers.SGD(0.5),
+        ...     "sparse_categorical_crossentropy_from_logits",
+        ...     progress=False,
+        ...     verbose=0,
+        ... )
+        >>> history = trainer.fit(inp, epochs=3)
+        >>> trainer.state.global_step, len(history.history["loss"])
+        (12, 3)
+        >>> history.history["loss"][-1] < history.history["loss"][0]
+        True
     """
 
     def __init__(
