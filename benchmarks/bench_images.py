@@ -359,7 +359,9 @@ def breakdown(root: Path, count: int = 120) -> dict[str, float]:
     windows = tf.ragged.stack(
         [img[b[0] : b[0] + b[2], b[1] : b[1] + b[3]] for img, b in zip(decoded, boxes, strict=True)]
     )
-    resized = tf.stack([tf.image.resize(w, [SIZE, SIZE]) for w in windows])
+    resized = tf.stack(
+        [tf.image.resize(windows[j].to_tensor(), [SIZE, SIZE]) for j in range(count)]
+    )
     norm = augment.Normalize(MEAN_RGB, STDDEV_RGB)
     flip = augment.RandomFlip(p=1.0)
 
