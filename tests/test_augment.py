@@ -944,3 +944,36 @@ def test_inside_tf_data_map_on_batches_with_unknown_batch_size():
     ds7 = tf.data.Dataset.from_tensor_slices(((images, labels), seeds)).batch(7)
     got7 = np.concatenate([x for (x, _) in ds7.map(lambda ex, s: aug(ex, s)).as_numpy_iterator()])
     np.testing.assert_array_equal(got7, eager)
+
+
+# ------------------------------------------------------------------ draws on the host
+
+
+_SEED_VALUES = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seeds=st.lists(st.tuples(_SEED_VALUES, _SEED_VALUES), min_size=1, max_size=9),
+    pipeline=st.sampled_from(["rrc_flip", "rrc_bright_flip", "bare_rrc", "center"]),
+)
+def test_host_draws_equal_the_graph_draws_bit_for_bit(seeds, pipeline):
+    """The window path draws with NumPy (``on_host``): every number and box as TensorFlow's."""
+    stages = {
+        "rrc_flip": augment.Compose([augment.RandomResizedCrop(8), augment.RandomFlip()]),
+        "rrc_bright_flip": augment.Compose(
+            [augment.RandomResizedCrop(8), augment.RandomBrightness(0.3), augment.RandomFlip()]
+        ),
+        "bare_rrc": augment.RandomResizedCrop(8),
+        "center": augment.Compose([augment.CenterCrop(8), augment.RandomFlip()]),
+    }[pipeline]
+    pipe = augment.split_window(stages)
+    s = tf.constant(seeds, tf.int64)
+    graph, host = pipe.request(s), pipe.request(s, on_host=True)
+    shapes = tf.constant([[375, 500], [9, 9], [500, 17]] * 3)[: len(seeds)]
+    np.testing.assert_array_equal(graph.windows(shapes).numpy(), host.windows(shapes).numpy())
+    for g, h in zip(graph._stage_params, host._stage_params, strict=True):
+        np.testing.assert_array_equal(g.numpy(), h.numpy())
+    image = tf.cast(tf.reshape(tf.range(9 * 9 * 3) % 251, [9, 9, 3]), tf.uint8)
+    for j in range(len(seeds)):
+        np.testing.assert_array_equal(graph.finish(image, j).numpy(), host.finish(image, j).numpy())

@@ -107,74 +107,141 @@ _HASH_BYTES = 20  # five 32-bit words
 _MAX_FOLD_DATA = 2**31 - 1
 
 
-def _u32(value: int) -> tf.Tensor:
-    return tf.constant(value, tf.uint32)
+class _TensorFlowOps:
+    """The array operations of the hash, in TensorFlow (graphs and eager)."""
+
+    uint32, int64, float32 = tf.uint32, tf.int64, tf.float32
+    shl = staticmethod(tf.bitwise.left_shift)
+    shr = staticmethod(tf.bitwise.right_shift)
+    bor = staticmethod(tf.bitwise.bitwise_or)
+    bxor = staticmethod(tf.bitwise.bitwise_xor)
+    band = staticmethod(tf.bitwise.bitwise_and)
+    const = staticmethod(tf.constant)
+    cast = staticmethod(tf.cast)
+    stack = staticmethod(tf.stack)
+    reshape = staticmethod(tf.reshape)
+
+    @staticmethod
+    def fill_like(x: Any, value: int, dtype: Any) -> Any:
+        return tf.fill(tf.shape(x), tf.constant(value, dtype))
+
+    @staticmethod
+    def broadcast_like(x: Any, like: Any) -> Any:
+        return tf.broadcast_to(x, tf.shape(like))
+
+    @staticmethod
+    def counters(n: int) -> Any:
+        return tf.cast(tf.range(n), tf.uint32)  # Range has no uint32 kernel
+
+
+class _NumPyOps:
+    """The same operations in NumPy: the host side of the window path (same integer bits).
+
+    uint32 and int64 arithmetic wraps alike in both libraries, casts between
+    them are modular, and right shifts of int64 are arithmetic, so every
+    value equals the TensorFlow one exactly.
+    """
+
+    uint32, int64, float32 = np.uint32, np.int64, np.float32
+    shl = staticmethod(np.left_shift)
+    shr = staticmethod(np.right_shift)
+    bor = staticmethod(np.bitwise_or)
+    bxor = staticmethod(np.bitwise_xor)
+    band = staticmethod(np.bitwise_and)
+    stack = staticmethod(np.stack)
+    reshape = staticmethod(np.reshape)
+
+    @staticmethod
+    def const(value: Any, dtype: Any) -> np.ndarray:
+        return np.asarray(value, dtype)
+
+    @staticmethod
+    def cast(x: Any, dtype: Any) -> np.ndarray:
+        return np.asarray(x).astype(dtype)
+
+    @staticmethod
+    def fill_like(x: Any, value: int, dtype: Any) -> np.ndarray:
+        return np.full(np.shape(x), value, dtype)
+
+    @staticmethod
+    def broadcast_like(x: Any, like: Any) -> np.ndarray:
+        return np.broadcast_to(x, np.shape(like))
+
+    @staticmethod
+    def counters(n: int) -> np.ndarray:
+        return np.arange(n, dtype=np.uint32)
+
+
+_Ops = type[_TensorFlowOps] | type[_NumPyOps]
 
 
 class _Murmur:
     """MurmurHash3_x86_32's constants, made once per hash (a graph gets ~20 nodes, not ~100)."""
 
-    def __init__(self) -> None:
-        self.c1, self.c2 = _u32(MURMUR_C1), _u32(MURMUR_C2)
-        self.five, self.n = _u32(5), _u32(MURMUR_N)
-        self.f1, self.f2 = _u32(FMIX32_C1), _u32(FMIX32_C2)
-        self.shift = {r: _u32(r) for r in (8, 13, 15, 16, 17, 19)}
+    def __init__(self, ops: _Ops) -> None:
+        def u32(value: int) -> Any:
+            return ops.const(value, ops.uint32)
 
-    def rotl(self, x: tf.Tensor, r: int) -> tf.Tensor:
-        left = tf.bitwise.left_shift(x, self.shift[r])
-        return tf.bitwise.bitwise_or(left, tf.bitwise.right_shift(x, self.shift[32 - r]))
+        self.ops = ops
+        self.c1, self.c2 = u32(MURMUR_C1), u32(MURMUR_C2)
+        self.five, self.n = u32(5), u32(MURMUR_N)
+        self.f1, self.f2 = u32(FMIX32_C1), u32(FMIX32_C2)
+        self.shift = {r: u32(r) for r in (8, 13, 15, 16, 17, 19)}
 
-    def xorshift(self, x: tf.Tensor, r: int) -> tf.Tensor:
-        return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, self.shift[r]))
+    def rotl(self, x: Any, r: int) -> Any:
+        left = self.ops.shl(x, self.shift[r])
+        return self.ops.bor(left, self.ops.shr(x, self.shift[32 - r]))
 
-    def mix(self, h: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
+    def xorshift(self, x: Any, r: int) -> Any:
+        return self.ops.bxor(x, self.ops.shr(x, self.shift[r]))
+
+    def mix(self, h: Any, k: Any) -> Any:
         k = self.rotl(k * self.c1, 15) * self.c2
-        h = self.rotl(tf.bitwise.bitwise_xor(h, k), 13)
+        h = self.rotl(self.ops.bxor(h, k), 13)
         return h * self.five + self.n
 
-    def fmix(self, h: tf.Tensor) -> tf.Tensor:
+    def fmix(self, h: Any) -> Any:
         h = self.xorshift(h, 16) * self.f1
         h = self.xorshift(h, 13) * self.f2
         return self.xorshift(h, 16)
 
 
-def _hash_u32(seeds: tf.Tensor, counters: tf.Tensor, salt: int) -> tf.Tensor:
+def _hash_u32(seeds: Any, counters: Any, salt: int, ops: _Ops = _TensorFlowOps) -> Any:
     """MurmurHash3 of ``(seeds[..., 0] lo, hi, seeds[..., 1] lo, hi, counter)``.
 
     ``seeds`` is int64 ``[..., 2]``; ``counters`` is uint32, broadcastable
     against ``[..., 1]``. The seed words are mixed once per seed, then the
     counters are mixed in with broadcasting.
     """
-    m = _Murmur()
+    m = _Murmur(ops)
     # int64 -> uint32 casts are modular, so these are the two's-complement words.
-    lo = tf.cast(seeds, tf.uint32)
-    hi = tf.cast(tf.bitwise.right_shift(seeds, tf.constant(32, tf.int64)), tf.uint32)
-    h = tf.fill(tf.shape(seeds[..., :1]), _u32(salt))
+    lo = ops.cast(seeds, ops.uint32)
+    hi = ops.cast(ops.shr(seeds, ops.const(32, ops.int64)), ops.uint32)
+    h = ops.fill_like(seeds[..., :1], salt, ops.uint32)
     for word in (lo[..., :1], hi[..., :1], lo[..., 1:], hi[..., 1:]):
         h = m.mix(h, word)
     h = m.mix(h, counters)
-    return m.fmix(tf.bitwise.bitwise_xor(h, _u32(_HASH_BYTES)))
+    return m.fmix(ops.bxor(h, ops.const(_HASH_BYTES, ops.uint32)))
 
 
-def _uniforms(seeds: tf.Tensor, n: int) -> tf.Tensor:
+def _uniforms(seeds: Any, n: int, ops: _Ops = _TensorFlowOps) -> Any:
     """:func:`per_sample_uniform` for int64 seeds of any leading shape ``[..., 2]``."""
-    counters = tf.cast(tf.range(n), tf.uint32)  # Range has no uint32 kernel
-    bits = tf.bitwise.right_shift(_hash_u32(seeds, counters, MURMUR_SALT_UNIFORM), _u32(8))
-    return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
+    bits = _hash_u32(seeds, ops.counters(n), MURMUR_SALT_UNIFORM, ops)
+    bits = ops.shr(bits, ops.const(8, ops.uint32))  # 24 bits: exact in float32
+    return ops.cast(bits, ops.float32) * ops.const(1.0 / (1 << 24), ops.float32)
 
 
-def _fold_many(seeds: tf.Tensor, datas: Sequence[int]) -> tf.Tensor:
+def _fold_many(seeds: Any, datas: Sequence[int], ops: _Ops = _TensorFlowOps) -> Any:
     """``fold_in(seeds, d)`` for every ``d`` of ``datas`` at once: int64 ``[B, len(datas), 2]``."""
-    counters = tf.constant([c for d in datas for c in (2 * d, 2 * d + 1)], tf.uint32)
-    words = tf.cast(_hash_u32(seeds, counters, MURMUR_SALT_FOLD), tf.int64)  # [B, 2 * len], < 2**32
-    words = tf.reshape(words, [-1, len(datas), 2])
-    high = tf.bitwise.left_shift(
-        tf.bitwise.bitwise_and(words[..., 1], tf.constant(0x7FFFFFFF, tf.int64)),
-        tf.constant(32, tf.int64),
+    counters = ops.const([c for d in datas for c in (2 * d, 2 * d + 1)], ops.uint32)
+    words = _hash_u32(seeds, counters, MURMUR_SALT_FOLD, ops)
+    words = ops.reshape(ops.cast(words, ops.int64), [-1, len(datas), 2])  # each < 2**32
+    high = ops.shl(
+        ops.band(words[..., 1], ops.const(0x7FFFFFFF, ops.int64)), ops.const(32, ops.int64)
     )
-    keys = tf.bitwise.bitwise_or(high, words[..., 0])
-    positions = tf.broadcast_to(seeds[:, 1:], tf.shape(keys))
-    return tf.stack([keys, positions], axis=-1)
+    keys = ops.bor(high, words[..., 0])
+    positions = ops.broadcast_like(seeds[:, 1:], keys)
+    return ops.stack([keys, positions], axis=-1)
 
 
 def _as_seeds(seeds: Any) -> tf.Tensor:
@@ -1183,30 +1250,70 @@ class Compose:
 # --------------------------------------------------------------------------------------------
 
 
-def _draw_together(
-    seeds: tf.Tensor, stages: Sequence[tuple[int | None, Augmentation]]
-) -> list[tf.Tensor]:
-    """Every stage's ``draw`` of its :class:`Compose` seeds (index ``None``: the seeds as they are).
-
-    The stages that draw :func:`per_sample_uniform` numbers share two hash
-    passes (one folds all their seeds, one draws all their numbers) instead
-    of two each: the same values, a smaller graph.
-    """
-    shared = [
+def _shared_stages(
+    stages: Sequence[tuple[int | None, Augmentation]],
+) -> list[tuple[int, Any, int]]:
+    """``(i, Compose index, count)`` of the stages that draw :func:`per_sample_uniform` numbers."""
+    return [
         (i, index, stage.draw_count())
         for i, (index, stage) in enumerate(stages)
         if stage.random and stage.draw_count()
     ]
+
+
+def _shared_draws(seeds: Any, shared: Sequence[tuple[int, Any, int]], ops: _Ops) -> list[Any]:
+    """The draws of the ``shared`` stages (:func:`_shared_stages`) in two hash passes.
+
+    One pass folds all their :class:`Compose` seeds, one draws all their
+    numbers -- the values of each stage's own ``draw``, with a smaller graph.
+    """
+    folds = sorted({index for _, index, _ in shared if index is not None})
+    folded = _fold_many(seeds, folds, ops) if folds else None
+    per_stage = [
+        seeds if index is None else folded[:, folds.index(index)] for _, index, _ in shared
+    ]
+    draws = _uniforms(ops.stack(per_stage, axis=1), max(n for _, _, n in shared), ops)
+    return [draws[:, k, :n] for k, (_, _, n) in enumerate(shared)]
+
+
+def _host_draws(seeds: tf.Tensor, shared: Sequence[tuple[int, Any, int]]) -> list[tf.Tensor]:
+    """:func:`_shared_draws` computed by NumPy: one ``tf.numpy_function`` node in the graph.
+
+    The same values (:class:`_NumPyOps`); the hash's ~270 graph nodes are
+    what a ``tf.data`` function instantiates and optimises with every new
+    iterator, the host call costs a fraction of a millisecond per call.
+    """
+
+    def draw(host_seeds: np.ndarray) -> list[np.ndarray]:
+        return [np.ascontiguousarray(d) for d in _shared_draws(host_seeds, shared, _NumPyOps)]
+
+    out = tf.numpy_function(
+        draw, [seeds], [tf.float32] * len(shared), stateful=False, name="host_draws"
+    )
+    if isinstance(out, tf.Tensor):  # eagerly, one output comes back bare
+        out = [out]
+    for t, (_, _, n) in zip(out, shared, strict=True):
+        t.set_shape([seeds.shape[0], n])
+    return out
+
+
+def _draw_together(
+    seeds: tf.Tensor, stages: Sequence[tuple[int | None, Augmentation]], on_host: bool = False
+) -> list[tf.Tensor]:
+    """Every stage's ``draw`` of its :class:`Compose` seeds (index ``None``: the seeds as they are).
+
+    The stages that draw :func:`per_sample_uniform` numbers share two hash
+    passes (:func:`_shared_draws`; on the host with ``on_host``); the others
+    draw on their own.
+    """
+    shared = _shared_stages(stages)
     params: list[tf.Tensor | None] = [None] * len(stages)
     if shared:
-        folds = sorted({index for _, index, _ in shared if index is not None})
-        folded = _fold_many(seeds, folds) if folds else None
-        per_stage = [
-            seeds if index is None else folded[:, folds.index(index)] for _, index, _ in shared
-        ]
-        draws = _uniforms(tf.stack(per_stage, axis=1), max(n for _, _, n in shared))
-        for k, (i, _, n) in enumerate(shared):
-            params[i] = draws[:, k, :n]
+        drawn = (
+            _host_draws(seeds, shared) if on_host else _shared_draws(seeds, shared, _TensorFlowOps)
+        )
+        for (i, _, _), p in zip(shared, drawn, strict=True):
+            params[i] = p
     for i, (index, stage) in enumerate(stages):
         if params[i] is None:
             params[i] = stage.draw(_stage_seeds(seeds, index, stage))
@@ -1225,7 +1332,9 @@ class WindowRequest:
 
     Built by :meth:`WindowPipeline.request` from the samples' seeds: the
     draws of the window stage and of the per-image stages after it are made
-    once, vectorised over the ``N`` samples. The source then calls
+    once, vectorised over the ``N`` samples (with ``on_host``, the
+    :func:`per_sample_uniform` numbers by NumPy on the host: the same values,
+    one graph node instead of the hash's). The source then calls
     :meth:`windows` with the images' shapes (read from the file headers) and
     :meth:`finish` on each decoded window.
 
@@ -1236,13 +1345,18 @@ class WindowRequest:
         >>> boxes = req.windows(tf.constant([[10, 12], [10, 12]]))
         >>> req.finish(tf.zeros([5, 6, 3], tf.uint8), 1).shape
         TensorShape([4, 4, 3])
+        >>> host = pipe.request(tf.constant([[0, 0], [0, 1]], tf.int64), on_host=True)
+        >>> bool(tf.reduce_all(host.windows(tf.constant([[10, 12], [10, 12]])) == boxes))
+        True
     """
 
-    def __init__(self, pipeline: WindowPipeline, seeds: tf.Tensor) -> None:
+    def __init__(
+        self, pipeline: WindowPipeline, seeds: tf.Tensor, *, on_host: bool = False
+    ) -> None:
         seeds = _as_seeds(seeds)
         self.pipeline = pipeline
         stages = [(pipeline.window_index, pipeline.window), *pipeline.image_stages]
-        params = _draw_together(seeds, stages)
+        params = _draw_together(seeds, stages, on_host)
         self._window_params, self._stage_params = params[0], params[1:]
 
     def windows(self, shapes: tf.Tensor) -> tf.Tensor:
@@ -1319,9 +1433,14 @@ class WindowPipeline:
         """The ``(height, width)`` of the window stage's output."""
         return self.window.size
 
-    def request(self, seeds: Any) -> WindowRequest:
-        """Draw everything for the samples of ``seeds`` ``[N, 2]`` (see :class:`WindowRequest`)."""
-        return WindowRequest(self, seeds)
+    def request(self, seeds: Any, *, on_host: bool = False) -> WindowRequest:
+        """Draw everything for the samples of ``seeds`` ``[N, 2]`` (see :class:`WindowRequest`).
+
+        ``on_host``: draw the :func:`per_sample_uniform` numbers with NumPy
+        (``tf.numpy_function``), bit-identical; for a graph instantiated
+        often, such as a ``tf.data`` function, which then starts faster.
+        """
+        return WindowRequest(self, seeds, on_host=on_host)
 
     def finish_batch(self, example: Any, seeds: Any) -> Any:
         """Apply the batch stages to an assembled batch ``example`` (seeds ``[B, 2]``)."""
