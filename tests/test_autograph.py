@@ -7,6 +7,7 @@ own functions are left unconverted (tfdp._autograph).
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import keras
@@ -85,6 +86,18 @@ def test_user_per_example_augmentation_with_tensor_if():
     got = _values(_input(_arrays(), halve_if_positive))
     x = np.arange(N, dtype=np.float32)
     np.testing.assert_array_equal(got, np.where(x > 0, x / 2, x))
+
+
+def test_user_augmentation_in_a_partial_is_converted():
+    def scale_if_positive(example, seed, factor):
+        x, y = example
+        if tf.reduce_sum(x) > 0:
+            x = x * factor
+        return x, y
+
+    got = _values(_input(_arrays(), functools.partial(scale_if_positive, factor=3.0)))
+    x = np.arange(N, dtype=np.float32)
+    np.testing.assert_array_equal(got, np.where(x > 0, x * 3, x))
 
 
 def test_user_source_override_with_tensor_if():

@@ -89,6 +89,8 @@ def user_code(fn: Callable[..., Any]) -> Callable[..., Any]:
         >>> float(user_code(np.sort)([2.0, 1.0])[0])  # not tfdp's: what it computes is unchanged
         1.0
     """
+    if isinstance(fn, functools.partial):  # the user's function inside, its arguments kept
+        return functools.partial(user_code(fn.func), *fn.args, **fn.keywords)
     if is_library_code(fn):
         return fn
     try:
