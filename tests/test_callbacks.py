@@ -37,6 +37,19 @@ def make_model() -> keras.Model:
     )
 
 
+def quiet_trainer(strategy, **options) -> Trainer:
+    """The tests' Trainer: make_model, SGD(0.2), cross-entropy from logits, no bar, no lines."""
+    return Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        "sparse_categorical_crossentropy_from_logits",
+        progress=False,
+        verbose=0,
+        **options,
+    )
+
+
 def numpy_val_loss(model: keras.Model) -> float:
     """The held-out mean cross-entropy, computed in NumPy over every row once (the reference)."""
     logits = np.asarray(model(XE, training=False), dtype="float64")
@@ -152,16 +165,7 @@ def test_trainer_callback_stop_mid_epoch_saves_and_resumes(mirrored_of, tmp_path
                 self.model.stop_training = True
 
     def make(run_dir):
-        return Trainer(
-            strategy,
-            make_model,
-            lambda: keras.optimizers.SGD(0.2),
-            "sparse_categorical_crossentropy_from_logits",
-            steps_per_call=3,
-            run_dir=run_dir,
-            progress=False,
-            verbose=0,
-        )
+        return quiet_trainer(strategy, steps_per_call=3, run_dir=run_dir)
 
     cut = make(tmp_path / "cut")
     hist = cut.fit(train, 2, callbacks=[StopAtStep()])
@@ -280,15 +284,7 @@ def test_log_every_lines_and_no_escapes_when_redirected(mirrored_of, tmp_path, c
     assert events["train"]["epoch_learning_rate"][1] == pytest.approx(0.2)
     # a step line's loss is the mean of its 5 steps' losses
     losses = []
-    tr2 = Trainer(
-        strategy,
-        make_model,
-        lambda: keras.optimizers.SGD(0.2),
-        "sparse_categorical_crossentropy_from_logits",
-        steps_per_call=1,
-        progress=False,
-        verbose=0,
-    )
+    tr2 = quiet_trainer(strategy, steps_per_call=1)
     tr2.fit(train, 1, on_step=lambda s: losses.extend(s.step_losses))
     first = float(re.search(r"loss (\d\.\d{4})", lines[0]).group(1))
     assert first == pytest.approx(np.mean(losses[:5]), abs=6e-5)
@@ -477,15 +473,7 @@ def test_batch_hooks_under_an_alias_or_set_on_the_instance_are_called(mirrored_o
     alias, assigned = AliasOnly(), keras.callbacks.Callback()
     ends: list[int] = []
     assigned.on_train_batch_end = lambda batch, logs=None: ends.append(batch)
-    trainer = Trainer(
-        strategy,
-        make_model,
-        lambda: keras.optimizers.SGD(0.2),
-        "sparse_categorical_crossentropy_from_logits",
-        steps_per_call=8,
-        progress=False,
-        verbose=0,
-    )
+    trainer = quiet_trainer(strategy, steps_per_call=8)
     trainer.fit(train, 1, callbacks=[alias])
     assert alias.begins == [0, 8]
     trainer.fit(train, 2, callbacks=[assigned])

@@ -76,6 +76,7 @@ from tfdp.seeding import (
     MURMUR_N,
     MURMUR_SALT_FOLD,
     MURMUR_SALT_UNIFORM,
+    fmix32,
 )
 from tfdp.sources.base import BatchedAugmentation
 
@@ -201,6 +202,8 @@ class _Murmur:
         return h * self.five + self.n
 
     def fmix(self, h: Any) -> Any:
+        if self.ops is _NumPyOps:  # the project's NumPy finaliser (it works in place)
+            return fmix32(np.array(h, np.uint32))
         h = self.xorshift(h, 16) * self.f1
         h = self.xorshift(h, 13) * self.f2
         return self.xorshift(h, 16)

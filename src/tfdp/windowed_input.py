@@ -131,8 +131,8 @@ class WindowedBatches:
 
     def _load_chunk_py(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         """One chunk's entries: every draw at once, each distinct file read and decoded once."""
-        # The draws by NumPy (same bits): the hash's ~270 graph nodes would be instantiated anew
-        # by every iterator (about 0.2 ms each on a 2-core VM), delaying a new dataset's first step.
+        # The draws by NumPy (same bits): the hash's graph nodes would be instantiated anew by
+        # every iterator, delaying a new dataset's first step (bench_images: its iterator column).
         request = self.pipeline.request(tf.stack([key, pos], axis=1), on_host=True)
         example, ok = self.source.load_windows(idx, request)
         return example, idx, pos, key, weight * ok

@@ -105,6 +105,15 @@ def _all_finite(tensors: Sequence[Any]) -> tf.Tensor:
     return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
 
 
+def _returning_none(apply: Callable[[list[Any]], Any]) -> Callable[[list[Any]], None]:
+    """``apply`` with its result dropped: both branches of the guarding ``tf.cond`` return None."""
+
+    def run(grads: list[Any]) -> None:
+        apply(grads)
+
+    return run
+
+
 def nonfinite_local(loss: tf.Tensor, grads: Sequence[Any]) -> tf.Tensor:
     """``[loss is non-finite, a gradient is non-finite]``, as float32 0/1.
 
@@ -141,8 +150,7 @@ def apply_if_finite(
     """
     grads = list(grads)
 
-    def run(g: list[Any]) -> None:
-        apply(g)
+    run = _returning_none(apply)
 
     ctx = tf.distribute.get_replica_context()
     if supports_no_merge_call():
@@ -196,8 +204,7 @@ def apply_reduced_if_finite(
     grads = list(grads)
     checked = grads if checked is None else list(checked)
 
-    def run(g: list[Any]) -> None:
-        apply(g)
+    run = _returning_none(apply)
 
     if supports_no_merge_call():
         flags = nonfinite_local(loss, checked)

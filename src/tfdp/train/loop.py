@@ -690,7 +690,7 @@ class Trainer:
                     self.logs.write_ids(ids, epoch, self.state.step, train_input.num_replicas)
                 steps = out.numpy()  # [steps run, 3]: loss, non-finite flags
                 losses, flags = steps[:, 0].tolist(), steps[:, 1:]
-                bad = flags.any(axis=1).nonzero()[0].tolist() if flags.any() else []
+                bad = flags.any(axis=1).nonzero()[0].tolist()
                 if bad and self.on_nonfinite == "stop":  # the call ended at that step
                     raise self._nonfinite_error(bad[0], losses, flags)
                 for i in bad:  # "skip": not applied; its data is consumed

@@ -79,7 +79,7 @@ class TrainStep:
         ...                                           np.ones([4], np.float32))), batch_size=2)
         >>> dataset = inp.epochs()
         >>> call = step.bind(iter(dataset), str(dataset.element_spec), group=1, n=2)
-        >>> steps = call().numpy().tolist()  # per step: [loss, flagged replicas (loss, grad)]
+        >>> steps = call().numpy().tolist()  # per step: [loss, loss / gradient non-finite]
         >>> [[round(v, 4) for v in row] for row in steps]  # Dense's kernel and bias learn
         [[1.0, 0.0, 0.0], [0.16, 0.0, 0.0]]
     """
