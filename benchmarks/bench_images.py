@@ -34,23 +34,26 @@ devices, global batch 128), through ``strategy.distribute_datasets_from_function
   augmentation on a batch of one), with ``sampler="repeat_aug"``.
 
 How it measures. One process. Each round visits every pipeline in turn (the
-order rotates): it builds the pipeline's dataset for a new epoch, creates the
-iterator and times the first batch (``first_batch``: dataset build + iterator
-+ first element: the cost of starting an epoch; the build and the iterator's
-creation are also shown apart); pulls ``WARMUP`` batches;
-then times ``window`` batches (images/s, and process CPU ms per image: all
-threads, the steadier measure on a shared machine); then drops the iterator
-and waits until the process is idle, so no pipeline prefetches during
-another's window. Ratios are medians over rounds of the per-round ratios.
-The first round's first-batch times (tracing included) are reported apart as
-``cold``. A closing breakdown times single operations on one thread (decode
-of the whole file, of the window, resize, normalisation...) to show what
-bounds each pipeline.
+order rotates): from an idle process it builds a new epoch's dataset, creates
+its iterator and takes its first batch, ``FIRST_SAMPLES`` times
+(``first_batch``: the cost of starting an epoch with a new dataset, the
+round's median; the build and the iterator's creation are also shown apart);
+then, on the last iterator, pulls ``WARMUP`` batches and times ``window``
+batches (images/s, and process CPU ms per image: all threads, the steadier
+measure on a shared machine); then drops the iterator and waits until the
+process is idle, so no pipeline prefetches during another's window. Ratios
+are medians over rounds of the per-round ratios. The first round's first
+first batch (tracing included) is reported apart as ``cold``. The full mode
+also times the first batch of a new epoch inside one stream -- what tfdp's
+trainer and ``model.fit`` path iterate, and Model Garden's ``repeat()``ed
+pipeline -- against each stream's median batch. A closing breakdown times
+single operations on one thread (decode of the whole file, of the window,
+resize, normalisation...) to show what bounds each pipeline.
 
 Usage (on a shared machine, under the lock, e.g.
 ``flock /work/notes/bench.lock .venv/bin/python benchmarks/bench_images.py``):
     python benchmarks/bench_images.py            # 3,000 images, 7 rounds (~15 min on 2 cores)
-    python benchmarks/bench_images.py --quick    # 600 images, 2 rounds, 3 pipelines (~1 min)
+    python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -85,7 +88,8 @@ STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 WARMUP = 3
 QUICK_WARMUP = 2
 FULL = {"images": 3000, "rounds": 7, "window": 20, "warmup": WARMUP}
-QUICK = {"images": 600, "rounds": 2, "window": 4, "warmup": QUICK_WARMUP}
+QUICK = {"images": 600, "rounds": 3, "window": 4, "warmup": QUICK_WARMUP}
+FIRST_SAMPLES = 3  # fresh datasets per pipeline and round: their first batches' median
 TARGETS = {"ra": 1.2, "plain": 1.0, "first_batch": 1.5}
 SHUFFLE = 10_000
 
@@ -296,16 +300,34 @@ def touch(strategy, batch) -> None:
 
 
 def run_window(
-    strategy, make: Callable[[int], object], epoch: int, window: int, warmup: int = WARMUP
+    strategy,
+    make: Callable[[int], object],
+    epoch: int,
+    window: int,
+    warmup: int = WARMUP,
+    firsts: int = FIRST_SAMPLES,
 ) -> dict:
-    wait_idle()
-    t0 = time.perf_counter()
-    dds = make(epoch)
-    t_built = time.perf_counter()
-    it = iter(dds)
-    t_iter = time.perf_counter()
-    touch(strategy, next(it))
-    first = time.perf_counter() - t0
+    """One round of one pipeline: ``firsts`` fresh datasets' first batches, then a window.
+
+    Each first batch is a new epoch's dataset built, its iterator created and
+    its first batch taken, from an idle process; the round reports their
+    medians. The last iterator then runs the warm-up and the timed window.
+    """
+    samples = []
+    for k in range(firsts):
+        wait_idle()
+        t0 = time.perf_counter()
+        dds = make(epoch * firsts + k)
+        t_built = time.perf_counter()
+        it = iter(dds)
+        t_iter = time.perf_counter()
+        touch(strategy, next(it))
+        t_first = time.perf_counter()
+        # the parts of ``first``: the dataset's construction, the iterator's creation (its
+        # functions instantiated), the first batch's wait
+        samples.append((t_first - t0, t_built - t0, t_iter - t_built))
+        if k < firsts - 1:
+            del it, dds
     for _ in range(warmup):
         touch(strategy, next(it))
     t1, c1 = time.perf_counter(), cpu_seconds()
@@ -314,24 +336,27 @@ def run_window(
     wall, cpu = time.perf_counter() - t1, cpu_seconds() - c1
     del it, dds
     images = window * GLOBAL_BATCH
+    first, build, iterator = (float(np.median(column)) for column in zip(*samples, strict=True))
     return {
         "first": first,
-        "build": t_built - t0,  # the parts of ``first``: the dataset's construction,
-        "iter": t_iter - t_built,  # the iterator's creation (its functions instantiated)
+        "single_first": samples[0][0],  # the first sample (round 1: tracing included)
+        "build": build,
+        "iter": iterator,
         "rate": images / wall,
         "cpu_ms": cpu / images * 1e3,
     }
 
 
-def epoch_boundary(strategy, inp, epochs: int = 2) -> tuple[float, float]:
+def epoch_boundary(strategy, stream, steps: int, epochs: int = 2) -> tuple[float, float]:
     """Wait for the first batch of a new epoch inside one stream vs the median wait (seconds).
 
-    tfdp's trainer iterates one stream over all epochs (``inp.epochs()``); a
-    new epoch there is not a new dataset or iterator.
+    ``stream`` is an endless distributed dataset of epochs of ``steps``
+    batches: tfdp's ``inp.epochs()`` -- what its trainer iterates, a new epoch
+    there is not a new dataset or iterator -- and Model Garden's
+    ``repeat()``-ed pipeline.
     """
     wait_idle()
-    it = iter(inp.epochs(100, None))
-    steps = inp.steps_per_epoch
+    it = iter(stream)
     waits = []
     for _ in range(steps * (epochs + 1)):
         t = time.perf_counter()
@@ -373,6 +398,12 @@ def breakdown(root: Path, count: int = 120) -> dict[str, float]:
     )
     norm = augment.Normalize(MEAN_RGB, STDDEV_RGB)
     flip = augment.RandomFlip(p=1.0)
+    # Reduced-scale (DCT) decoding: a 600x600 window of 750x1000 photos, whole or at 1/2 scale
+    # (libjpeg scales while it decodes; the window is then in half-size coordinates).
+    from photos import encode, photo
+
+    rng = np.random.default_rng(5)
+    big = tf.constant([encode(photo(750, 1000, rng)) for _ in range(12)])
 
     ops: dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
         "read + extract_jpeg_shape": lambda i: tf.image.extract_jpeg_shape(
@@ -400,6 +431,19 @@ def breakdown(root: Path, count: int = 120) -> dict[str, float]:
         "flip, tfdp RandomFlip": lambda i: tf.cast(
             flip.apply(resized[i][tf.newaxis], tf.zeros([1, 2]))[0, 0, 0, 0], tf.uint8
         ),
+        "decode a 600x600 window of a 750x1000 JPEG + resize": lambda i: tf.cast(
+            tf.image.resize(
+                tf.io.decode_and_crop_jpeg(big[i % 12], [75, 200, 600, 600]), [SIZE, SIZE]
+            )[0, 0, 0],
+            tf.uint8,
+        ),
+        "  the same window decoded at 1/2 scale (DCT) + resize": lambda i: tf.cast(
+            tf.image.resize(
+                tf.io.decode_and_crop_jpeg(big[i % 12], [37, 100, 300, 300], ratio=2),
+                [SIZE, SIZE],
+            )[0, 0, 0],
+            tf.uint8,
+        ),
         "Model Garden parse (whole)": lambda i: tf.cast(
             model_garden_parse(paths[i], tf.constant(0, tf.int64))[0][0, 0, 0], tf.uint8
         ),
@@ -426,6 +470,11 @@ def breakdown(root: Path, count: int = 120) -> dict[str, float]:
     empty = out.pop("(empty loop)")
     out = {name: max(ms - empty, 0.0) for name, ms in out.items()}
     out["decode the union of 3 RA windows, per copy (/3)"] /= 3
+    # Windows that 1/2-scale decoding could serve: at least twice the output on both sides.
+    sides = boxes3[..., 2:].numpy()
+    out["% of this folder's RRC windows >= 2x the output (DCT-eligible)"] = 100 * float(
+        np.mean(np.all(sides >= 2 * SIZE, axis=-1))
+    )
     return out
 
 
@@ -433,7 +482,7 @@ def breakdown(root: Path, count: int = 120) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument(
-        "--quick", action="store_true", help="600 images, 2 short rounds, tfdp and Model Garden"
+        "--quick", action="store_true", help="600 images, 3 short rounds, tfdp and Model Garden"
     )
     ap.add_argument("--folder", type=Path, help="use this image folder instead of making one")
     ap.add_argument("--rounds", type=int, help="rounds (default 7, quick 3)")
@@ -514,24 +563,30 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name:<18} {np.median(rates):>9.0f} {min(rates):>6.0f}-{max(rates):<6.0f} "
             f"{med(name, 'cpu_ms'):>10.2f} {ratio(name, 'model_garden'):>5.2f}x "
-            f"{med(name, 'first', warm):>14.2f} {results[name][0]['first']:>7.2f} "
+            f"{med(name, 'first', warm):>14.2f} {results[name][0]['single_first']:>7.2f} "
             f"{med(name, 'build', warm):>8.2f} {med(name, 'iter', warm):>10.2f}"
         )
     print(
-        f"(first batch: dataset build + iterator + first batch of a new epoch, median over "
-        f"rounds 2-{cfg['rounds']}; cold: round 1, tracing included; build and iterator: "
-        f"the first two parts of the first batch)"
+        f"(first batch: a new epoch's dataset built, its iterator created and its first batch "
+        f"taken, median of {FIRST_SAMPLES} per round over rounds 2-{cfg['rounds']}; cold: "
+        f"round 1, tracing included; build and iterator: the first two parts of the first batch)"
     )
     print(f"load average at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     print(f"wall time of the rounds: {time.perf_counter() - t_start:.0f}s", flush=True)
 
-    boundary = typical = float("nan")
+    boundary = typical = mg_boundary = mg_typical = float("nan")
     if not args.quick:
-        boundary, typical = epoch_boundary(strategy, ra)
-        print(
-            f"tfdp_ra, one stream over epochs: first batch of a new epoch {boundary * 1e3:.0f} ms"
-            f" after the previous batch, median batch {typical * 1e3:.0f} ms"
-        )
+        boundary, typical = epoch_boundary(strategy, ra.epochs(100, None), ra.steps_per_epoch)
+        mg_stream = pipelines["model_garden"](100)
+        mg_boundary, mg_typical = epoch_boundary(strategy, mg_stream, len(paths) // GLOBAL_BATCH)
+        for name, (b, t) in (
+            ("tfdp_ra", (boundary, typical)),
+            ("model_garden", (mg_boundary, mg_typical)),
+        ):
+            print(
+                f"{name}, one stream over epochs: first batch of a new epoch {b * 1e3:.0f} ms "
+                f"after the previous batch, median batch {t * 1e3:.0f} ms"
+            )
 
     if not (args.quick or args.no_breakdown):
         try:  # possible only before TensorFlow's runtime starts
@@ -541,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
             threads = "process threads (TensorFlow already running)"
         print(f"\nbreakdown: {threads} CPU ms per image (best of 3 loops over 120 files)")
         for op, ms in breakdown(root).items():
-            print(f"  {op:<45} {ms:>6.2f}")
+            print(f"  {op:<66} {ms:>6.2f}")
 
     warm = slice(1, None) if cfg["rounds"] > 1 else slice(None)
     heads = {
@@ -559,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         heads["per_example_vs_model_garden"] = ratio("tfdp_per_example", "model_garden")
     if not args.quick:
         heads["epoch_boundary_batch_vs_median_batch_tfdp_ra"] = boundary / typical
+        heads["first_batch_in_stream_ra_vs_model_garden"] = boundary / mg_boundary
     print()
     checks = (
         ("ra_vs_model_garden", ">=", TARGETS["ra"]),

@@ -134,6 +134,37 @@ def test_windowed_path_equals_the_per_example_path(
             np.testing.assert_array_equal(ids, s.indices()[: len(ids)])
 
 
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_steps_of_several_chunks_with_batch_stages_equal_the_per_example_path(
+    folder, mirrored2, drop_remainder
+):
+    # A nested Compose is a batch stage (applied to each assembled batch); chunks of 2 slots
+    # make a step of 6 per replica three chunks; the last step of an epoch may be partial.
+    aug = augment.Compose(
+        [
+            augment.RandomResizedCrop(16, scale=(0.05, 1.0)),
+            augment.RandomFlip(),
+            augment.Compose([augment.RandomBrightness(0.2), augment.Normalize(MEAN, STD)]),
+        ]
+    )
+    windowed, plain = _pair(
+        mirrored2,
+        ImageFolderSource(folder),
+        sampler="distributed",
+        batch_size=6,
+        augment=aug,
+        drop_remainder=drop_remainder,
+        return_ids=True,
+        seed=5,
+    )
+    windowed._windows.chunk_entries = 4
+    assert windowed._windows._functions((0, 1)).per_step == 3
+    assert windowed._windows.pipeline.batch_stages
+    got, want = _elements(mirrored2, windowed.epoch(1)), _elements(mirrored2, plain.epoch(1))
+    assert len(got) == len(want) == windowed.steps_per_epoch == (1 if drop_remainder else 2)
+    _assert_same(got, want)
+
+
 def _reference(folder_source, index, position, epoch_key, size=16):
     """Decode the whole file, then crop, resize, flip and normalise by hand."""
     data = tf.io.read_file(folder_source.path(index))
@@ -225,6 +256,29 @@ def test_each_file_is_read_once_per_chunk_of_a_step(folder, mirrored2, monkeypat
     assert len(opened) == expected
     assert expected < 0.6 * steps * batch * 2  # RA x3 on 2 replicas: most copies share a read
     assert sorted(set(opened)) == sorted({src.path(i).encode() for i in chunks.ravel()})
+
+
+def test_a_new_epochs_dataset_reuses_the_traced_stream_functions(folder):
+    # What keeps a new dataset's first batch near Model Garden's (bench_images): its build
+    # traces only thin calls, its iterator instantiates a small loader graph.
+    inp = DistributedInput(
+        None, ImageFolderSource(folder), batch_size=4, augment=_train_augment(64), seed=2
+    )
+    first = [x.numpy() for x, _ in inp.rank_dataset(0, 0).take(2)]
+    fns = inp._windows._functions((0,))
+    for epoch in (1, 2, 0):
+        again = [x.numpy() for x, _ in inp.rank_dataset(0, epoch).take(2)]
+    assert inp._windows._functions((0,)) is fns
+    for fn in (fns.epoch_rows, fns.load, fns.emit):
+        assert fn.experimental_get_tracing_count() == 1
+    _assert_same(again, first)  # epoch 0 again: the same batches
+    loader = inp._windows._load_chunk.get_concrete_function().graph.as_graph_def()
+    nodes = [*loader.node, *(n for f in loader.library.function for n in f.node_def)]
+    biggest = max(n.ByteSize() for n in nodes if n.op == "Const")
+    assert biggest < 16 * 1024  # no whole-image constant: every iterator would copy it
+    # Other formats and damaged JPEGs are decoded by a function called only when present.
+    (others,) = [f for f in loader.library.function if "decode_others" in f.signature.name]
+    assert others.attr["_noinline"].b
 
 
 def test_resume_mid_epoch_is_bit_identical(folder, mirrored2):

@@ -38,7 +38,11 @@ planned from the image's *shape* and the sample's seed alone
 window (a JPEG file: :class:`tfdp.sources.ImageFolderSource`) never decodes
 the rest; :func:`split_window` splits an augmentation that starts with a
 window stage into what such a source needs (:class:`WindowPipeline`). The
-window path and the plain batched path give bit-identical results.
+window path and the plain batched path give bit-identical results. A window
+loader may plan on the host: the built-in stages compute their windows with
+one implementation in TensorFlow or NumPy (:meth:`WindowAugmentation.host_windows`;
+the same boxes: only ``exp``'s last bit may differ, and boxes are rounded to
+whole pixels).
 
 Data-moving stages (:class:`RandomCrop`, :class:`RandomShift`,
 :class:`RandomFlip`) keep the input dtype, so uint8 batches stay uint8 and
@@ -134,6 +138,28 @@ class _TensorFlowOps:
     def counters(n: int) -> Any:
         return tf.cast(tf.range(n), tf.uint32)  # Range has no uint32 kernel
 
+    # The box arithmetic of the window stages (float64 and int32; every op correctly
+    # rounded but ``exp``, whose last bit may differ between libraries -- see
+    # RandomResizedCrop.windows).
+    float64, int32 = tf.float64, tf.int32
+    exp = staticmethod(tf.exp)
+    sqrt = staticmethod(tf.sqrt)
+    round = staticmethod(tf.round)  # half to even, as NumPy's
+    floor = staticmethod(tf.floor)
+    where = staticmethod(tf.where)
+    minimum = staticmethod(tf.minimum)
+    maximum = staticmethod(tf.maximum)
+
+    @staticmethod
+    def first_true(mask: Any, n: int) -> Any:
+        """Index of each row's first True in ``mask`` ``[B, n]`` (``n`` if none)."""
+        return tf.reduce_min(tf.where(mask, tf.range(n)[tf.newaxis, :], n), axis=1)
+
+    @staticmethod
+    def pick(values: Any, index: Any) -> Any:
+        """``values[b, index[b]]`` for every row ``b``."""
+        return tf.gather(values, index, axis=1, batch_dims=1)
+
 
 class _NumPyOps:
     """The same operations in NumPy: the host side of the window path (same integer bits).
@@ -171,6 +197,23 @@ class _NumPyOps:
     @staticmethod
     def counters(n: int) -> np.ndarray:
         return np.arange(n, dtype=np.uint32)
+
+    float64, int32 = np.float64, np.int32
+    exp = staticmethod(np.exp)
+    sqrt = staticmethod(np.sqrt)
+    round = staticmethod(np.round)  # half to even, as TensorFlow's
+    floor = staticmethod(np.floor)
+    where = staticmethod(np.where)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+
+    @staticmethod
+    def first_true(mask: Any, n: int) -> np.ndarray:
+        return np.min(np.where(mask, np.arange(n)[np.newaxis, :], n), axis=1)
+
+    @staticmethod
+    def pick(values: Any, index: Any) -> np.ndarray:
+        return np.take_along_axis(values, np.asarray(index)[:, np.newaxis], axis=1)[:, 0]
 
 
 _Ops = type[_TensorFlowOps] | type[_NumPyOps]
@@ -435,7 +478,11 @@ def _no_params(seeds: tf.Tensor) -> tf.Tensor:
     return tf.zeros(tf.stack([tf.shape(seeds)[0], 0]), tf.float32)
 
 
-_WHOLE_IMAGE = 2**20  # up to this many values per image, _per_channel uses a whole-image constant
+# Up to this many values per image (16 KiB), _per_channel uses a whole-image constant. A
+# larger constant is copied by every instantiation of a graph holding it -- a 224x224x3 one
+# (588 KiB) cost a new tf.data iterator of the window path 70 ms (bench_images' first batch),
+# while the tiled row is as fast (0.108 vs 0.092 ms per 224x224x3 image, one thread).
+_WHOLE_IMAGE = 2**12
 
 
 def _per_channel(images: tf.Tensor, values: float | tuple[float, ...], op: Callable) -> tf.Tensor:
@@ -878,7 +925,38 @@ class WindowAugmentation(Augmentation):
             shapes: int32 ``[N, 2]``, each image's ``(height, width)``.
             params: The drawn parameters of the ``N`` samples (:meth:`draw`).
         """
-        raise NotImplementedError
+        return self._windows(_TensorFlowOps, shapes, params)
+
+    def host_windows(self, shapes: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """:meth:`windows` computed by NumPy: for a loader that plans its windows on the host.
+
+        The built-in stages compute both with one implementation; a stage of
+        one's own implements ``_windows(ops, shapes, params)`` against either
+        array library, or overrides :meth:`windows` alone (its windows are
+        then planned in the graph).
+
+        Example:
+            >>> import numpy as np
+            >>> crop = CenterCrop(224)
+            >>> crop.host_windows(np.array([[375, 500]]), np.zeros([1, 0], np.float32)).tolist()
+            [[24, 86, 328, 328]]
+        """
+        out = self._windows(_NumPyOps, np.asarray(shapes), np.asarray(params))
+        return np.ascontiguousarray(out, dtype=np.int32)
+
+    @property
+    def plans_on_host(self) -> bool:
+        """Whether :meth:`host_windows` can plan this stage's windows (``_windows`` implemented).
+
+        Example:
+            >>> RandomResizedCrop(224).plans_on_host
+            True
+        """
+        return type(self)._windows is not WindowAugmentation._windows
+
+    def _windows(self, ops: _Ops, shapes: Any, params: Any) -> Any:
+        """The windows of :meth:`windows`, in the array library ``ops`` (TensorFlow or NumPy)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither windows nor _windows")
 
     def resize(self, window: tf.Tensor) -> tf.Tensor:
         """Resize one window ``[h, w, C]`` (any real dtype) to float32 ``[size_h, size_w, C]``.
@@ -998,46 +1076,52 @@ class RandomResizedCrop(WindowAugmentation):
             >>> bool(tf.reduce_all((top + h <= [20, 40]) & (left + w <= [30, 10])))
             True
         """
+        return super().windows(shapes, params)
+
+    def _windows(self, ops: _Ops, shapes: Any, params: Any) -> Any:
         n = self.attempts
-        shapes = tf.cast(shapes, tf.int32)
+        shapes = ops.cast(shapes, ops.int32)
         height_i, width_i = shapes[:, 0], shapes[:, 1]
         # Attempt k uses draws 4k..4k+3: area fraction, log ratio, top, left. Float64 keeps
-        # the rounding of the box size away from 1-ulp differences between vectorised and
-        # scalar exp() paths, so a sample's box does not depend on the batch size.
-        u = tf.reshape(tf.cast(params, tf.float64), [-1, n, 4])
-        height_f = tf.cast(height_i, tf.float64)
-        width_f = tf.cast(width_i, tf.float64)
-        heights, widths = height_f[:, tf.newaxis], width_f[:, tf.newaxis]
+        # the rounding of the box size away from 1-ulp differences between exp()
+        # implementations (vectorised or scalar, TensorFlow's or NumPy's): a box changes only
+        # if sqrt(area * ratio) falls within ~1e-13 of a half pixel.
+        u = ops.reshape(ops.cast(params, ops.float64), [-1, n, 4])
+        height_f = ops.cast(height_i, ops.float64)
+        width_f = ops.cast(width_i, ops.float64)
+        heights, widths = height_f[:, None], width_f[:, None]
         log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
         area = heights * widths * (self.scale[0] + u[..., 0] * (self.scale[1] - self.scale[0]))
-        aspect = tf.exp(log_lo + u[..., 1] * (log_hi - log_lo))
-        crop_w = tf.round(tf.sqrt(area * aspect))
-        crop_h = tf.round(tf.sqrt(area / aspect))
+        aspect = ops.exp(log_lo + u[..., 1] * (log_hi - log_lo))
+        crop_w = ops.round(ops.sqrt(area * aspect))
+        crop_h = ops.round(ops.sqrt(area / aspect))
         fits = (crop_w > 0) & (crop_w <= widths) & (crop_h > 0) & (crop_h <= heights)
-        top = tf.floor(u[..., 2] * (heights - crop_h + 1))
-        left = tf.floor(u[..., 3] * (widths - crop_w + 1))
+        top = ops.floor(u[..., 2] * (heights - crop_h + 1))
+        left = ops.floor(u[..., 3] * (widths - crop_w + 1))
         # First attempt that fits (argmax does not promise the first of ties).
-        first = tf.reduce_min(tf.where(fits, tf.range(n)[tf.newaxis, :], n), axis=1)
+        first = ops.first_true(fits, n)
         found = first < n
-        pick = tf.minimum(first, n - 1)
-
-        def chosen(values: tf.Tensor) -> tf.Tensor:
-            return tf.cast(tf.gather(values, pick, axis=1, batch_dims=1), tf.int32)
-
-        crop_h, crop_w, top, left = (chosen(v) for v in (crop_h, crop_w, top, left))
+        pick = ops.minimum(first, n - 1)
+        crop_h, crop_w, top, left = (
+            ops.cast(ops.pick(v, pick), ops.int32) for v in (crop_h, crop_w, top, left)
+        )
         # torchvision's fallback: whole image, aspect ratio clamped into `ratio`, centred.
         in_ratio = width_f / height_f
-        fallback_w = tf.where(in_ratio > self.ratio[1], tf.round(height_f * self.ratio[1]), width_f)
-        fallback_h = tf.where(in_ratio < self.ratio[0], tf.round(width_f / self.ratio[0]), height_f)
+        fallback_w = ops.where(
+            in_ratio > self.ratio[1], ops.round(height_f * self.ratio[1]), width_f
+        )
+        fallback_h = ops.where(
+            in_ratio < self.ratio[0], ops.round(width_f / self.ratio[0]), height_f
+        )
         # At least one pixel: torchvision's fallback gives an empty box (and fails) only
         # when an extreme ratio rounds a tiny image's side to 0.
-        fallback_w = tf.maximum(tf.cast(fallback_w, tf.int32), 1)
-        fallback_h = tf.maximum(tf.cast(fallback_h, tf.int32), 1)
-        crop_h = tf.where(found, tf.minimum(crop_h, height_i), fallback_h)
-        crop_w = tf.where(found, tf.minimum(crop_w, width_i), fallback_w)
-        top = tf.where(found, tf.minimum(top, height_i - crop_h), (height_i - fallback_h) // 2)
-        left = tf.where(found, tf.minimum(left, width_i - crop_w), (width_i - fallback_w) // 2)
-        return tf.stack([top, left, crop_h, crop_w], axis=1)
+        fallback_w = ops.maximum(ops.cast(fallback_w, ops.int32), 1)
+        fallback_h = ops.maximum(ops.cast(fallback_h, ops.int32), 1)
+        crop_h = ops.where(found, ops.minimum(crop_h, height_i), fallback_h)
+        crop_w = ops.where(found, ops.minimum(crop_w, width_i), fallback_w)
+        top = ops.where(found, ops.minimum(top, height_i - crop_h), (height_i - fallback_h) // 2)
+        left = ops.where(found, ops.minimum(left, width_i - crop_w), (width_i - fallback_w) // 2)
+        return ops.stack([top, left, crop_h, crop_w], axis=1)
 
     def crop_boxes(
         self, seeds: Any, height: int | tf.Tensor, width: int | tf.Tensor
@@ -1118,18 +1202,21 @@ class CenterCrop(WindowAugmentation):
 
     def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """The centred windows ``[N, 4]`` for images of ``shapes`` ``[N, 2]``."""
-        shapes = tf.cast(shapes, tf.int32)
+        return super().windows(shapes, params)
+
+    def _windows(self, ops: _Ops, shapes: Any, params: Any) -> Any:
+        shapes = ops.cast(shapes, ops.int32)
         heights, widths = shapes[:, 0], shapes[:, 1]
-        shorter = tf.cast(tf.minimum(heights, widths), tf.float64)
+        shorter = ops.cast(ops.minimum(heights, widths), ops.float64)
         per_out = shorter * self.crop_fraction / min(self.size)  # image pixels per output pixel
-        win_h = tf.minimum(tf.cast(tf.round(per_out * self.size[0]), tf.int32), heights)
-        win_w = tf.minimum(tf.cast(tf.round(per_out * self.size[1]), tf.int32), widths)
-        win_h, win_w = tf.maximum(win_h, 1), tf.maximum(win_w, 1)
+        win_h = ops.minimum(ops.cast(ops.round(per_out * self.size[0]), ops.int32), heights)
+        win_w = ops.minimum(ops.cast(ops.round(per_out * self.size[1]), ops.int32), widths)
+        win_h, win_w = ops.maximum(win_h, 1), ops.maximum(win_w, 1)
 
-        def centred(total: tf.Tensor, part: tf.Tensor) -> tf.Tensor:
-            return tf.cast(tf.round(tf.cast(total - part, tf.float64) / 2), tf.int32)
+        def centred(total: Any, part: Any) -> Any:
+            return ops.cast(ops.round(ops.cast(total - part, ops.float64) / 2), ops.int32)
 
-        return tf.stack([centred(heights, win_h), centred(widths, win_w), win_h, win_w], axis=1)
+        return ops.stack([centred(heights, win_h), centred(widths, win_w), win_h, win_w], axis=1)
 
 
 class ToFloat(Augmentation):
@@ -1358,13 +1445,29 @@ class WindowRequest:
     ) -> None:
         seeds = _as_seeds(seeds)
         self.pipeline = pipeline
+        self.on_host = bool(on_host)
         stages = [(pipeline.window_index, pipeline.window), *pipeline.image_stages]
         params = _draw_together(seeds, stages, on_host)
         self._window_params, self._stage_params = params[0], params[1:]
 
     def windows(self, shapes: tf.Tensor) -> tf.Tensor:
-        """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
-        return self.pipeline.window.windows(shapes, self._window_params)
+        """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``.
+
+        With ``on_host``, planned by NumPy (:meth:`WindowAugmentation.host_windows`)
+        in one ``tf.numpy_function`` when the stage can.
+        """
+        window = self.pipeline.window
+        if not (self.on_host and window.plans_on_host):
+            return window.windows(shapes, self._window_params)
+        boxes = tf.numpy_function(
+            window.host_windows,
+            [shapes, self._window_params],
+            tf.int32,
+            stateful=False,
+            name="host_windows",
+        )
+        boxes.set_shape([shapes.shape[0], 4])
+        return boxes
 
     def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
         """Sample ``j``'s output from its window's pixels ``[h, w, C]``.
@@ -1440,7 +1543,8 @@ class WindowPipeline:
         """Draw everything for the samples of ``seeds`` ``[N, 2]`` (see :class:`WindowRequest`).
 
         ``on_host``: draw the :func:`per_sample_uniform` numbers with NumPy
-        (``tf.numpy_function``), bit-identical; for a graph instantiated
+        (``tf.numpy_function``), bit-identical, and plan the windows with
+        NumPy too (:meth:`WindowRequest.windows`); for a graph instantiated
         often, such as a ``tf.data`` function, which then starts faster.
         """
         return WindowRequest(self, seeds, on_host=on_host)

@@ -20,10 +20,15 @@ which the worker's dataset yields round-robin (element ``k`` for local
 replica ``k mod L``) -- the same elements, in the same order, as the
 per-rank pipelines, with the same seeds ``[key(seed, epoch), position]``.
 
-The chunk loader is one ``tf.function`` traced once per input (without
-AutoGraph: the code is plain graph code, and AutoGraph's transpiling took
-most of a first trace), so a new epoch's dataset (``DistributedInput.epoch(e)``)
-reuses it.
+What a new dataset costs (``DistributedInput.epoch(e)``, a resumed run): the
+chunk loader and every per-element function of a worker's stream are
+traced ``tf.function`` objects, once per input (without AutoGraph: plain graph
+code), so building a dataset traces only thin calls to them; its iterator
+instantiates -- and Grappler optimises -- the loader's graph, which is kept
+small for that: the random draws and the windows are planned by NumPy on the
+host (one node each), other formats are decoded by a function called only
+when a chunk holds one (:func:`tfdp.sources.windows.decode_windows`), and no
+large constant sits in it (a 224x224 one cost every iterator 70 ms).
 
 Example:
     >>> import os, tempfile, tensorflow as tf
@@ -46,7 +51,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -65,9 +70,14 @@ _INF_EPOCHS = 2**62
 EpochArrays = Callable[[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
-def _one_chunk(pieces: Any) -> Any:
-    """Pieces of one chunk as a step of one chunk (a leading axis of 1; no copy)."""
-    return tf.nest.map_structure(lambda t: t[tf.newaxis], pieces)
+class _StreamFunctions(NamedTuple):
+    """The traced per-element functions of one worker's stream (see ``WindowedBatches``)."""
+
+    epoch_rows: Any  # (epoch, skipped entries) -> the epoch's chunk rows
+    load: Any  # one chunk row -> its replicas' pieces
+    emit: Any  # one step's pieces -> a dataset of the replicas' batches
+    finish: Any  # a replica's batch -> the batch stages applied (None: no batch stages)
+    per_step: int  # chunks per step
 
 
 def chunk_slots(batch_size: int, replicas: int, target: int = CHUNK_ENTRIES) -> int:
@@ -128,6 +138,7 @@ class WindowedBatches:
             input_signature=[spec, spec, spec, tf.TensorSpec([None], tf.float32)],
             autograph=False,
         )
+        self._streams: dict[tuple[int, ...], _StreamFunctions] = {}
 
     def _load_chunk_py(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         """One chunk's entries: every draw at once, each distinct file read and decoded once."""
@@ -140,6 +151,110 @@ class WindowedBatches:
     def _finish_batch(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         example = self.pipeline.finish_batch(example, tf.stack([key, pos], axis=1))
         return self._finish(example, idx, pos, weight)
+
+    def _functions(self, ranks: tuple[int, ...]) -> _StreamFunctions:
+        """The per-element functions of the ``ranks``' stream, traced once and kept.
+
+        A new dataset (a new epoch, a resumed run) only wraps these: tf.data
+        traces a thin call to each instead of its whole graph (the build's
+        cost), and no per-dataset Python value enters them (the epoch and the
+        skipped entries are arguments).
+        """
+        cached = self._streams.get(ranks)
+        if cached is not None:
+            return cached
+        replicas, b = len(ranks), self.batch_size
+        k = chunk_slots(b, replicas, self.chunk_entries)
+        per_step = b // k
+        pad_tail = not self.drop_remainder
+        width = replicas * k
+        scalar = tf.TensorSpec([], tf.int64)
+
+        def rows(epoch: np.int64, start: np.int64) -> tuple[np.ndarray, ...]:
+            """An epoch's chunks: ``[chunks, L * k]`` entries, plus each chunk's step size.
+
+            ``start`` entries of every rank are skipped (a resumed epoch). A
+            partial last step (``drop_remainder=False``) is padded to a whole
+            step with copies of its first entry (the same file: decoded once)
+            and cut back to its size when emitted.
+            """
+            parts = [self._epoch_arrays(r, int(epoch), int(start)) for r in ranks]
+            columns = [np.stack(column) for column in zip(*parts, strict=True)]  # [L, n]
+            n = columns[0].shape[1]
+            steps, rest = divmod(n, b)
+            sizes = [b] * steps
+            if rest and pad_tail:
+                pad = b - rest
+                columns = [
+                    np.concatenate([c, np.repeat(c[:, -rest:][:, :1], pad, 1)], 1) for c in columns
+                ]
+                steps, sizes = steps + 1, [*sizes, rest]
+            out = []
+            for c in columns:  # [L, steps * B] -> [steps * B/k chunks, L * k], chunk-major
+                c = c[:, : steps * b].reshape(replicas, steps, per_step, k)
+                out.append(np.ascontiguousarray(c.transpose(1, 2, 0, 3)).reshape(-1, width))
+            valid = np.repeat(np.asarray(sizes, np.int64), per_step)
+            return (*out, valid)
+
+        @tf.function(input_signature=[scalar, scalar], autograph=False)
+        def epoch_rows(epoch: tf.Tensor, start: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            out = tf.numpy_function(
+                rows,
+                [epoch, start],
+                [tf.int64, tf.int64, tf.int64, tf.float32, tf.int64],
+                stateful=False,
+            )
+            for t in out[:4]:
+                t.set_shape([None, width])
+            out[4].set_shape([None])
+            return tuple(out)
+
+        row = [tf.TensorSpec([width], tf.int64)] * 3 + [tf.TensorSpec([width], tf.float32)]
+
+        @tf.function(input_signature=[*row, scalar], autograph=False)
+        def load(idx: Any, pos: Any, key: Any, weight: Any, valid: Any) -> Any:
+            """One chunk, split into its ``L`` replicas' pieces (``tf.split``: no copy)."""
+            loaded = self._load_chunk(idx, pos, key, weight)
+            parts = [tf.split(t, replicas) for t in tf.nest.flatten(loaded)]
+            pieces = tuple(
+                tf.nest.pack_sequence_as(loaded, [p[j] for p in parts]) for j in range(replicas)
+            )
+            return pieces, valid
+
+        # Without batch stages the input layer's finish (weights, ids) is cheap: applied as
+        # the batches are emitted, with no map of its own.
+        stages = bool(self.pipeline.batch_stages)
+
+        def emit_py(pieces: tuple[Any, ...], valid: tf.Tensor) -> tf.data.Dataset:
+            """The replicas' batches of one step, replica after replica (no copy)."""
+            size = valid[0] if per_step > 1 else valid
+
+            def whole(t: tf.Tensor) -> tf.Tensor:  # [chunks, k, ...] -> [size, ...]
+                if per_step > 1:
+                    t = tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
+                return t[:size] if pad_tail else t
+
+            out = None
+            for piece in pieces:
+                piece = tf.nest.map_structure(whole, piece)
+                one = tf.data.Dataset.from_tensors(piece if stages else self._finish_batch(*piece))
+                out = one if out is None else out.concatenate(one)
+            return out
+
+        loaded = load.get_concrete_function().structured_outputs
+        loaded_spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), loaded)
+        if per_step > 1:  # the step's chunks, batched
+            loaded_spec = tf.nest.map_structure(
+                lambda s: tf.TensorSpec([per_step, *s.shape], s.dtype), loaded_spec
+            )
+        emit = tf.function(emit_py, input_signature=list(loaded_spec), autograph=False)
+        finish = None
+        if stages:
+            element = emit.get_concrete_function().structured_outputs.element_spec
+            finish = tf.function(self._finish_batch, input_signature=list(element), autograph=False)
+        functions = _StreamFunctions(epoch_rows, load, emit, finish, per_step)
+        self._streams[ranks] = functions
+        return functions
 
     def dataset(
         self,
@@ -156,80 +271,22 @@ class WindowedBatches:
             num_epochs: How many epochs (``None``: endless).
             start_step: Steps of ``first_epoch`` to skip, without reading them.
         """
-        ranks = [int(r) for r in ranks]
-        replicas, b = len(ranks), self.batch_size
-        k = chunk_slots(b, replicas, self.chunk_entries)
-        per_step = b // k
-        start = int(start_step) * b
-        pad_tail = not self.drop_remainder
-
-        def rows(epoch: np.int64) -> tuple[np.ndarray, ...]:
-            """An epoch's chunks: ``[chunks, L * k]`` entries, plus each chunk's step size.
-
-            A partial last step (``drop_remainder=False``) is padded to a whole
-            step with copies of its first entry (the same file: decoded once)
-            and cut back to its size when emitted.
-            """
-            first = start if epoch == first_epoch else 0
-            parts = [self._epoch_arrays(r, int(epoch), first) for r in ranks]
-            columns = [np.stack(column) for column in zip(*parts, strict=True)]  # [L, n]
-            n = columns[0].shape[1]
-            steps, rest = divmod(n, b)
-            sizes = [b] * steps
-            if rest and pad_tail:
-                pad = b - rest
-                columns = [
-                    np.concatenate([c, np.repeat(c[:, -rest:][:, :1], pad, 1)], 1) for c in columns
-                ]
-                steps, sizes = steps + 1, [*sizes, rest]
-            out = []
-            for c in columns:  # [L, steps * B] -> [steps * B/k chunks, L * k], chunk-major
-                c = c[:, : steps * b].reshape(replicas, steps, per_step, k)
-                out.append(np.ascontiguousarray(c.transpose(1, 2, 0, 3)).reshape(-1, replicas * k))
-            valid = np.repeat(np.asarray(sizes, np.int64), per_step)
-            return (*out, valid)
+        fns = self._functions(tuple(int(r) for r in ranks))
+        start = int(start_step) * self.batch_size
+        first = int(first_epoch)
 
         def epoch_rows(epoch: tf.Tensor) -> tuple[tf.Tensor, ...]:
-            out = tf.numpy_function(
-                rows, [epoch], [tf.int64, tf.int64, tf.int64, tf.float32, tf.int64], stateful=False
-            )
-            for t in out[:4]:
-                t.set_shape([None, replicas * k])
-            out[4].set_shape([None])
-            return tuple(out)
+            skipped = tf.where(tf.equal(epoch, first), tf.constant(start, tf.int64), 0)
+            return fns.epoch_rows(epoch, skipped)
 
-        def load(idx: Any, pos: Any, key: Any, weight: Any, valid: Any) -> Any:
-            """One chunk, split into its ``L`` replicas' pieces (``tf.split``: no copy)."""
-            loaded = self._load_chunk(idx, pos, key, weight)
-            parts = [tf.split(t, replicas) for t in tf.nest.flatten(loaded)]
-            pieces = tuple(
-                tf.nest.pack_sequence_as(loaded, [p[j] for p in parts]) for j in range(replicas)
-            )
-            return pieces, valid
-
-        def emit(pieces: tuple[Any, ...], valid: tf.Tensor) -> tf.data.Dataset:
-            """The replicas' batches of one step, replica after replica (no copy)."""
-            size = valid[0]
-
-            def whole(t: tf.Tensor) -> tf.Tensor:  # [chunks, k, ...] -> [size, ...]
-                t = tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
-                return t[:size] if pad_tail else t
-
-            out = None
-            for piece in pieces:
-                one = tf.data.Dataset.from_tensors(tf.nest.map_structure(whole, piece))
-                out = one if out is None else out.concatenate(one)
-            return out
-
-        last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
+        last = _INF_EPOCHS if num_epochs is None else first + num_epochs
         # One flat stream of chunks over all epochs (every epoch a whole number of steps), so
         # the chunk map is one function instantiated once per iterator, not once per epoch.
-        ds = tf.data.Dataset.range(first_epoch, last).map(plain(epoch_rows)).unbatch()
-        ds = ds.map(plain(load), self.num_parallel_calls, deterministic=True)
-        if per_step == 1:  # a chunk is a whole step: its pieces are the batches (no copy)
-            ds = ds.flat_map(plain(lambda p, v: emit(_one_chunk(p), v[tf.newaxis])))
-        else:  # batching a step's chunks concatenates each replica's pieces into its batch
-            ds = ds.batch(per_step, drop_remainder=True).flat_map(plain(emit))
+        ds = tf.data.Dataset.range(first, last).map(plain(epoch_rows)).unbatch()
+        ds = ds.map(plain(fns.load), self.num_parallel_calls, deterministic=True)
+        if fns.per_step > 1:  # batching a step's chunks concatenates each replica's pieces
+            ds = ds.batch(fns.per_step, drop_remainder=True)
+        ds = ds.flat_map(plain(fns.emit))
         options = tf.data.Options()
         # tf.data starts AUTOTUNE maps 16 calls wide: chunks racing for the cores delay the
         # first step (the first batch) several times over. A chunk decodes its files on every
@@ -238,4 +295,6 @@ class WindowedBatches:
         # of 2.5-3.8x starting one chunk per core, the same images/s after it).
         options.autotune.initial_parallelism = 1
         ds = ds.with_options(options)
-        return ds.map(plain(self._finish_batch), self.num_parallel_calls, deterministic=True)
+        if fns.finish is None:
+            return ds
+        return ds.map(plain(fns.finish), self.num_parallel_calls, deterministic=True)

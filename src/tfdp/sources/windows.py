@@ -14,14 +14,15 @@ How a batch of ``N`` entries (file indices, repeats allowed) is loaded:
    JPEGs (:func:`complete_jpegs`), whose shapes come from their headers
    (``tf.image.extract_jpeg_shape``); the source checks every other file on
    its own (naming it in an error, or replacing it by a placeholder) and
-   decodes it whole;
+   decodes it whole -- in a function of its own, called only when the batch
+   holds such a file, so a new ``tf.data`` iterator does not instantiate it;
 2. every entry's window is planned at once (vectorised over the ``N``
    entries) by the request;
-3. each distinct file is decoded once: for a JPEG, only the union of its
-   entries' windows (``tf.io.decode_and_crop_jpeg``), widened by one column
-   on each side -- libjpeg's chroma upsampling at a cut column differs from a
+3. each distinct JPEG is decoded once, over the union of its entries'
+   windows only (``tf.io.decode_and_crop_jpeg``), widened by one column on
+   each side -- libjpeg's chroma upsampling at a cut column differs from a
    full decode, one column away it does not, so every window's pixels equal
-   a full decode's bit for bit;
+   a full decode's bit for bit; another file's region is its whole image;
 4. every entry's window is cut from its file's region and finished (resized,
    then the per-image stages).
 
@@ -197,47 +198,7 @@ def decode_windows(
     fast = complete_jpegs(data.stack())
     fast_files = tf.cast(tf.where(fast)[:, 0], tf.int32)
     other_files = tf.cast(tf.where(~fast)[:, 0], tf.int32)
-    pixels = tf.TensorArray(
-        tf.uint8, count, infer_shape=False, element_shape=[None, None, channels]
-    )
-
-    def measure(i: tf.Tensor, state: Any) -> Any:
-        shapes, images, ok = state
-        f = other_files[i]
-        decoded = decode_other(f)
-        image = tf.ensure_shape(decoded.image, [None, None, channels])
-        return shapes.write(f, tf.shape(image)[:2]), images.write(f, image), ok.write(f, decoded.ok)
-
-    def measure_jpeg(i: tf.Tensor, shapes: Any) -> Any:
-        f = fast_files[i]
-        return shapes.write(f, tf.image.extract_jpeg_shape(data.read(f))[:2])
-
     shapes = tf.TensorArray(tf.int32, count, element_shape=[2])
-    ok = tf.TensorArray(tf.bool, count, element_shape=[])
-    shapes, pixels, ok = _loop(tf.size(other_files), measure, (shapes, pixels, ok))
-    shapes = _loop(tf.size(fast_files), measure_jpeg, shapes).stack()
-    ok = _merge_ok(ok, other_files, count)
-
-    boxes = request.windows(tf.gather(shapes, entry_file))  # [N, 4], vectorised
-    top, left, height, width = tf.unstack(boxes, num=4, axis=1)
-    # The union of each file's windows; one more column on each side for libjpeg (see above).
-    u_top = tf.math.unsorted_segment_min(top, entry_file, count)
-    u_bottom = tf.math.unsorted_segment_max(top + height, entry_file, count)
-    u_left = tf.math.unsorted_segment_min(left, entry_file, count)
-    u_right = tf.math.unsorted_segment_max(left + width, entry_file, count)
-    margin = tf.cast(fast, tf.int32)
-    u_left = tf.maximum(u_left - margin, 0)
-    u_right = tf.minimum(u_right + margin, shapes[:, 1])
-    unions = tf.stack([u_top, u_left, u_bottom - u_top, u_right - u_left], axis=1)
-
-    def decode_jpeg(i: tf.Tensor, regions: Any) -> Any:
-        f = fast_files[i]
-        return regions.write(f, jpeg_window(data.read(f), unions[f], channels))
-
-    def cut_decoded(i: tf.Tensor, regions: Any) -> Any:
-        f = other_files[i]
-        return regions.write(f, tf.slice(pixels.read(f), _yx0(unions[f]), _hw(unions[f])))
-
     regions = tf.TensorArray(
         tf.uint8,
         count,
@@ -245,51 +206,92 @@ def decode_windows(
         element_shape=[None, None, channels],
         clear_after_read=False,  # read once per entry of the file
     )
-    regions = _loop(tf.size(fast_files), decode_jpeg, regions, PARALLEL_DECODES)
-    regions = _loop(tf.size(other_files), cut_decoded, regions)
+    ok = tf.ones([count], tf.bool)
 
-    # Each entry's window inside its file's region, as tf.slice arguments.
-    starts = tf.stack([top - tf.gather(u_top, entry_file), left - tf.gather(u_left, entry_file)], 1)
-    sizes = tf.stack([height, width], 1)
+    def decode_others(shapes: Any, regions: Any, ok: tf.Tensor) -> Any:
+        """The other files decoded whole: each one's region is the whole image."""
+
+        def one(i: tf.Tensor, state: Any) -> Any:
+            shapes, regions, verdicts = state
+            f = other_files[i]
+            decoded = decode_other(f)
+            image = tf.ensure_shape(decoded.image, [None, None, channels])
+            shape = tf.shape(image)[:2]
+            return shapes.write(f, shape), regions.write(f, image), verdicts.write(i, decoded.ok)
+
+        n = tf.size(other_files)
+        verdicts = tf.TensorArray(tf.bool, n, element_shape=[])
+        shapes, regions, verdicts = _loop(n, one, (shapes, regions, verdicts))
+        ok = tf.tensor_scatter_nd_update(ok, other_files[:, tf.newaxis], verdicts.stack())
+        return shapes, regions, ok
+
+    # Other formats and damaged JPEGs are rare: their decoding is a function of its own,
+    # instantiated only when a chunk holds one (not by every new iterator).
+    others = tf.function(
+        decode_others, autograph=False, experimental_attributes={"_noinline": True}
+    )
+
+    def decoded_others() -> Any:
+        shape_flow, region_flow, verdicts = others(shapes, regions, ok)
+        # A tf.function returns a TensorArray as its flow: the same arrays, rewrapped.
+        return (
+            tf.TensorArray(tf.int32, flow=shape_flow),
+            tf.TensorArray(tf.uint8, infer_shape=False, clear_after_read=False, flow=region_flow),
+            verdicts,
+        )
+
+    if tf.executing_eagerly():  # (a function would capture the eager arrays)
+        if tf.size(other_files) > 0:
+            shapes, regions, ok = decode_others(shapes, regions, ok)
+    else:
+        shapes, regions, ok = tf.cond(
+            tf.size(other_files) > 0, decoded_others, lambda: (shapes, regions, ok)
+        )
+
+    def measure_jpeg(i: tf.Tensor, shapes: Any) -> Any:
+        f = tf.gather(fast_files, i)
+        return shapes.write(f, tf.image.extract_jpeg_shape(data.read(f))[:2])
+
+    shapes = tf.ensure_shape(_loop(tf.size(fast_files), measure_jpeg, shapes).stack(), [None, 2])
+    boxes = request.windows(tf.gather(shapes, entry_file))  # [N, 4], vectorised
+    top, left, height, width = tf.unstack(boxes, num=4, axis=1)
+    # The union of each JPEG's windows, one more column on each side for libjpeg (see
+    # above); another file's region is its whole image.
+    heights, widths = shapes[:, 0], shapes[:, 1]
+    u_top = tf.where(fast, tf.math.unsorted_segment_min(top, entry_file, count), 0)
+    u_bottom = tf.math.unsorted_segment_max(top + height, entry_file, count)
+    u_bottom = tf.where(fast, u_bottom, heights)
+    u_left = tf.math.unsorted_segment_min(left, entry_file, count) - 1
+    u_left = tf.where(fast, tf.maximum(u_left, 0), 0)
+    u_right = tf.math.unsorted_segment_max(left + width, entry_file, count) + 1
+    u_right = tf.where(fast, tf.minimum(u_right, widths), widths)
+    unions = tf.stack([u_top, u_left, u_bottom - u_top, u_right - u_left], axis=1)
+
+    # Each loop reads one row of a plan per iteration (few captured tensors: every one
+    # is a loop variable, instantiated with each new iterator).
+    decodes = tf.concat([fast_files[:, tf.newaxis], tf.gather(unions, fast_files)], 1)
+
+    def decode_jpeg(i: tf.Tensor, regions: Any) -> Any:
+        f, union = tf.split(tf.gather(decodes, i), [1, 4])
+        return regions.write(f[0], jpeg_window(data.read(f[0]), union, channels))
+
+    regions = _loop(tf.size(fast_files), decode_jpeg, regions, PARALLEL_DECODES)
+
+    # Each entry's file and window inside its file's region (tf.slice arguments).
+    n = tf.size(entry_file)
+    begin = [top - tf.gather(u_top, entry_file), left - tf.gather(u_left, entry_file), 0 * top]
+    cuts = tf.stack([entry_file, *begin, height, width, tf.fill([n], -1)], 1)
 
     def finish(j: tf.Tensor, out: Any) -> Any:
-        window = tf.slice(regions.read(entry_file[j]), _pad0(starts[j]), _pad_all(sizes[j]))
-        return out.write(j, request.finish(window, j))
+        f, begin, size = tf.split(tf.gather(cuts, j), [1, 3, 3])
+        region = tf.ensure_shape(regions.read(f[0]), [None, None, channels])
+        return out.write(j, request.finish(tf.slice(region, begin, size), j))
 
-    n = tf.size(entry_file)
     spec = request.output_spec(tf.TensorSpec([None, None, channels], tf.uint8))
     out = _loop(
         n, finish, tf.TensorArray(spec.dtype, n, element_shape=spec.shape), PARALLEL_DECODES
     )
     return out.stack(), ok
-
-
-def _merge_ok(ok: Any, other_files: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
-    """Per-file ``ok``: True for the fast-path JPEGs, the source's verdict for the others."""
-    verdicts = tf.cond(
-        tf.size(other_files) > 0,
-        lambda: ok.gather(other_files),
-        lambda: tf.zeros([0], tf.bool),
-    )
-    return tf.tensor_scatter_nd_update(
-        tf.ones([count], tf.bool), other_files[:, tf.newaxis], verdicts
-    )
-
-
-def _yx0(window: tf.Tensor) -> tf.Tensor:
-    return tf.concat([window[:2], [0]], 0)
-
-
-def _hw(window: tf.Tensor) -> tf.Tensor:
-    return tf.concat([window[2:], [-1]], 0)
-
-
-def _pad0(yx: tf.Tensor) -> tf.Tensor:
-    return tf.concat([yx, [0]], 0)
-
-
-def _pad_all(hw: tf.Tensor) -> tf.Tensor:
-    return tf.concat([hw, [-1]], 0)
 
 
 class _StageWindows:
