@@ -930,10 +930,10 @@ class WindowAugmentation(Augmentation):
     def host_windows(self, shapes: np.ndarray, params: np.ndarray) -> np.ndarray:
         """:meth:`windows` computed by NumPy: for a loader that plans its windows on the host.
 
-        The built-in stages compute both with one implementation; a stage of
-        one's own implements ``_windows(ops, shapes, params)`` against either
-        array library, or overrides :meth:`windows` alone (its windows are
-        then planned in the graph).
+        The built-in stages compute both with one implementation. A stage of
+        one's own that overrides :meth:`windows` alone is planned in the
+        graph (:attr:`plans_on_host` is False); it may override this method
+        too, returning the same int32 ``[N, 4]`` windows.
 
         Example:
             >>> import numpy as np
@@ -946,13 +946,17 @@ class WindowAugmentation(Augmentation):
 
     @property
     def plans_on_host(self) -> bool:
-        """Whether :meth:`host_windows` can plan this stage's windows (``_windows`` implemented).
+        """Whether :meth:`host_windows` can plan this stage's windows.
 
         Example:
             >>> RandomResizedCrop(224).plans_on_host
             True
         """
-        return type(self)._windows is not WindowAugmentation._windows
+        cls = type(self)
+        return (
+            cls._windows is not WindowAugmentation._windows
+            or cls.host_windows is not WindowAugmentation.host_windows
+        )
 
     def _windows(self, ops: _Ops, shapes: Any, params: Any) -> Any:
         """The windows of :meth:`windows`, in the array library ``ops`` (TensorFlow or NumPy)."""
