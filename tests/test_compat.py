@@ -198,3 +198,44 @@ def test_gradients_reduced_hands_the_optimizer_summed_gradients(mirrored_of):
             pass
         assert "_all_reduce_sum_gradients" in vars(opt)
     assert "_all_reduce_sum_gradients" not in vars(opt)
+
+
+def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_rewrites():
+    """The map's function carries the attribute that makes tf.data skip Grappler; its call of
+    ``fn`` carries the light configuration; the values are ``Dataset.map``'s, in order."""
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
+    def fn(x):
+        image = tf.cast(tf.fill([3, 4], x), tf.float32)
+        return tf.reduce_sum(tf.image.flip_left_right(image[..., None])) + 0.5, x * x
+
+    ds = tf.data.Dataset.range(50)
+    light = _compat.lightly_optimized_map(ds, fn, tf.data.AUTOTUNE)
+    want = list(ds.map(fn, tf.data.AUTOTUNE, deterministic=True).as_numpy_iterator())
+    assert [tuple(map(float, v)) for v in light.as_numpy_iterator()] == [
+        tuple(map(float, v)) for v in want
+    ]
+    assert light.element_spec == ds.map(fn).element_spec
+
+    definition = light._functions()[0].function.function_def
+    assert definition.attr["experimental_ints_on_device"].b  # tf.data: no multi-device, no Grappler
+    calls = ("PartitionedCall", "StatefulPartitionedCall")
+    (call,) = [n for n in definition.node_def if n.op in calls]
+    config = config_pb2.ConfigProto.FromString(call.attr["config_proto"].s)
+    rewrites, toggle = config.graph_options.rewrite_options, rewriter_config_pb2.RewriterConfig
+    assert rewrites.disable_tfg_optimizer and rewrites.memory_optimization == toggle.NO_MEM_OPT
+    assert rewrites.function_optimization == toggle.ON
+    assert rewrites.arithmetic_optimization == toggle.OFF
+    assert rewrites.meta_optimizer_iterations == toggle.ONE
+    # ... and only there: a call traced afterwards has the thread's usual configuration
+    assert not _calls_config_after().graph_options.rewrite_options.disable_tfg_optimizer
+
+
+def _calls_config_after():
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context
+
+    return config_pb2.ConfigProto.FromString(
+        context.context().function_call_options.config_proto_serialized
+    )
