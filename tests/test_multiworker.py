@@ -99,8 +99,14 @@ def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, u
     assert code == 0, out[-3000:]
     assert "FAULT term worker 1 at step 7" in out
     assert "[worker 1] tfdp train: SIGTERM: saving a checkpoint and stopping" in out
-    assert "[worker 0] RESULT stopped_early=True reason=peer step=7" in out  # the group agreed
-    assert re.search(r"resumed from .*ckpt-7: epoch 0, step 7", out)
+    # The group agreed on step 7: the restart resumes from the checkpoint both workers saved
+    # there, and worker 0 never reports another outcome. (Its own RESULT line may be missing:
+    # the launcher SIGTERMs it as soon as worker 1 exits, and a SIGTERM after its run ended but
+    # before the line is printed takes the default action.)
+    assert re.search(r"resumed from .*ckpt-7: epoch 0, step 7", out), out[-3000:]
+    first_run = out.split("resumed from")[0]  # stdout: the restart's lines come after
+    results = re.findall(r"\[worker 0\] RESULT (.*)", first_run)
+    assert results in ([], ["stopped_early=True reason=peer step=7"]), out[-3000:]
     assert fingerprints(out) == {0: uninterrupted[0], 1: uninterrupted[0]}
 
 
