@@ -651,6 +651,23 @@ def test_a_window_stage_of_ones_own_plans_in_the_graph():
     assert boxes.tolist() == [[0, 0, 4, 4], [0, 0, 3, 4]]
 
 
+def test_a_window_stage_of_ones_own_with_host_windows_plans_on_the_host():
+    class Corner(augment.WindowAugmentation):
+        def windows(self, shapes, params):
+            return tf.concat([tf.zeros_like(shapes), tf.minimum(shapes, 4)], axis=1)
+
+        def host_windows(self, shapes, params):
+            return np.concatenate([np.zeros_like(shapes), np.minimum(shapes, 5)], 1).astype(
+                np.int32
+            )
+
+    stage = Corner(4)
+    assert stage.plans_on_host
+    request = augment.split_window(stage).request(seeds_for(range(2)), on_host=True)
+    boxes = request.windows(tf.constant([[10, 12], [3, 9]])).numpy()
+    assert boxes.tolist() == [[0, 0, 5, 5], [0, 0, 3, 5]]  # the host's windows, not the graph's
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     height=st.integers(1, 600),

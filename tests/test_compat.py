@@ -229,13 +229,9 @@ def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_
     assert rewrites.arithmetic_optimization == toggle.OFF
     assert rewrites.meta_optimizer_iterations == toggle.ONE
     # ... and only there: a call traced afterwards has the thread's usual configuration
-    assert not _calls_config_after().graph_options.rewrite_options.disable_tfg_optimizer
-
-
-def _calls_config_after():
-    from tensorflow.core.protobuf import config_pb2
     from tensorflow.python.eager import context
 
-    return config_pb2.ConfigProto.FromString(
-        context.context().function_call_options.config_proto_serialized
-    )
+    after = context.context().function_call_options.config_proto_serialized
+    assert not config_pb2.ConfigProto.FromString(
+        after
+    ).graph_options.rewrite_options.disable_tfg_optimizer

@@ -342,12 +342,14 @@ def lightly_optimized_map(
     from tensorflow.python.data.ops import dataset_ops, structured_function
     from tensorflow.python.ops import gen_dataset_ops
 
+    from tfdp._autograph import plain
+
     class _LightMapDataset(dataset_ops.UnaryDataset):
         def __init__(self) -> None:
             self._name = None
             with _calls_optimized_lightly():
                 self._map_func = structured_function.StructuredFunctionWrapper(
-                    tf.autograph.experimental.do_not_convert(fn),
+                    plain(fn),
                     "Dataset.map()",
                     dataset=dataset,
                     defun_kwargs={"experimental_ints_on_device": True},
