@@ -1,26 +1,35 @@
 """The training loops against an independent single-device reference, across their configurations.
 
-Hypothesis draws a configuration -- examples (primes, fewer than one global batch), replicas
-1-4 (MirroredStrategy over the first k logical CPUs), per-replica batch, accumulation steps,
-steps per call, drop_remainder, sampler kind and options (each padding mode, drop_last,
-integer and fractional repeats, selection), source kind (arrays, TFRecord files, an image
-folder), clipping, an L2 regulariser, a stop-and-resume at a random step, a second ``fit`` with
-another batch size -- trains with :class:`tfdp.train.Trainer`, and asserts per step that the ids
-each replica received are the sampler's and that the loss is the reference's mean over the
-step's samples, and that the final weights equal the reference's (to 1e-5). The reference
-(tests/reference.py) is a plain ``GradientTape`` loop over the concatenation of all replicas'
-samples of each step; it imports nothing from ``tfdp.train``. The same for ``tfdp.train.fit``
-where it applies (no accumulation, steps per call, clipping or record of ids there).
+A configuration -- examples (fewer than one global batch, or many steps), replicas 1-4
+(MirroredStrategy over the first k logical CPUs), per-replica batch, accumulation steps, steps
+per call, drop_remainder, the sampler and its options (each padding, drop_last, integer and
+fractional repeats, selection, an injected permutation), the source (arrays, TFRecord shards
+with or without the block shuffle, an image folder), clipping, an L2 regulariser, an
+augmentation (per example or batched), training sample weights, exact evaluation on a held-out
+set, mixed precision, XLA, ``checkpoint_every``, ``on_nonfinite`` with a poisoned example, a
+stop or a crash and the resume (in the same trainer, a fresh one, or on another world size),
+a second ``fit`` with another batch size -- trains with :class:`tfdp.train.Trainer` and with
+:func:`tfdp.train.fit`. Asserted: every replica received, step by step, the ids of the
+reference layout (the Trainer's ``record_samples``; on the fit path a layer of the model reads
+each row's id from the data), each epoch's coverage, every step's loss, each epoch's ``val_*``
+against a plain mean over the whole held-out set, the step a non-finite run stops at, and the
+final weights (1e-5; mixed precision looser). The reference (tests/reference.py) states the
+layouts as torch, DeiT and timm write them and trains with a plain ``GradientTape``.
 
-CI runs a bounded number of examples; ``TFDP_DIFF_EXAMPLES=200 pytest tests/test_differential.py``
-runs a longer search by hand.
+CI runs the named cases (each option meeting several replicas) and a derandomized search of
+``TFDP_DIFF_EXAMPLES`` (default 10) draws per loop; ``TFDP_DIFF_EXAMPLES=200`` runs a longer one
+and ``TFDP_DIFF_RANDOM=1`` a randomized one, by hand. ``scripts/plant_check.py`` plants known
+bugs in a copy of ``src`` and shows that this file catches each.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,114 +40,163 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference import Reference, epoch_batches, lanes_by_hand, optimizer_steps
+from reference import (
+    Reference,
+    check_coverage,
+    deal_batches,
+    optimizer_steps,
+    permutation,
+    plain_evaluation,
+    repeated_augmentation_list,
+    stream_lanes,
+    torch_distributed_list,
+)
 from tfdp import ArraySource, DistributedInput
+from tfdp.errors import StateError
+from tfdp.seeding import epoch_seed_key
 from tfdp.sources import ImageFolderSource, TFRecordSource, write_tfrecords
-from tfdp.train import Trainer, fit
+from tfdp.train import NonFiniteError, Trainer, fit
 
 EXAMPLES = int(os.environ.get("TFDP_DIFF_EXAMPLES", "10"))
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(max(600, 120 * EXAMPLES))]
-FIT_EXAMPLES = max(1, EXAMPLES // 3)
+RANDOMIZED = os.environ.get("TFDP_DIFF_RANDOM", "0") not in ("", "0")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(max(600, 60 * EXAMPLES))]
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
+    derandomize=not RANDOMIZED,  # CI: the same draws every run
+    **({} if RANDOMIZED else {"database": None}),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 MAX_N = 41
 CLASSES = 3
 LR = 0.3
-FEATURES = np.random.default_rng(11).normal(size=(MAX_N, 4)).astype(np.float32)
-IMAGES = np.random.default_rng(12).integers(0, 256, size=(MAX_N, 2, 2, 3), dtype=np.uint8)
+SEED = 3
+ID_SCALE = 64.0  # a feature row's id is 64 * its first feature (an image's: its first byte)
+_rng = np.random.default_rng(11)
+FEATURES = _rng.normal(size=(MAX_N, 4)).astype(np.float32)
+FEATURES[:, 0] = np.arange(MAX_N) / ID_SCALE
+IMAGES = _rng.integers(0, 256, size=(MAX_N, 2, 2, 3), dtype=np.uint8)
+IMAGES[:, 0, 0, 0] = np.arange(MAX_N)
 LABELS = (np.arange(MAX_N) * 7 % CLASSES).astype(np.int64)
-PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41]
+WEIGHTS = _rng.uniform(0.25, 2.0, size=MAX_N).astype(np.float32)
+VAL_N = 13
+VAL_FEATURES = _rng.normal(size=(VAL_N, 4)).astype(np.float32)
+VAL_FEATURES[:, 0] = (ID_SCALE + np.arange(VAL_N)) / ID_SCALE  # ids 64.. never poisoned
+VAL_LABELS = (np.arange(VAL_N) * 5 % CLASSES).astype(np.int64)
+_FILES_ROOT = tempfile.mkdtemp(prefix="tfdp-diff-files-")
+atexit.register(shutil.rmtree, _FILES_ROOT, True)
 _FILES: dict[tuple[Any, ...], Any] = {}
-
-
-def _per_example_loss() -> keras.losses.Loss:
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
 
 @dataclass
 class Config:
-    """One drawn configuration."""
+    """One configuration of a run (the defaults: the plainest one)."""
 
     replicas: int
     n: int
     batch: int
-    source: str
-    sampler: str
-    options: dict[str, Any]
-    drop_remainder: bool
+    source: str = "arrays"  # "arrays", "tfrecord" or "image_folder"
+    shards: int = 1
+    shuffle_buffer: int = 0
+    sampler: str = "distributed"  # or "repeat_aug"
+    options: dict[str, Any] = field(
+        default_factory=lambda: {"padding": "wrap", "drop_last": False, "shuffle": True}
+    )
+    injected: bool = False  # the order from permutation=, independent of tfdp's
+    drop_remainder: bool = True
+    epochs: int = 1
     accumulation: int = 1
     steps_per_call: int = 1
     clip: float | None = None
     l2: float = 0.0
-    epochs: int = 1
-    stop_at: float | None = None  # a fraction of the run's steps
-    second_batch: int | None = None
-    shards: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    augment: str | None = None  # "example" or "batched"
+    weights: bool = False
+    eval_n: int | None = None
+    eval_batch: int = 1
+    mixed: str | None = None
+    xla: bool = False
+    checkpoint_every: int | None = None
+    stop: str | None = None  # "stop" (max_steps) or "crash" (an exception after a step)
+    stop_at: float = 0.5  # where, as a fraction of the first fit's steps
+    resume_replicas: int | None = None  # resume on another world size (same global batch)
+    fresh: bool = True  # resume in a new trainer and model
+    on_nonfinite: str = "stop"
+    poison: int | None = None  # an id whose rows make the step's loss NaN
+    second_batch: int | None = None  # a second fit, one more epoch, at this batch size
+
+
+def _case(**kw: Any) -> Config:
+    return Config(**kw)
 
 
 @st.composite
 def configs(draw: Any, loop: bool = True) -> Config:
-    replicas = draw(st.integers(1, 4))
-    n = draw(
-        st.one_of(
-            st.sampled_from([p for p in PRIMES if p >= replicas]), st.integers(replicas, MAX_N)
-        )
-    )
-    batch = draw(st.integers(1, 4))
-    source = draw(st.sampled_from(["arrays", "tfrecord", "image_folder"]))
-    shards = draw(st.integers(1, min(n, 6))) if source == "tfrecord" else 1
-    sampler = draw(st.sampled_from(["distributed", "repeat_aug"]))
-    if sampler == "distributed":
-        options: dict[str, Any] = {
+    w = draw(st.integers(1, 4))
+    n = draw(st.one_of(st.sampled_from([w, 5, 7, 11, 13]), st.integers(w, MAX_N)))
+    source = draw(st.sampled_from(["arrays", "arrays", "tfrecord", "image_folder"]))
+    cfg = Config(replicas=w, n=max(n, w), batch=draw(st.integers(1, 4)), source=source)
+    if source == "tfrecord":
+        cfg.shards = draw(st.integers(1, min(cfg.n, 5)))
+        cfg.shuffle_buffer = draw(st.sampled_from([0, 2, 3]))
+    cfg.sampler = draw(st.sampled_from(["distributed", "repeat_aug"]))
+    if cfg.sampler == "distributed":
+        cfg.options = {
             "padding": draw(st.sampled_from(["wrap", "random", None])),
             "drop_last": draw(st.booleans()),
             "shuffle": draw(st.booleans()),
         }
     else:
-        options = {
+        cfg.options = {
             "num_repeats": draw(st.sampled_from([1, 2, 3, 1.5, 2.5])),
             "selected_round": draw(st.sampled_from([0, 0, 2, 4])),
-            "selected_ratio": draw(st.sampled_from([None, None, 1.5, replicas + 0.5])),
+            "selected_ratio": draw(st.sampled_from([None, None, 1.5, w + 0.5])),
             "shuffle": draw(st.booleans()),
         }
-    cfg = Config(
-        replicas=replicas,
-        n=n,
-        batch=batch,
-        source=source,
-        sampler=sampler,
-        options=options,
-        drop_remainder=draw(st.booleans()),
-        shards=shards,
-        epochs=draw(st.integers(1, 2)),
-        l2=draw(st.sampled_from([0.0, 0.01])),
-        stop_at=draw(st.one_of(st.none(), st.floats(0.05, 0.95))),
-        second_batch=draw(st.one_of(st.none(), st.integers(1, 4))),
-    )
+    cfg.injected = source != "tfrecord" and draw(st.booleans())
+    cfg.drop_remainder = draw(st.booleans())
+    cfg.epochs = draw(st.integers(1, 2))
+    cfg.l2 = draw(st.sampled_from([0.0, 0.01]))
+    cfg.augment = draw(st.sampled_from([None, None, "example", "batched"]))
+    cfg.weights = source != "image_folder" and draw(st.booleans())
+    if draw(st.booleans()):
+        cfg.eval_n, cfg.eval_batch = draw(st.sampled_from([5, 7, 13])), draw(st.integers(1, 3))
+    cfg.mixed = draw(st.sampled_from([None] * 6 + ["mixed_bfloat16", "mixed_float16"]))
+    cfg.stop = draw(st.sampled_from([None, "stop", "crash"]))
+    cfg.stop_at = draw(st.floats(0.05, 0.95))
+    if cfg.stop is not None:
+        cfg.checkpoint_every = draw(st.sampled_from([None, 1, 2, 3]))
+        cfg.fresh = draw(st.booleans())
+        others = [v for v in range(1, 5) if v != w and w * cfg.batch % v == 0]
+        if cfg.stop == "stop" and others and draw(st.booleans()):
+            cfg.resume_replicas, cfg.fresh = draw(st.sampled_from(others)), True
+    if draw(st.integers(0, 3)) == 0:
+        cfg.poison = draw(st.integers(0, cfg.n - 1))
+        cfg.on_nonfinite = draw(st.sampled_from(["stop", "skip"]))
+    if cfg.mixed == "mixed_float16":
+        cfg.poison = None  # a non-finite gradient is the loss scaler's business there
     if loop:
         cfg.accumulation = draw(st.integers(1, 3))
         cfg.steps_per_call = draw(st.integers(1, 3))
         cfg.clip = draw(st.sampled_from([None, 0.05]))
+        cfg.xla = draw(st.integers(0, 7)) == 0
+        cfg.second_batch = draw(st.one_of(st.none(), st.integers(1, 3)))
     return cfg
 
 
-# -- sources ------------------------------------------------------------------------------------
+# -- data: sources, and the examples behind entries ----------------------------------------
 
 
 def _source(cfg: Config) -> Any:
-    """The drawn source over the first ``n`` examples (files written once per configuration)."""
+    """The configuration's training source over the first ``n`` examples (files cached)."""
     n = cfg.n
+    arrays = (FEATURES[:n], LABELS[:n]) + ((WEIGHTS[:n],) if cfg.weights else ())
     if cfg.source == "arrays":
-        return ArraySource((FEATURES[:n], LABELS[:n]))
-    key = (cfg.source, n, cfg.shards)
+        return ArraySource(arrays)
+    key = (cfg.source, n, cfg.shards, cfg.weights)
     if key not in _FILES:
-        out = tempfile.mkdtemp(prefix="tfdp-diff-")
+        out = tempfile.mkdtemp(dir=_FILES_ROOT)
         if cfg.source == "tfrecord":
-            _FILES[key] = write_tfrecords((FEATURES[:n], LABELS[:n]), out, num_shards=cfg.shards)
+            _FILES[key] = write_tfrecords(arrays, out, num_shards=cfg.shards)
         else:
             for i in range(n):
                 folder = os.path.join(out, f"class{LABELS[i]}")
@@ -146,215 +204,838 @@ def _source(cfg: Config) -> Any:
                 tf.io.write_file(os.path.join(folder, f"{i:04d}.png"), tf.io.encode_png(IMAGES[i]))
             _FILES[key] = out
     if cfg.source == "tfrecord":
-        return TFRecordSource(_FILES[key], shuffle_buffer=0)  # lanes readable by hand
+        return TFRecordSource(_FILES[key], shuffle_buffer=cfg.shuffle_buffer)
     return ImageFolderSource(_FILES[key])
 
 
-def _fetcher(inp: DistributedInput, cfg: Config) -> Any:
-    """``epoch -> (ids -> (x, y, None))``: the examples the sampler's ids stand for."""
-    src = inp.source
-    if cfg.source == "arrays":
-        return lambda epoch: lambda ids: (FEATURES[ids], LABELS[ids], None)
-    if cfg.source == "image_folder":  # index -> the id in the file name
-        ids_of = np.array([int(os.path.basename(src.path(i))[:4]) for i in range(src.num_examples)])
-        return lambda epoch: lambda ids: (IMAGES[ids_of[ids]], LABELS[ids_of[ids]], None)
+class _Injected:
+    """An order independent of tfdp's shuffle: ``epoch -> permutation`` (the samplers' option)."""
 
-    def for_epoch(epoch: int) -> Any:  # a stream: stream index -> the record in its lane
-        shuffle = inp.sampler.shuffle
-        lanes = lanes_by_hand(src, inp.num_replicas, inp.seed, epoch, shuffle)
-        count = len(lanes)
+    def __init__(self, n: int) -> None:
+        self.n = n
 
-        def fetch(ids: np.ndarray) -> tuple[Any, Any, None]:
-            records = [lanes[s % count][s // count] for s in ids.tolist()]
-            return np.stack([x for x, _ in records]), np.array([y for _, y in records]), None
-
-        return fetch
-
-    return for_epoch
+    def __call__(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([77, epoch]).permutation(self.n)
 
 
-def _input(strategy: Any, cfg: Config, batch: int, return_ids: bool = True) -> DistributedInput:
-    return DistributedInput(
-        strategy,
-        _source(cfg),
-        sampler=cfg.sampler,
-        sampler_options=cfg.options,
-        batch_size=batch,
-        drop_remainder=cfg.drop_remainder,
-        return_ids=return_ids,
-        seed=3,
-    )
+def _options(cfg: Config) -> dict[str, Any]:
+    return {**cfg.options, **({"permutation": _Injected(cfg.n)} if cfg.injected else {})}
 
 
-def _valid_input(strategy: Any, cfg: Config, batch: int, return_ids: bool = True) -> Any:
-    """The input, or None for a configuration tfdp refuses (for a reason it names)."""
-    try:
-        return _input(strategy, cfg, batch, return_ids)
-    except ValueError as e:
-        known = ("uneven", "no full step", "select no sample", "fewer than the", "drop_last=True")
-        assert any(k in str(e) for k in known), e
-        return None
+_MASK_F = tf.constant([0.0, 1.0, 1.0, 1.0])  # the id slot is never augmented
+_MASK_U8 = tf.constant(np.ones((2, 2, 3), np.uint8) - (np.arange(12) == 0).reshape(2, 2, 3))
 
 
-# -- models -------------------------------------------------------------------------------------
-
-
-def _model(cfg: Config) -> keras.Model:
-    keras.utils.set_random_seed(5)
-    reg = keras.regularizers.L2(cfg.l2) if cfg.l2 else None
-    if cfg.source == "image_folder":
-        head = [keras.Input((2, 2, 3), dtype="uint8"), keras.layers.Rescaling(1 / 255.0)]
+def augment_one(example: Any, seed: Any) -> Any:
+    """A per-example augmentation with stateless ops: the same seed, the same result."""
+    x = example[0]
+    if x.dtype == tf.uint8:
+        shift = tf.random.stateless_uniform([], seed, 0, 40, dtype=tf.int32)
+        x = x + tf.cast(shift, tf.uint8) * _MASK_U8
     else:
-        head = [keras.Input((4,))]
-    return keras.Sequential(
-        [
-            *head,
-            keras.layers.Flatten(),
-            keras.layers.Dense(5, activation="tanh", kernel_regularizer=reg),
-            keras.layers.Dense(CLASSES),
+        x = x + 0.1 * tf.random.stateless_uniform(tf.shape(x), seed, -1.0, 1.0) * _MASK_F
+    return (x, *example[1:])
+
+
+class BatchedAugment:
+    """:func:`augment_one` as a batched augmentation (``aug(batch, seeds[B, 2])``)."""
+
+    batched = True
+
+    def __call__(self, batch: Any, seeds: Any) -> Any:
+        x = tf.map_fn(
+            lambda a: augment_one((a[0],), a[1])[0],
+            (batch[0], seeds),
+            fn_output_signature=batch[0].dtype,
+        )
+        return (x, *batch[1:])
+
+
+class Data:
+    """The examples behind a configuration's sampler entries, read plainly (reference side)."""
+
+    def __init__(self, cfg: Config, source: Any) -> None:
+        self.cfg = cfg
+        self._lanes: dict[tuple[int, int], list] = {}
+        self.files, self.parse, self.ids_of = None, None, np.arange(cfg.n)
+        if cfg.source == "tfrecord":
+            self.files, self.parse = source.files, source.parse
+        if cfg.source == "image_folder":  # source index -> the id in the file name
+            self.ids_of = np.array(
+                [int(os.path.basename(source.path(i))[:4]) for i in range(cfg.n)]
+            )
+
+    def stream_length(self, w: int) -> int:
+        """A stream's entries for ``w`` replicas (the ``F // L`` smallest files per lane)."""
+        counts = sorted(sum(1 for _ in tf.data.TFRecordDataset(f)) for f in self.files)
+        lanes = min(len(counts), w)
+        return lanes * sum(counts[: len(counts) // lanes])
+
+    def entries(self, w: int) -> int:
+        """How many entries a sampler of ``w`` replicas permutes."""
+        return self.stream_length(w) if self.cfg.source == "tfrecord" else self.cfg.n
+
+    def examples(self, entries: list[int], epoch: int, w: int) -> list[tuple]:
+        """The examples ``(x, y[, weight])`` at sampler ``entries`` (a stream of ``w`` lanes)."""
+        cfg = self.cfg
+        if cfg.source == "tfrecord":
+            key = (epoch, w)
+            if key not in self._lanes:
+                shuffle = cfg.options["shuffle"]
+                self._lanes[key] = stream_lanes(
+                    self.files, self.parse, w, SEED, epoch, shuffle, cfg.shuffle_buffer
+                )
+            lanes = self._lanes[key]
+            return [lanes[s % len(lanes)][s // len(lanes)] for s in entries]
+        out = []
+        for e in entries:
+            i = int(self.ids_of[e])
+            x = IMAGES[i] if cfg.source == "image_folder" else FEATURES[i]
+            out.append((x, LABELS[i]) + ((WEIGHTS[i],) if cfg.weights else ()))
+        return out
+
+    def rows(self, micro: list, epoch: int, w: int) -> tuple[Any, Any, Any, list[int]]:
+        """A step's rows over its micro-batches and ranks: ``x, y, weight, example ids``."""
+        pairs = [pair for batch in micro for rank in batch for pair in rank]
+        examples = self.examples([e for e, _ in pairs], epoch, w)
+        if self.cfg.augment is not None:
+            key = epoch_seed_key(SEED, epoch)
+            examples = [
+                tuple(np.asarray(t) for t in augment_one(tuple(map(tf.constant, ex)), [key, p]))
+                for ex, (_, p) in zip(examples, pairs, strict=True)
+            ]
+        x = np.stack([ex[0] for ex in examples])
+        y = np.array([ex[1] for ex in examples])
+        weight = np.array([ex[2] for ex in examples], np.float32) if self.cfg.weights else None
+        return x, y, weight, [_example_id(ex[0]) for ex in examples]
+
+
+def _example_id(x: np.ndarray) -> int:
+    return int(x.flat[0]) if x.dtype == np.uint8 else int(round(float(x.flat[0]) * ID_SCALE))
+
+
+# -- the reference layout of a run ---------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """One expected optimizer step: ``micro[m][rank] -> [(entry, position)]``."""
+
+    epoch: int
+    step: int
+    ranks: int
+    lanes: int  # the world size of the epoch's stream (its lanes)
+    micro: list
+
+
+def _epoch_steps(
+    cfg: Config, data: Data, w: int, batch: int, epoch: int, plan: int | None = None, first: int = 0
+) -> list[Step] | str:
+    """Epoch ``epoch``'s optimizer steps on ``w`` ranks (the list of ``plan`` ranks), or a refusal."""
+    lw = plan or w
+    n = data.entries(lw)
+    if n < lw:
+        return "fewer than the"
+    streaming = cfg.source == "tfrecord"
+    injected = _Injected(n) if cfg.injected else None
+    perm = permutation(n, SEED, epoch, cfg.options["shuffle"] and not streaming, injected)
+    if cfg.sampler == "distributed":
+        o = cfg.options
+        entries = torch_distributed_list(perm, lw, o["drop_last"], o["padding"], SEED, epoch)
+    else:
+        o = cfg.options
+        entries = repeated_augmentation_list(
+            perm, lw, o["num_repeats"], o["selected_round"], o["selected_ratio"]
+        )
+    if isinstance(entries, str):
+        return entries
+    check_coverage(cfg.sampler, cfg.options, n, lw, entries)
+    batches = deal_batches(entries, w * batch, w, cfg.drop_remainder, first)
+    if not batches and first == 0:
+        return "no full step"
+    k = cfg.accumulation
+    return [
+        Step(epoch, first // k + j, w, lw, micro)
+        for j, micro in enumerate(optimizer_steps(batches, k))
+    ]
+
+
+def _steps(cfg: Config, data: Data, w: int, batch: int, epochs: range) -> list[Step] | str:
+    out: list[Step] = []
+    for e in epochs:
+        steps = _epoch_steps(cfg, data, w, batch, e)
+        if isinstance(steps, str):
+            return steps
+        out += steps
+    return out
+
+
+@dataclass
+class Plan:
+    """The reference layout of a run: the first fit, where it stops, the resume, a second fit."""
+
+    first: list[Step] | str  # the first fit's steps, uninterrupted (or why tfdp refuses them)
+    stop: int = 0  # steps the first fit runs before its stop or crash
+    w2: int = 1  # the resume's world size
+    refused2: str | None = None  # why tfdp refuses the resume's input (another world size)
+    rest: list[Step] = field(default_factory=list)  # the resume's steps
+    fewer: bool = False  # the resumed epoch's last step has fewer samples than replicas
+    more: list[Step] | str | None = None  # the second fit's steps
+
+    def steps(self, second: bool) -> list[Step]:
+        assert isinstance(self.first, list)
+        more = self.more if second and isinstance(self.more, list) else []
+        return self.first[: self.stop] + self.rest + more
+
+
+def _plan(cfg: Config, data: Data) -> Plan:
+    w, k = cfg.replicas, cfg.accumulation
+    first = _steps(cfg, data, w, cfg.batch, range(cfg.epochs))
+    if isinstance(first, str):
+        return Plan(first)
+    plan = Plan(first, len(first), cfg.resume_replicas or w)
+    if cfg.stop is not None:
+        plan.stop = min(len(first), max(1, int(cfg.stop_at * len(first))))
+        ends = [i + 1 for i in range(len(first) - 1) if first[i + 1].epoch != first[i].epoch]
+        if plan.w2 != w and cfg.source == "tfrecord":  # a stream changes world size at epoch ends
+            plan.stop, plan.w2 = (ends[0], plan.w2) if ends else (plan.stop, w)
+    w2, rest = plan.w2, first[plan.stop :]
+    if w2 == w or not rest:
+        plan.rest = rest
+    else:  # the same global batch on w2 replicas
+        b2 = w * cfg.batch // w2
+        own = _steps(cfg, data, w2, b2, range(cfg.epochs))
+        if isinstance(own, str):
+            plan.refused2 = own
+            return plan
+        nxt = rest[0]
+        if nxt.step > 0:  # mid-epoch: the rest of the epoch's list dealt over the new ranks
+            dealt = _epoch_steps(cfg, data, w2, b2, nxt.epoch, w, nxt.step * k)
+            assert isinstance(dealt, list)
+            plan.fewer = min(len(r) for r in dealt[-1].micro[-1]) == 0
+            plan.rest += dealt
+        plan.rest += [
+            s for s in own if s.epoch > nxt.epoch or (s.epoch == nxt.epoch and nxt.step == 0)
         ]
-    )
+    if cfg.second_batch is not None:
+        plan.more = _steps(cfg, data, w2, cfg.second_batch, range(cfg.epochs, cfg.epochs + 1))
+    return plan
 
 
-# -- the Trainer --------------------------------------------------------------------------------
-
-
-def _plan(inputs: list[tuple[DistributedInput, int, int]], k: int) -> list[dict[str, Any]]:
-    """Expected optimizer steps: ``[(input, first epoch, last epoch)]`` -> steps with their ids."""
-    steps = []
-    for inp, first, last in inputs:
-        for epoch in range(first, last):
-            for i, step in enumerate(optimizer_steps(epoch_batches(inp, epoch), k)):
-                steps.append({"input": inp, "epoch": epoch, "step": i, "micro": step})
-    return steps
-
-
-def _expected_records(plan: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+def _records(steps: list[Step], k: int) -> list[dict[str, Any]]:
+    """The ``record_samples`` lines of ``steps``."""
     out = []
-    for s in plan:
-        for m, micro in enumerate(s["micro"]):
-            for r, ids in enumerate(micro):
-                rec = {"epoch": s["epoch"], "step": s["step"], "rank": r, "ids": ids.tolist()}
+    for s in steps:
+        for m, micro in enumerate(s.micro):
+            for r, pairs in enumerate(micro):
+                rec = {"epoch": s.epoch, "step": s.step, "rank": r, "ids": [e for e, _ in pairs]}
                 if k > 1:
                     rec["micro_batch"] = m
                 out.append(rec)
     return out
 
 
-def _reference(cfg: Config, plan: list[dict[str, Any]]) -> tuple[keras.Model, list[float]]:
-    model = _model(cfg)
-    ref = Reference(model, keras.optimizers.SGD(LR), _per_example_loss(), None, cfg.clip)
-    fetchers: dict[int, Any] = {}
-    losses = []
-    for s in plan:
-        inp = s["input"]
-        if id(inp) not in fetchers:
-            fetchers[id(inp)] = _fetcher(inp, cfg)
-        ref.fetch = fetchers[id(inp)](s["epoch"])
-        losses.append(ref.step(s["micro"]))
-    return model, losses
+def _per_replica_ids(steps: list[Step], data: Data) -> list[list[int]]:
+    """The example ids each replica's model sees over ``steps``, in order."""
+    out: list[list[int]] = [[] for _ in range(steps[0].ranks)] if steps else []
+    for s in steps:
+        for micro in s.micro:
+            for r, pairs in enumerate(micro):
+                out[r] += [
+                    _example_id(ex[0])
+                    for ex in data.examples([e for e, _ in pairs], s.epoch, s.lanes)
+                ]
+    return out
 
 
-def _trainer(strategy: Any, cfg: Config, run_dir: str | None, record: str) -> Trainer:
-    return Trainer(
-        strategy,
-        lambda: _model(cfg),
-        lambda: keras.optimizers.SGD(LR),
-        _per_example_loss(),
-        steps_per_call=cfg.steps_per_call,
-        accumulation_steps=cfg.accumulation,
-        clip_global_norm=cfg.clip,
-        run_dir=run_dir,
-        progress=False,
-        verbose=0,
-        record_samples=record,
-    )
+# -- models ----------------------------------------------------------------------------------
 
 
-def _assert_weights(got: keras.Model, want: keras.Model) -> None:
-    for a, b in zip(got.weights, want.weights, strict=True):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
+class Recorder:
+    """The example ids each replica's model was trained on (fit path), in order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ids: dict[int, list[int]] = {}
+
+    def add(self, replica: Any, ids: Any) -> np.int64:
+        with self.lock:
+            self.ids.setdefault(int(replica), []).extend(np.asarray(ids).tolist())
+        return np.int64(0)
+
+    def take(self) -> list[list[int]]:
+        with self.lock:
+            out = [self.ids[r] for r in sorted(self.ids)]
+            self.ids = {}
+        return out
+
+
+class IdTap(keras.layers.Layer):
+    """Reads each row's example id from its data: records it, or poisons the row (NaN)."""
+
+    def __init__(self, scale: float, poison: int | None, recorder: Recorder | None) -> None:
+        super().__init__(dtype="float32", trainable=False)
+        self.scale, self.poison, self.recorder = scale, poison, recorder
+
+    def call(self, x: Any, training: Any = None) -> Any:
+        x = tf.cast(x, tf.float32)
+        ids = tf.cast(tf.round(tf.reshape(x, [tf.shape(x)[0], -1])[:, 0] * self.scale), tf.int64)
+        if self.recorder is not None and training:
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            done = tf.numpy_function(self.recorder.add, [replica, ids], tf.int64, stateful=True)
+            with tf.control_dependencies([done]):
+                x = tf.identity(x)
+        if self.poison is not None:
+            bad = tf.where(tf.equal(ids, self.poison), float("nan"), 0.0)
+            x = x + tf.reshape(bad, [-1] + [1] * (len(x.shape) - 1))
+        return x
+
+
+def _model(cfg: Config, recorder: Recorder | None = None) -> keras.Model:
+    keras.utils.set_random_seed(5)
+    reg = keras.regularizers.L2(cfg.l2) if cfg.l2 else None
+    image = cfg.source == "image_folder"
+    layers: list[Any] = [keras.Input((2, 2, 3), dtype="uint8") if image else keras.Input((4,))]
+    layers.append(IdTap(1.0 if image else ID_SCALE, cfg.poison, recorder))
+    if image:
+        layers.append(keras.layers.Rescaling(1 / 255.0))
+    layers += [
+        keras.layers.Flatten(),
+        keras.layers.Dense(5, activation="tanh", kernel_regularizer=reg),
+        keras.layers.Dense(CLASSES),
+    ]
+    return keras.Sequential(layers)
+
+
+def _loss() -> keras.losses.Loss:
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+
+def _optimizer(cfg: Config) -> keras.optimizers.Optimizer:
+    if cfg.mixed == "mixed_float16":  # a small scale: no overflow step for the scaler to skip
+        return keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(LR), initial_scale=16.0)
+    return keras.optimizers.SGD(LR)
+
+
+def _with_policy(cfg: Config, build: Any) -> Any:
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(cfg.mixed or "float32")
+    try:
+        return build()
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def _tolerance(cfg: Config) -> float:
+    return {None: 1e-5, "mixed_bfloat16": 3e-2, "mixed_float16": 5e-3}[cfg.mixed]
+
+
+# -- the reference run -----------------------------------------------------------------------
+
+
+@dataclass
+class Expected:
+    """What the reference says a run does: every step's loss, whether it was applied, each
+    epoch's evaluation, and the weights at the end (or before a step that stops the run)."""
+
+    losses: list[float]
+    applied: list[bool]
+    val: dict[int, dict[str, float]]  # epoch -> plain evaluation after it
+    weights: list[np.ndarray]
+    stop: int | None  # the non-finite step that stops the run (on_nonfinite="stop")
+
+
+def _reference(cfg: Config, data: Data, steps: list[Step]) -> Expected:
+    model = _with_policy(cfg, lambda: _model(cfg))
+    ref = Reference(model, keras.optimizers.SGD(LR), _loss(), clip=cfg.clip)
+    out = Expected([], [], {}, [], None)
+    held_out = VAL_FEATURES[: cfg.eval_n], VAL_LABELS[: cfg.eval_n]
+    for i, s in enumerate(steps):
+        x, y, w, _ = data.rows(s.micro, s.epoch, s.lanes)
+        loss, applied = ref.step_rows(x, y, w)
+        out.losses.append(loss)
+        out.applied.append(applied)
+        if not applied and cfg.on_nonfinite == "stop":
+            out.stop = i
+            break
+        if cfg.eval_n and (i + 1 == len(steps) or steps[i + 1].epoch != s.epoch):
+            out.val[s.epoch] = plain_evaluation(model, *held_out, _loss())
+    out.weights = [v.numpy() for v in model.weights]
+    return out
+
+
+def _eval_input(strategy: Any, cfg: Config) -> DistributedInput | None:
+    if not cfg.eval_n:
+        return None
+    src = ArraySource((VAL_FEATURES[: cfg.eval_n], VAL_LABELS[: cfg.eval_n]))
+    return DistributedInput(strategy, src, sampler="eval", batch_size=cfg.eval_batch)
+
+
+def _input(strategy: Any, cfg: Config, batch: int, expected: Any, return_ids: bool = True) -> Any:
+    """The training input; None (asserting tfdp's refusal) where the reference says it refuses."""
+    augment = {None: None, "example": augment_one, "batched": BatchedAugment()}[cfg.augment]
+    try:
+        inp = DistributedInput(
+            strategy,
+            _source(cfg),
+            sampler=cfg.sampler,
+            sampler_options=_options(cfg),
+            batch_size=batch,
+            drop_remainder=cfg.drop_remainder,
+            return_ids=return_ids,
+            augment=augment,
+            seed=SEED,
+        )
+    except ValueError as e:
+        assert isinstance(expected, str), f"refused, but the reference lays it out: {e}"
+        reasons = {"uneven": "uneven", "no full step": "no full step"}
+        assert reasons.get(expected, expected) in str(e), (expected, str(e))
+        return None
+    assert not isinstance(expected, str), f"the reference refuses ({expected}); tfdp did not"
+    return inp
+
+
+class _Crash(Exception):
+    """A deliberate crash after a step: the resume must start from the latest checkpoint."""
+
+
+def _latest_checkpoint(cfg: Config, steps: list[Step], crash: int, saved_at_crash: bool) -> int:
+    """The latest step saved when a run crashes after step ``crash``: a ``checkpoint_every``
+    multiple or an epoch end (the crashed step's own epoch-end save never happens; its periodic
+    one does on the fit path, whose checkpoint callback runs before the user's)."""
+    ends = {i + 1 for i in range(len(steps) - 1) if steps[i + 1].epoch != steps[i].epoch}
+    every = cfg.checkpoint_every or 0
+    saved = {g for g in range(1, crash) if g in ends or (every and g % every == 0)}
+    if saved_at_crash and every and crash % every == 0:
+        saved.add(crash)
+    return max(saved, default=0)
+
+
+def _executed(steps: list[Step], crash: int | None, resumed_at: int, stop: int | None) -> list[int]:
+    """The indices of the steps a run executes: a crash re-runs from its checkpoint, a
+    non-finite step with ``on_nonfinite="stop"`` ends the run (itself executed)."""
+    seq = list(range(len(steps)))
+    if crash is not None:
+        seq = list(range(crash)) + list(range(resumed_at, len(steps)))
+    if stop is not None:
+        seq = seq[: seq.index(stop) + 1]
+    return seq
+
+
+class _Watch(keras.callbacks.Callback):
+    """Each epoch's ``val_*`` (a re-run epoch's later values win) and the crash of a fit path."""
+
+    def __init__(self, val: dict[int, dict[str, float]], crash_at: int | None = None) -> None:
+        super().__init__()
+        self.val, self.crash_at, self.batches, self.crashed = val, crash_at, 0, None
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if logs and "val_loss" in logs:
+            self.val[epoch] = {
+                "loss": logs["val_loss"],
+                "sparse_categorical_accuracy": logs["val_sparse_categorical_accuracy"],
+            }
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:  # the fit path only
+        self.batches += 1
+        if self.crash_at is not None and self.crashed is None and self.batches >= self.crash_at:
+            self.crashed = self.batches
+            raise _Crash
+
+
+def _check_results(
+    cfg: Config,
+    expected: Expected,
+    executed: list[int],
+    error: NonFiniteError | None,
+    val: dict[int, dict[str, float]],
+    weights: list[Any],
+) -> None:
+    tol = _tolerance(cfg)
+    if expected.stop is not None:
+        assert error is not None, f"step {expected.stop + 1} is not finite: the run must stop"
+        assert error.global_step == expected.stop + 1, (error.global_step, expected.stop + 1)
+    else:
+        assert error is None, error
+    if cfg.eval_n:
+        assert sorted(val) == sorted(expected.val), "the epochs evaluated"
+        for e, want in expected.val.items():  # exact evaluation: a plain mean over the set
+            for key, value in want.items():
+                assert val[e][key] == pytest.approx(value, abs=tol), (e, key, val[e], want)
+    for a, b in zip(weights, expected.weights, strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float32), b, atol=tol, rtol=tol)
+
+
+def _assert_coverage(got: list[dict], want: list[dict]) -> None:
+    """Each epoch's ids over all ranks as a multiset (the step-by-step comparison follows)."""
+    for e in sorted({r["epoch"] for r in want}):
+        g = sorted(i for r in got if r["epoch"] == e for i in r["ids"])
+        x = sorted(i for r in want if r["epoch"] == e for i in r["ids"])
+        missing, extra = sorted(set(x) - set(g)), sorted(set(g) - set(x))
+        assert g == x, f"epoch {e}: ids never fed {missing}, ids fed but not laid out {extra}"
+
+
+# -- the Trainer -----------------------------------------------------------------------------
+
+
+def _check_trainer(mirrored_of: Any, cfg: Config) -> None:
+    tf.config.experimental.enable_op_determinism()
+    w, k = cfg.replicas, cfg.accumulation
+    data = Data(cfg, _source(cfg))
+    plan = _plan(cfg, data)
+    strategy = mirrored_of(w)
+    inp = _input(strategy, cfg, cfg.batch, plan.first)
+    if inp is None:
+        return
+    strategy2 = mirrored_of(plan.w2)
+    second = None
+    if plan.more is not None and plan.refused2 is None and not plan.fewer:
+        second = _input(strategy2, cfg, cfg.second_batch, plan.more)
+    steps = plan.steps(second is not None)
+    expected = _reference(cfg, data, steps)
+    losses: dict[int, float] = {}
+    val: dict[int, dict[str, float]] = {}
+    crashed: list[int] = []
+
+    def on_step(state: Any) -> None:
+        g = state.global_step
+        for i, v in enumerate(state.step_losses):
+            losses[g - len(state.step_losses) + i] = v
+        if cfg.stop == "crash" and not crashed and g >= plan.stop:
+            crashed.append(g)
+            raise _Crash
+
+    with tempfile.TemporaryDirectory(prefix="tfdp-diff-run-") as work:
+        record = os.path.join(work, "ids.jsonl")
+
+        def trainer(strat: Any) -> Trainer:
+            return Trainer(
+                strat,
+                lambda: _model(cfg),
+                lambda: _optimizer(cfg),
+                _loss(),
+                metrics=["sparse_categorical_accuracy"] if cfg.eval_n else (),
+                steps_per_call=cfg.steps_per_call,
+                accumulation_steps=k,
+                clip_global_norm=cfg.clip,
+                mixed_precision=cfg.mixed,
+                jit_compile=cfg.xla,
+                run_dir=work if cfg.stop else None,
+                checkpoint_every=cfg.checkpoint_every,
+                progress=False,
+                verbose=0,
+                record_samples=record,
+                on_nonfinite=cfg.on_nonfinite,
+            )
+
+        def run(tr: Trainer, data_in: Any, epochs: int, strat: Any, **kw: Any) -> None:
+            kw.update(on_step=on_step, callbacks=[_Watch(val)])
+            tr.fit(data_in, epochs, eval_input=_eval_input(strat, cfg), **kw)
+
+        tr, error = trainer(strategy), None
+        try:
+            try:
+                run(tr, inp, cfg.epochs, strategy, max_steps=plan.stop if cfg.stop else None)
+            except _Crash:
+                pass
+            if cfg.stop is not None:
+                assert tr.state.global_step == plan.stop or cfg.stop == "crash"
+                inp2 = inp
+                if plan.w2 != w:
+                    inp2 = _input(strategy2, cfg, w * cfg.batch // plan.w2, plan.refused2 or [])
+                if inp2 is not None:
+                    tr = trainer(strategy2) if cfg.fresh else tr
+                    try:
+                        run(tr, inp2, cfg.epochs, strategy2)
+                        assert not plan.fewer, (
+                            "resumed where the last step cannot feed every replica"
+                        )
+                    except StateError as e:
+                        assert plan.fewer and "fewer than the" in str(e), e
+            done = inp2 is not None and not plan.fewer if cfg.stop else True
+            if done:
+                assert tr.state.global_step == plan.stop + len(plan.rest)
+                assert not tr.state.stopped_early
+            if second is not None and done:
+                run(tr, second, cfg.epochs + 1, strategy2, resume=False)
+        except NonFiniteError as e:
+            error = e
+        with open(record) as f:
+            got = [json.loads(line) for line in f]
+        weights = [v.numpy() for v in tr.model.weights]
+
+    if cfg.stop is not None and (plan.refused2 or plan.fewer):  # the run ends at the stop
+        steps = steps[: plan.stop]
+        expected = _reference(cfg, data, steps)
+    crash = crashed[0] if crashed else None
+    resumed = _latest_checkpoint(cfg, steps, crash, False) if crash else 0
+    executed = _executed(steps, crash, resumed, expected.stop)
+    want = _records([steps[i] for i in executed], k)
+    _assert_coverage(got, want)
+    assert got == want  # every replica received the layout's ids, step by step
+    tol = _tolerance(cfg)
+    assert set(losses) <= set(executed)
+    got_losses = [losses[i] for i in sorted(losses)]
+    want_losses = [expected.losses[i] for i in sorted(losses)]
+    np.testing.assert_allclose(got_losses, want_losses, atol=tol, rtol=tol)  # every step's mean
+    _check_results(cfg, expected, executed, error, val, weights)
+
+
+# -- the model.fit path ----------------------------------------------------------------------
+
+
+def _check_fit(mirrored_of: Any, cfg: Config) -> None:
+    """:func:`tfdp.train.fit`: Keras's step on tfdp input, with exact resume and evaluation."""
+    tf.config.experimental.enable_op_determinism()
+    w = cfg.replicas
+    data = Data(cfg, _source(cfg))
+    plan = _plan(cfg, data)
+    strategy = mirrored_of(w)
+    inp = _input(strategy, cfg, cfg.batch, plan.first, return_ids=False)
+    if inp is None:
+        return
+    strategy2 = mirrored_of(plan.w2)
+    steps = plan.steps(False)
+    recorder = Recorder()
+    val: dict[int, dict[str, float]] = {}
+
+    def compiled(strat: Any) -> keras.Model:
+        with strat.scope():
+            model = _with_policy(cfg, lambda: _model(cfg, recorder))
+            model.compile(
+                _optimizer(cfg),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["sparse_categorical_accuracy"] if cfg.eval_n else None,
+            )
+        return model
+
+    seen: list[list[list[int]]] = []  # per fit call: the ids each replica's model saw
+    error = None
+    with tempfile.TemporaryDirectory(prefix="tfdp-diff-fit-") as work:
+        watch = _Watch(val, plan.stop if cfg.stop == "crash" else None)
+
+        def run(model: keras.Model, data_in: Any, strat: Any, **kw: Any) -> None:
+            try:
+                fit(
+                    model,
+                    data_in,
+                    cfg.epochs,
+                    run_dir=work,
+                    eval_input=_eval_input(strat, cfg),
+                    checkpoint_every=cfg.checkpoint_every,
+                    callbacks=[watch],
+                    on_nonfinite=cfg.on_nonfinite,
+                    verbose=0,
+                    **kw,
+                )
+            finally:
+                seen.append(recorder.take())
+
+        model = compiled(strategy)
+        try:
+            try:
+                run(model, inp, strategy, max_steps=plan.stop if cfg.stop == "stop" else None)
+            except _Crash:
+                pass
+            if cfg.stop is not None:
+                inp2 = inp
+                if plan.w2 != w:
+                    inp2 = _input(
+                        strategy2, cfg, w * cfg.batch // plan.w2, plan.refused2 or [], False
+                    )
+                if inp2 is not None:
+                    model = compiled(strategy2) if cfg.fresh else model
+                    try:
+                        run(model, inp2, strategy2)
+                        assert not plan.fewer, (
+                            "resumed where the last step cannot feed every replica"
+                        )
+                    except StateError as e:
+                        assert plan.fewer and "fewer than the" in str(e), e
+        except NonFiniteError as e:
+            error = e
+        weights = [v.numpy() for v in model.weights]
+
+    if cfg.stop is not None and (plan.refused2 or plan.fewer):
+        steps = steps[: plan.stop]
+    expected = _reference(cfg, data, steps)
+    crash = watch.crashed
+    resumed = _latest_checkpoint(cfg, steps, crash, True) if crash else 0
+    executed = _executed(steps, crash, resumed, expected.stop)
+    # The fit calls in order: the first up to its stop, crash or error; the resume from there.
+    cut = len(executed) if not cfg.stop else min(len(executed), crash or plan.stop)
+    calls = [executed[:cut], executed[cut:]][: len(seen)]
+    for call, ids in zip(calls, seen, strict=True):
+        want = _per_replica_ids([steps[i] for i in call], data)
+        assert ids == want  # every replica's model was fed its rank's rows, in order
+    _check_results(cfg, expected, executed, error, val, weights)
+
+
+# -- the cases CI always runs: every option meeting several replicas ------------------------
+
+RA = {"num_repeats": 2, "selected_round": 0, "selected_ratio": None, "shuffle": True}
+TRAINER_CASES = {
+    "l2-4-replicas-padded": _case(replicas=4, n=10, batch=1, l2=0.01, drop_remainder=False),
+    "steps-per-call-3-stop-resume": _case(
+        replicas=2, n=10, batch=1, epochs=2, steps_per_call=3, stop="stop", stop_at=0.4
+    ),
+    "tfrecord-block-shuffle-weights": _case(
+        replicas=2,
+        n=23,
+        batch=2,
+        source="tfrecord",
+        shards=3,
+        shuffle_buffer=3,
+        sampler="repeat_aug",
+        options=RA,
+        weights=True,
+        epochs=2,
+    ),
+    "eval-3-replicas-padded": _case(replicas=3, n=11, batch=2, eval_n=7, eval_batch=2, epochs=2),
+    "augment-image-folder": _case(
+        replicas=3, n=13, batch=1, source="image_folder", augment="example", l2=0.01
+    ),
+    "augment-batched-weights-random-padding": _case(
+        replicas=4,
+        n=17,
+        batch=2,
+        augment="batched",
+        weights=True,
+        drop_remainder=False,
+        options={"padding": "random", "drop_last": False, "shuffle": True},
+    ),
+    "fractional-repeats-selection-accumulation-clip": _case(
+        replicas=3,
+        n=19,
+        batch=1,
+        sampler="repeat_aug",
+        accumulation=2,
+        clip=0.05,
+        l2=0.01,
+        options={"num_repeats": 1.5, "selected_round": 2, "selected_ratio": 2.5, "shuffle": True},
+        drop_remainder=False,
+    ),
+    "drop-last-injected-permutation": _case(
+        replicas=4,
+        n=18,
+        batch=2,
+        injected=True,
+        epochs=2,
+        steps_per_call=2,
+        options={"padding": None, "drop_last": True, "shuffle": True},
+    ),
+    "mixed-bfloat16": _case(replicas=2, n=12, batch=2, mixed="mixed_bfloat16", l2=0.01),
+    "mixed-float16": _case(replicas=4, n=12, batch=1, mixed="mixed_float16", accumulation=2),
+    "xla": _case(replicas=2, n=9, batch=2, xla=True, l2=0.01, drop_remainder=False),
+    "checkpoint-every-crash": _case(
+        replicas=3,
+        n=14,
+        batch=1,
+        epochs=2,
+        checkpoint_every=2,
+        stop="crash",
+        stop_at=0.6,
+        steps_per_call=2,
+        fresh=False,
+        eval_n=5,
+    ),
+    "nonfinite-skip": _case(replicas=2, n=10, batch=2, poison=3, on_nonfinite="skip", epochs=2),
+    "nonfinite-stop": _case(replicas=4, n=13, batch=1, poison=5, steps_per_call=2),
+    "resume-2-to-4-replicas": _case(
+        replicas=2,
+        n=15,
+        batch=2,
+        epochs=2,
+        stop="stop",
+        stop_at=0.3,
+        resume_replicas=4,
+        augment="example",
+        eval_n=7,
+    ),
+    "resume-4-to-1-replica-accumulation": _case(
+        replicas=4,
+        n=13,
+        batch=1,
+        accumulation=2,
+        epochs=2,
+        stop="stop",
+        stop_at=0.5,
+        resume_replicas=1,
+        sampler="repeat_aug",
+        options=RA,
+        l2=0.01,
+    ),
+    "second-fit-another-batch": _case(replicas=3, n=12, batch=1, second_batch=2, l2=0.01),
+}
+FIT_CASES = {
+    "ids-l2-4-replicas-padded": _case(replicas=4, n=10, batch=1, l2=0.01, drop_remainder=False),
+    "eval-3-replicas-padded": _case(replicas=3, n=11, batch=2, eval_n=7, eval_batch=2, epochs=2),
+    "tfrecord-block-shuffle": _case(
+        replicas=2,
+        n=23,
+        batch=2,
+        source="tfrecord",
+        shards=3,
+        shuffle_buffer=3,
+        sampler="repeat_aug",
+        options=RA,
+        epochs=2,
+    ),
+    "augment-batched-weights": _case(replicas=3, n=13, batch=1, augment="batched", weights=True),
+    "image-folder-fractional-repeats": _case(
+        replicas=2,
+        n=11,
+        batch=2,
+        source="image_folder",
+        sampler="repeat_aug",
+        augment="example",
+        options={"num_repeats": 2.5, "selected_round": 2, "selected_ratio": None, "shuffle": True},
+    ),
+    "checkpoint-every-crash": _case(
+        replicas=2,
+        n=10,
+        batch=1,
+        epochs=2,
+        checkpoint_every=3,
+        stop="crash",
+        stop_at=0.7,
+        fresh=False,
+        l2=0.01,
+    ),
+    "resume-4-to-2-replicas": _case(
+        replicas=4,
+        n=14,
+        batch=1,
+        epochs=2,
+        stop="stop",
+        stop_at=0.4,
+        resume_replicas=2,
+        injected=True,
+        eval_n=5,
+    ),
+    "nonfinite-skip": _case(replicas=3, n=9, batch=1, poison=2, on_nonfinite="skip"),
+    "nonfinite-stop": _case(replicas=2, n=10, batch=2, poison=4, epochs=2),
+    "mixed-bfloat16": _case(replicas=2, n=12, batch=2, mixed="mixed_bfloat16"),
+}
+
+
+@pytest.mark.parametrize("cfg", list(TRAINER_CASES.values()), ids=list(TRAINER_CASES))
+def test_trainer_case(mirrored_of, cfg):
+    _check_trainer(mirrored_of, cfg)
+
+
+@pytest.mark.parametrize("cfg", list(FIT_CASES.values()), ids=list(FIT_CASES))
+def test_fit_path_case(mirrored_of, cfg):
+    _check_fit(mirrored_of, cfg)
 
 
 @SETTINGS
 @given(cfg=configs())
 def test_trainer_equals_the_reference(mirrored_of, cfg):
-    tf.config.experimental.enable_op_determinism()
-    strategy = mirrored_of(cfg.replicas)
-    inp = _valid_input(strategy, cfg, cfg.batch)
-    if inp is None:
-        return
-    second = None
-    if cfg.second_batch is not None:
-        second = _valid_input(strategy, cfg, cfg.second_batch)
-    k = cfg.accumulation
-    inputs = [(inp, 0, cfg.epochs)] + ([(second, cfg.epochs, cfg.epochs + 1)] if second else [])
-    plan = _plan(inputs, k)
-    first_steps = len(_plan(inputs[:1], k))
-    work = tempfile.mkdtemp(prefix="tfdp-diff-run-")
-    record = os.path.join(work, "ids.jsonl")
-    losses: list[float] = []
-
-    def on_step(state):
-        losses.extend(state.step_losses)
-
-    tr = _trainer(strategy, cfg, work if cfg.stop_at is not None else None, record)
-    if cfg.stop_at is not None:
-        stop = max(1, int(cfg.stop_at * first_steps))
-        tr.fit(inp, cfg.epochs, max_steps=stop, on_step=on_step)
-        assert tr.state.global_step == stop
-        tr = _trainer(strategy, cfg, work, record)  # a fresh process would do the same
-        tr.fit(inp, cfg.epochs, on_step=on_step)
-    else:
-        tr.fit(inp, cfg.epochs, on_step=on_step)
-    assert tr.state.global_step == first_steps and not tr.state.stopped_early
-    if second is not None:
-        tr.fit(second, cfg.epochs + 1, resume=False, on_step=on_step)
-    with open(record) as f:
-        got = [json.loads(line) for line in f]
-    assert got == _expected_records(plan, k)  # every replica received the sampler's ids
-    model, ref_losses = _reference(cfg, plan)
-    np.testing.assert_allclose(losses, ref_losses, atol=1e-5, rtol=0)  # every step's mean
-    _assert_weights(tr.model, model)
+    _check_trainer(mirrored_of, cfg)
 
 
-# -- the model.fit path -------------------------------------------------------------------------
-
-
-@settings(
-    max_examples=FIT_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@SETTINGS
 @given(cfg=configs(loop=False))
 def test_fit_path_equals_the_reference(mirrored_of, cfg):
-    """``tfdp.train.fit``: Keras's step on tfdp input, with exact resume (no ids recorded)."""
-    tf.config.experimental.enable_op_determinism()
-    strategy = mirrored_of(cfg.replicas)
-    inp = _valid_input(strategy, cfg, cfg.batch, return_ids=False)
-    if inp is None:
-        return
-    # Keras's loss is each replica's mean divided by the replica count: the step's mean when
-    # every replica holds as many rows, as tfdp's samplers ensure.
-    plan = _plan([(inp, 0, cfg.epochs)], 1)
-
-    def compiled() -> keras.Model:
-        with strategy.scope():
-            model = _model(cfg)
-            model.compile(
-                keras.optimizers.SGD(LR),
-                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            )
-        return model
-
-    work = tempfile.mkdtemp(prefix="tfdp-diff-fit-")
-    model = compiled()
-    if cfg.stop_at is not None:
-        stop = max(1, int(cfg.stop_at * len(plan)))
-        fit(model, inp, cfg.epochs, run_dir=work, max_steps=stop, verbose=0)
-        assert int(model.optimizer.iterations.numpy()) == stop
-        model = compiled()
-    fit(model, inp, cfg.epochs, run_dir=work, verbose=0)
-    assert int(model.optimizer.iterations.numpy()) == len(plan)
-    ref, _ = _reference(cfg, plan)
-    _assert_weights(model, ref)
+    _check_fit(mirrored_of, cfg)
