@@ -482,6 +482,23 @@ def test_accumulation_epoch_is_the_sampler_epoch_and_resume_is_bit_identical(mir
         assert _records(tmp_path / f"cut{stop}.jsonl") == expected
 
 
+def test_a_fit_that_runs_to_its_end_is_not_stopped_early_by_an_earlier_fit(mirrored4):
+    """``state.stopped_early`` / ``stop_reason`` describe the latest fit, not an earlier one."""
+
+    class StopAtOnce(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            self.model.stop_training = True
+
+    inp = DistributedInput(mirrored4, ArraySource((X[:32], Y[:32])), batch_size=4)  # 2 steps
+    tr = trainer(mirrored4)
+    tr.fit(inp, 2, callbacks=[StopAtOnce()])
+    assert tr.state.stopped_early and tr.state.stop_reason == "callback"
+    assert tr.state.global_step == 1
+    tr.fit(inp, 2)  # the same trainer goes on, to the end
+    assert tr.state.global_step == 4
+    assert not tr.state.stopped_early and tr.state.stop_reason is None
+
+
 def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored4, tmp_path):
     inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
     tr = trainer(mirrored4)

@@ -594,6 +594,8 @@ class Trainer:
         )
         self._stop.clear()
         self.model.stop_training = False
+        # This fit's outcome: a trainer fitted again after a stop is not stopped early by it.
+        self.state.stopped_early, self.state.stop_reason = False, None
         # One endless stream of reshuffled epochs, built once: each loop epoch consumes
         # exactly the S batches of its sampler epoch, so the two stay aligned.
         stream: list[Any] = []  # the stream's iterator, released when fit ends (see below)
