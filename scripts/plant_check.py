@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plant known bugs, one at a time, in a copy of ``src`` and show the differential test catches each.
+"""Plant known bugs one at a time in a copy of ``src``: the differential test must catch each.
 
 A check of the checker, run by hand (never by the suite): for every plant, ``src/`` is copied to
 a temporary directory, one line of it is replaced (the original must occur exactly once, so a
@@ -121,6 +121,7 @@ def _run(plant: Plant | None, args: argparse.Namespace) -> tuple[bool, str, floa
         src = _planted_copy(plant, Path(tmp))
         env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.pop("TFDP_DIFF_RANDOM", None)
+        env["COLUMNS"] = "300"  # the short summary keeps each failure's message
         where = subprocess.run(
             [sys.executable, "-c", "import tfdp; print(tfdp.__file__)"],
             env=env,
@@ -153,10 +154,11 @@ def _run(plant: Plant | None, args: argparse.Namespace) -> tuple[bool, str, floa
         return True, f"pytest exited {proc.returncode} (no verdict):\n{out[-3000:]}", seconds
     lines = [re.sub(r"^FAILED tests/test_differential.py::", "  ", f)[:240] for f in failed]
     last = out.strip().splitlines()[-1] if out.strip() else ""
-    return bool(failed), "\n".join(lines + [f"  ({last})"]), seconds
+    return bool(failed), "\n".join([*lines, f"  ({last})"]), seconds
 
 
 def main() -> int:
+    """Run the chosen plants (and a baseline); 0 when every plant was caught every time."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plant", action="append", choices=[p.name for p in PLANTS])
     parser.add_argument("--runs", type=int, default=1, help="runs per plant (default 1)")

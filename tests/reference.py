@@ -46,7 +46,7 @@ from tfdp.seeding import padding_seed_sequence, stream_block_key
 
 
 def permutation(n: int, seed: int, epoch: int, shuffle: bool, injected: Any = None) -> list[int]:
-    """The epoch's order of ``range(n)``: an injected ``epoch -> permutation``, else the keyed one."""
+    """The epoch's order of ``range(n)``: an injected ``epoch -> permutation``, else tfdp's."""
     if injected is not None:
         return [int(i) for i in injected(epoch)]
     if not shuffle:
@@ -74,10 +74,7 @@ def torch_distributed_list(
     n, w = len(perm), num_replicas
     if drop_last and n < w:
         return "drop_last=True"
-    if drop_last and n % w != 0:
-        num_samples = math.ceil((n - w) / w)
-    else:
-        num_samples = math.ceil(n / w)
+    num_samples = math.ceil((n - w) / w) if drop_last and n % w != 0 else math.ceil(n / w)
     total_size = num_samples * w
     indices = list(perm)
     if drop_last:
@@ -134,10 +131,10 @@ def check_coverage(kind: str, options: dict[str, Any], n: int, w: int, entries: 
     elif kind == "distributed":  # padded to a multiple of W: everything once, a few twice
         assert len(entries) == -(-n // w) * w and set(count) == set(range(n)), "not covered"
         assert max(count.values()) <= 2
-    else:  # RA: a prefix of the repeated list, each entry at most ceil(R) times (+1 if wrapped)
-        r = options["num_repeats"]
-        assert max(count.values()) <= math.ceil(r) + (len(entries) > math.ceil(r * n))
-        if len(entries) >= math.ceil(r * n):  # the whole repeated list: every sample
+    else:  # RA: a prefix of the repeated list (wrapped): each pass holds a sample <= ceil(R) times
+        r, length = options["num_repeats"], math.ceil(options["num_repeats"] * n)
+        assert max(count.values()) <= math.ceil(r) * -(-len(entries) // length)
+        if len(entries) >= length:  # the whole repeated list: every sample
             assert set(count) == set(range(n)), "not covered"
 
 
