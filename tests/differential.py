@@ -108,8 +108,8 @@ def case(**kw: Any) -> Config:
 
 
 @st.composite
-def configs(draw: Any, loop: bool = True) -> Config:
-    w = draw(st.integers(1, 4))
+def configs(draw: Any, loop: bool = True, replicas: tuple[int, int] = (1, 4)) -> Config:
+    w = draw(st.integers(*replicas))
     n = draw(st.one_of(st.sampled_from([w, 5, 7, 11, 13]), st.integers(w, MAX_N)))
     source = draw(st.sampled_from(["arrays", "arrays", "tfrecord", "image_folder"]))
     cfg = Config(replicas=w, n=max(n, w), batch=draw(st.integers(1, 4)), source=source)
@@ -532,7 +532,9 @@ class Expected:
 
 def reference_run(cfg: Config, data: Data, steps: list[Step]) -> Expected:
     model = with_policy(cfg, lambda: make_model(cfg))
-    ref = Reference(model, keras.optimizers.SGD(LR), per_example_loss(), clip=cfg.clip)
+    ref = Reference(
+        model, keras.optimizers.SGD(LR), per_example_loss(), clip=cfg.clip, compiled=len(steps) > 8
+    )
     out = Expected([], [], {}, [], None)
     val_set = held_out(cfg)
     for i, s in enumerate(steps):

@@ -234,6 +234,7 @@ class Reference:
         loss: Callable[[Any, Any], Any],
         fetch: Callable[[np.ndarray], tuple[Any, Any, Any]] | None = None,
         clip: float | None = None,
+        compiled: bool = False,
     ) -> None:
         self.model, self.optimizer, self.loss, self.fetch, self.clip = (
             model,
@@ -242,6 +243,12 @@ class Reference:
             fetch,
             clip,
         )
+        # The same ops traced once (a long run's eager Keras calls cost ~20 ms a step).
+        self._gradients = (
+            tf.function(self._loss_and_gradients, reduce_retracing=True)
+            if compiled
+            else self._loss_and_gradients
+        )
 
     def step(self, micro_batches: Sequence[Sequence[np.ndarray]]) -> float:
         """One step over all ranks' ids of ``micro_batches`` (through ``fetch``); its loss."""
@@ -249,25 +256,28 @@ class Reference:
         ids = np.concatenate([ids for micro in micro_batches for ids in micro])
         return self.step_rows(*self.fetch(ids), skip_nonfinite=False)[0]
 
-    def step_rows(self, x: Any, y: Any, w: Any, skip_nonfinite: bool = True) -> tuple[float, bool]:
-        """One optimizer step over all the step's rows; ``(loss, applied)``."""
+    def _loss_and_gradients(self, x: Any, y: Any, w: Any) -> tuple[Any, list[Any]]:
         tvars = self.model.trainable_variables
         with tf.GradientTape() as tape:
             per_ex = tf.cast(self.loss(y, self.model(x, training=True)), tf.float32)
             if w is not None:
                 per_ex = per_ex * w
-            loss = tf.reduce_sum(per_ex) / len(y)
+            loss = tf.reduce_sum(per_ex) / tf.cast(tf.shape(per_ex)[0], tf.float32)
             if self.model.losses:
                 loss += tf.add_n([tf.cast(v, tf.float32) for v in self.model.losses])
         grads = tape.gradient(loss, tvars)
-        grads = [tf.cast(g, tf.float32) for g in grads]
+        return loss, [tf.cast(g, tf.float32) for g in grads]
+
+    def step_rows(self, x: Any, y: Any, w: Any, skip_nonfinite: bool = True) -> tuple[float, bool]:
+        """One optimizer step over all the step's rows; ``(loss, applied)``."""
+        loss, grads = self._gradients(x, y, w)
         finite = bool(tf.math.is_finite(loss)) and all(
             bool(tf.reduce_all(tf.math.is_finite(g))) for g in grads
         )
         if finite or not skip_nonfinite:
             if self.clip is not None:
                 grads, _ = tf.clip_by_global_norm(grads, self.clip)
-            self.optimizer.apply_gradients(zip(grads, tvars, strict=True))
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         return float(loss), finite
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from differential import (
     Config,
@@ -269,6 +270,27 @@ def _check_fit(mirrored_of: Any, cfg: Config) -> None:
     check_outcome(cfg, expected, executed, error, val, weights)
 
 
+# -- the searches: first in the file, and in halves (by replica count), so that pytest-xdist
+# -- starts the longest items first and balances them
+
+SEARCH = SETTINGS.max_examples  # draws per loop, over both halves
+HALVES = [(1, 2), (3, 4)]
+
+
+@pytest.mark.parametrize("replicas", HALVES, ids=["1-2-replicas", "3-4-replicas"])
+@settings(SETTINGS, max_examples=-(-SEARCH // 2))
+@given(data=st.data())
+def test_trainer_equals_the_reference(mirrored_of, replicas, data):
+    _check_trainer(mirrored_of, data.draw(configs(replicas=replicas), label="cfg"))
+
+
+@pytest.mark.parametrize("replicas", HALVES, ids=["1-2-replicas", "3-4-replicas"])
+@settings(SETTINGS, max_examples=-(-SEARCH // 2))
+@given(data=st.data())
+def test_fit_path_equals_the_reference(mirrored_of, replicas, data):
+    _check_fit(mirrored_of, data.draw(configs(loop=False, replicas=replicas), label="cfg"))
+
+
 # -- the cases CI always runs: every option meeting several replicas ------------------------
 
 RA = {"num_repeats": 2, "selected_round": 0, "selected_ratio": None, "shuffle": True}
@@ -344,16 +366,4 @@ def test_trainer_case(mirrored_of, cfg):
 
 @pytest.mark.parametrize("cfg", list(FIT_CASES.values()), ids=list(FIT_CASES))
 def test_fit_path_case(mirrored_of, cfg):
-    _check_fit(mirrored_of, cfg)
-
-
-@SETTINGS
-@given(cfg=configs())
-def test_trainer_equals_the_reference(mirrored_of, cfg):
-    _check_trainer(mirrored_of, cfg)
-
-
-@SETTINGS
-@given(cfg=configs(loop=False))
-def test_fit_path_equals_the_reference(mirrored_of, cfg):
     _check_fit(mirrored_of, cfg)
