@@ -44,7 +44,6 @@ from differential import (
     Recorder,
     Watch,
     assert_coverage,
-    case,
     check_outcome,
     configs,
     eval_input_for,
@@ -76,6 +75,8 @@ SETTINGS = settings(
     **({} if RANDOMIZED else {"database": None, "phases": (Phase.explicit, Phase.generate)}),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
 # -- the Trainer -----------------------------------------------------------------------------
 
 
@@ -133,7 +134,7 @@ def _check_trainer(mirrored_of: Any, cfg: Config) -> None:
             kw.update(on_step=on_step, callbacks=[Watch(val)])
             tr.fit(data_in, epochs, eval_input=eval_input_for(strat, cfg), **kw)
 
-        tr, error = trainer(strategy), None
+        tr, error, done = trainer(strategy), None, True
         try:
             with contextlib.suppress(CrashError):
                 run(tr, inp, cfg.epochs, strategy, max_steps=plan.stop if cfg.stop else None)
@@ -153,10 +154,8 @@ def _check_trainer(mirrored_of: Any, cfg: Config) -> None:
                         )
                     except StateError as e:
                         assert plan.fewer and "fewer than the" in str(e), e
-            done = inp2 is not None and not plan.fewer if cfg.stop else True
-            if done:
-                assert tr.state.global_step == plan.stop + len(plan.rest)
-                assert not tr.state.stopped_early
+                done = inp2 is not None and not plan.fewer  # else the run ends at the stop
+            finished = (tr.state.global_step, tr.state.stopped_early)  # checked after the ids
             if second is not None and done:
                 run(tr, second, cfg.epochs + 1, strategy2, resume=False)
         except NonFiniteError as e:
@@ -174,12 +173,14 @@ def _check_trainer(mirrored_of: Any, cfg: Config) -> None:
     want = expected_records([steps[i] for i in executed], k)
     assert_coverage(got, want)
     assert got == want  # every replica received the layout's ids, step by step
+    if done and error is None:
+        assert finished == (plan.stop + len(plan.rest), False)  # global step, stopped early
     tol = tolerance(cfg)
     assert set(losses) <= set(executed)
     got_losses = [losses[i] for i in sorted(losses)]
     want_losses = [expected.losses[i] for i in sorted(losses)]
     np.testing.assert_allclose(got_losses, want_losses, atol=tol, rtol=tol)  # every step's mean
-    check_outcome(cfg, expected, executed, error, val, weights)
+    check_outcome(cfg, expected, error, val, weights)
 
 
 # -- the model.fit path ----------------------------------------------------------------------
@@ -267,7 +268,7 @@ def _check_fit(mirrored_of: Any, cfg: Config) -> None:
     for call, ids in zip(calls, seen, strict=True):
         want = per_replica_ids([steps[i] for i in call], data)
         assert ids == want  # every replica's model was fed its rank's rows, in order
-    check_outcome(cfg, expected, executed, error, val, weights)
+    check_outcome(cfg, expected, error, val, weights)
 
 
 # -- the searches: first in the file, and in halves (by replica count), so that pytest-xdist
@@ -295,66 +296,66 @@ def test_fit_path_equals_the_reference(mirrored_of, replicas, data):
 
 RA = {"num_repeats": 2, "selected_round": 0, "selected_ratio": None, "shuffle": True}
 RA_FRACTIONAL = {"num_repeats": 1.5, "selected_round": 2, "selected_ratio": 2.5, "shuffle": True}
-WRAP, RANDOM = {"padding": "wrap", "drop_last": False}, {"padding": "random", "drop_last": False}
+RANDOM = {"padding": "random", "drop_last": False}
 DROP_LAST = {"padding": None, "drop_last": True}
 # fmt: off
 TRAINER_CASES = {  # each option with several replicas; the plants of scripts/plant_check.py
-    "l2-4-replicas-padded": case(replicas=4, n=10, batch=1, l2=0.01, drop_remainder=False),
+    "l2-4-replicas-padded": Config(replicas=4, n=10, batch=1, l2=0.01, drop_remainder=False),
     # 5 steps per epoch: calls of 3 and 2 steps (and 1 at the stop)
-    "steps-per-call-3-stop-resume": case(
+    "steps-per-call-3-stop-resume": Config(
         replicas=2, n=10, batch=1, epochs=2, steps_per_call=3, stop="stop", stop_at=0.4),
-    "eval-3-replicas-padded-resume-in-place": case(
+    "eval-3-replicas-padded-resume-in-place": Config(
         replicas=3, n=11, batch=2, eval_n=7, eval_batch=2, epochs=2, stop="stop", fresh=False),
-    "tfrecord-block-shuffle-weights": case(
+    "tfrecord-block-shuffle-weights": Config(
         replicas=2, n=23, batch=2, source="tfrecord", shards=3, shuffle_buffer=3,
         sampler="repeat_aug", options=RA, weights=True, epochs=2),
-    "image-folder-augment-xla": case(
+    "image-folder-augment-xla": Config(
         replicas=2, n=13, batch=1, source="image_folder", augment="example", xla=True, l2=0.01),
-    "augment-batched-weights-random-padding": case(
+    "augment-batched-weights-random-padding": Config(
         replicas=4, n=17, batch=2, augment="batched", weights=True, drop_remainder=False,
         options={**RANDOM, "shuffle": True}),
-    "fractional-repeats-selection-accumulation-clip": case(
+    "fractional-repeats-selection-accumulation-clip": Config(
         replicas=3, n=19, batch=1, sampler="repeat_aug", options=RA_FRACTIONAL,
         accumulation=2, clip=0.05, l2=0.01, drop_remainder=False),
-    "drop-last-injected-permutation": case(
+    "drop-last-injected-permutation": Config(
         replicas=4, n=18, batch=2, options={**DROP_LAST, "shuffle": True}, injected=True,
         epochs=2, steps_per_call=2),
-    "mixed-bfloat16": case(replicas=2, n=12, batch=2, mixed="mixed_bfloat16", l2=0.01),
-    "mixed-float16-accumulation": case(
+    "mixed-bfloat16": Config(replicas=2, n=12, batch=2, mixed="mixed_bfloat16", l2=0.01),
+    "mixed-float16-accumulation": Config(
         replicas=2, n=12, batch=1, mixed="mixed_float16", accumulation=2),
-    "checkpoint-every-crash": case(
+    "checkpoint-every-crash": Config(
         replicas=2, n=14, batch=1, epochs=2, checkpoint_every=2, stop="crash", stop_at=0.6,
         steps_per_call=2),
-    "nonfinite-skip": case(replicas=2, n=10, batch=2, poison=3, on_nonfinite="skip", epochs=2),
-    "nonfinite-stop": case(replicas=4, n=13, batch=1, poison=5, steps_per_call=2),
-    "resume-2-to-4-replicas-augment": case(
+    "nonfinite-skip": Config(replicas=2, n=10, batch=2, poison=3, on_nonfinite="skip", epochs=2),
+    "nonfinite-stop": Config(replicas=4, n=13, batch=1, poison=5, steps_per_call=2),
+    "resume-2-to-4-replicas-augment": Config(
         replicas=2, n=15, batch=2, epochs=2, stop="stop", stop_at=0.3, resume_replicas=4,
         augment="example"),
-    "resume-4-to-1-replica-accumulation": case(
+    "resume-4-to-1-replica-accumulation": Config(
         replicas=4, n=13, batch=1, accumulation=2, epochs=2, stop="stop", stop_at=0.5,
         resume_replicas=1, sampler="repeat_aug", options=RA, l2=0.01),
-    "second-fit-another-batch": case(replicas=3, n=12, batch=1, second_batch=2, l2=0.01),
+    "second-fit-another-batch": Config(replicas=3, n=12, batch=1, second_batch=2, l2=0.01),
 }
 FIT_CASES = {
-    "ids-l2-4-replicas-padded": case(replicas=4, n=10, batch=1, l2=0.01, drop_remainder=False),
-    "eval-3-replicas-padded": case(replicas=3, n=11, batch=2, eval_n=7, eval_batch=2, epochs=2),
-    "tfrecord-block-shuffle": case(
+    "ids-l2-4-replicas-padded": Config(replicas=4, n=10, batch=1, l2=0.01, drop_remainder=False),
+    "eval-3-replicas-padded": Config(replicas=3, n=11, batch=2, eval_n=7, eval_batch=2, epochs=2),
+    "tfrecord-block-shuffle": Config(
         replicas=2, n=23, batch=2, source="tfrecord", shards=3, shuffle_buffer=3,
         sampler="repeat_aug", options=RA, epochs=2),
-    "augment-batched-weights": case(replicas=3, n=13, batch=1, augment="batched", weights=True),
-    "image-folder-fractional-repeats": case(
+    "augment-batched-weights": Config(replicas=3, n=13, batch=1, augment="batched", weights=True),
+    "image-folder-fractional-repeats": Config(
         replicas=2, n=11, batch=2, source="image_folder", sampler="repeat_aug", augment="example",
         options={**RA_FRACTIONAL, "selected_ratio": None}),
-    "checkpoint-every-crash": case(
+    "checkpoint-every-crash": Config(
         replicas=2, n=10, batch=1, epochs=2, checkpoint_every=3, stop="crash", stop_at=0.7,
         l2=0.01),
-    "resume-4-to-2-replicas": case(
+    "resume-4-to-2-replicas": Config(
         replicas=4, n=14, batch=1, epochs=2, stop="stop", stop_at=0.4, resume_replicas=2,
         injected=True),
-    "nonfinite-skip-resume-in-place": case(
+    "nonfinite-skip-resume-in-place": Config(
         replicas=3, n=9, batch=1, poison=2, on_nonfinite="skip", stop="stop", fresh=False),
-    "nonfinite-stop": case(replicas=2, n=10, batch=2, poison=4, epochs=2),
-    "mixed-bfloat16": case(replicas=2, n=12, batch=2, mixed="mixed_bfloat16"),
+    "nonfinite-stop": Config(replicas=2, n=10, batch=2, poison=4, epochs=2),
+    "mixed-bfloat16": Config(replicas=2, n=12, batch=2, mixed="mixed_bfloat16"),
 }
 # fmt: on
 
