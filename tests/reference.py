@@ -1,4 +1,4 @@
-"""An independent reference for the training loops (test helper: no tfdp sampler, input or train).
+"""An independent reference for the training loops (test helper; no tfdp sampler, input or train).
 
 What a correct data-parallel run does, written plainly:
 
@@ -26,6 +26,10 @@ by tests/test_seeding.py and tests/test_indices.py): the shuffle permutation
 (:class:`tfdp.indices.KeyedPermutation`; draws also inject an independent permutation through
 the samplers' ``permutation=``), random padding's draws, a TFRecord lane's block-shuffle key
 and the augmentation key of an epoch. The layouts on top of them are stated here.
+
+The last section keeps the helpers older tests read (``epoch_batches``, ``rank_lists``,
+``lanes_by_hand``): built on tfdp's own samplers, for tests that take the sampler as given;
+the differential test (tests/test_differential.py, tests/differential.py) does not use them.
 """
 
 from __future__ import annotations
@@ -88,6 +92,28 @@ def torch_distributed_list(
     return indices + (indices * math.ceil(padding_size / n))[:padding_size]
 
 
+def repeated_augmentation_sizes(
+    n: int,
+    num_replicas: int,
+    num_repeats: float,
+    selected_round: int,
+    selected_ratio: float | None,
+) -> tuple[int, int, int]:
+    """``(num_samples, total_size, num_selected)`` as timm computes them (DeiT's rounding).
+
+    ``num_samples = ceil(n R / W)``, ``total_size = num_samples * W``, ``num_selected =
+    floor(n // round * round / ratio)`` (``ceil(n / ratio)`` without rounding), the ratio
+    defaulting to ``W``, at most ``num_samples``.
+    """
+    num_samples = math.ceil(n * num_repeats / num_replicas)
+    ratio = selected_ratio or num_replicas
+    if selected_round:
+        num_selected = math.floor(n // selected_round * selected_round / ratio)
+    else:
+        num_selected = math.ceil(n / ratio)
+    return num_samples, num_samples * num_replicas, min(num_selected, num_samples)
+
+
 def repeated_augmentation_list(
     perm: Sequence[int],
     num_replicas: int,
@@ -106,13 +132,9 @@ def repeated_augmentation_list(
     refuses (DeiT would train an empty epoch; timm 1.0.31 falls back to ``ceil(n / ratio)``).
     """
     n, w = len(perm), num_replicas
-    num_samples = math.ceil(n * num_repeats / w)
-    ratio = selected_ratio or w
-    if selected_round:
-        num_selected = math.floor(n // selected_round * selected_round / ratio)
-    else:
-        num_selected = math.ceil(n / ratio)
-    num_selected = min(num_selected, num_samples)
+    _, _, num_selected = repeated_augmentation_sizes(
+        n, w, num_repeats, selected_round, selected_ratio
+    )
     if num_selected < 1:
         return "select no sample"
     if float(num_repeats).is_integer():

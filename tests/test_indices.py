@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reference import repeated_augmentation_sizes
 from tfdp import indices as ix
 
 SEEDS = (0, 1, 12345, ix.MAX_SEED)
@@ -293,16 +294,6 @@ def test_distributed_num_samples(n, w, data):
     assert uneven == sorted(uneven, reverse=True)
 
 
-def _timm_sizes(n, w, repeats, selected_round, selected_ratio):
-    num_samples = math.ceil(n * repeats / w)
-    ratio = selected_ratio or w
-    if selected_round:
-        selected = math.floor(n // selected_round * selected_round / ratio)
-    else:
-        selected = math.ceil(n / ratio)
-    return num_samples, num_samples * w, min(selected, num_samples)
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     n=st.integers(1, 100_000),
@@ -312,9 +303,9 @@ def _timm_sizes(n, w, repeats, selected_round, selected_ratio):
     selected_ratio=st.sampled_from([None, 1, 2, 3, 8, 0.5, 1.5, 2.5, 7.3]),
 )
 def test_repeat_aug_sizes(n, w, repeats, selected_round, selected_ratio):
-    assert ix.repeat_aug_sizes(n, w, repeats, selected_round, selected_ratio) == _timm_sizes(
+    assert ix.repeat_aug_sizes(
         n, w, repeats, selected_round, selected_ratio
-    )
+    ) == repeated_augmentation_sizes(n, w, repeats, selected_round, selected_ratio)
 
 
 def test_repeat_aug_sizes_examples():
