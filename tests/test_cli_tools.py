@@ -125,7 +125,7 @@ def test_plot_missing_inputs(tmp_path, capsys):
 
 
 def test_round_trip_digits_npz_folder_tfrecord_npz(tmp_path, capsys):
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
 
     images, labels = load_digits("all")
 
@@ -283,7 +283,7 @@ def test_convert_argument_errors(tmp_path, capsys):
 
 
 def test_inspect_digits_prints_size_and_classes(capsys):
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
 
     _, labels = load_digits("all")
     code, out, err = _run(capsys, "data", "inspect", "digits", "--examples", "3")
@@ -320,7 +320,7 @@ def test_inspect_npz_folder_and_tfrecord(tmp_path):
 
 
 def test_manifest_suffix_matches_the_writer():
-    from tfdp import dataspec
+    from tfdp.recipe import dataspec
     from tfdp.sources import tfrecord
 
     assert dataspec.MANIFEST_SUFFIX == tfrecord.MANIFEST_SUFFIX

@@ -1,4 +1,4 @@
-"""One validation of data for every path: tfdp.dataspec, and train / inspect / convert agreeing.
+"""One validation of data for every path: tfdp.recipe.dataspec; train / inspect / convert agree.
 
 Labels integral and in range (no stray label inflating the number of classes), pixels of a
 stated type and range (no second 1/255), a warning for one class; every error names the file,
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfdp.cli_tools import convert_data, inspect_data
-from tfdp.dataspec import check_images, check_labels, open_source
 from tfdp.job import TrainConfig, build_data
+from tfdp.recipe.dataspec import check_images, check_labels, open_source
 
 RNG = np.random.default_rng(0)
 IMAGES = RNG.integers(0, 256, (30, 6, 6, 1), dtype=np.uint8)

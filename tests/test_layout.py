@@ -15,7 +15,7 @@ OWNED = [
     SRC / "input.py",
     SRC / "windowed_input.py",
     SRC / "augment.py",
-    SRC / "rundir.py",
+    SRC / "recipe" / "rundir.py",
     *sorted((SRC / "sources").rglob("*.py")),
 ]
 

@@ -12,7 +12,7 @@ from tfdp.cli.app import main
 from tfdp.cli.convert import convert_data
 from tfdp.cli.inspect import inspect_data
 from tfdp.cli.plot import PLOT_DPI, PLOT_FIGSIZE, plot_metrics, read_metrics
-from tfdp.dataspec import MANIFEST_SUFFIX
+from tfdp.recipe.dataspec import MANIFEST_SUFFIX
 
 __all__ = [
     "MANIFEST_SUFFIX",

@@ -2,7 +2,7 @@
 
 This module owns :func:`convert_data` and its writers. The formats:
 
-* ``digits``: :func:`tfdp.datasets.load_digits` ``("all")``, 1,797 grey 8x8
+* ``digits``: :func:`tfdp.recipe.digits.load_digits` ``("all")``, 1,797 grey 8x8
   images (levels 0..16), classes ``"0"``..``"9"``.
 * ``.npz``: arrays ``images`` uint8 ``[N, H, W, C]`` (``[N, H, W]`` is read
   as one channel; ``x``/``image`` are accepted too) and ``labels`` int ``[N]``
@@ -23,7 +23,7 @@ This module owns :func:`convert_data` and its writers. The formats:
   without reading every label. Reading checks every shard's record count
   against the manifest; a difference is an error naming the shard.
 
-Data is opened and checked by :func:`tfdp.dataspec.open_source`, the same
+Data is opened and checked by :func:`tfdp.recipe.dataspec.open_source`, the same
 as ``tfdp train`` does: what training refuses (non-integral or stray labels,
 non-finite pixels, floats outside [0, 1]) is refused here too. Output is
 written under a temporary name and renamed when complete.
@@ -46,7 +46,9 @@ import numpy as np
 
 from tfdp._util import replaced_atomically, temp_name, write_text_atomic
 from tfdp.cli.progress import Progress
-from tfdp.dataspec import (
+from tfdp.errors import ConfigError, DataError
+from tfdp.recipe.data import data_errors
+from tfdp.recipe.dataspec import (
     MANIFEST_SUFFIX,
     OpenedData,
     open_source,
@@ -54,8 +56,6 @@ from tfdp.dataspec import (
     read_labels,
     resize_uint8,
 )
-from tfdp.errors import ConfigError, DataError
-from tfdp.recipe.data import data_errors
 
 __all__ = ["FORMATS", "convert_data"]
 
@@ -371,7 +371,7 @@ def convert_data(
             (bilinear, antialiased; images of that size are untouched).
             Needed for .npz output when the images differ in size.
         num_classes: The number of classes, when the labels do not use them
-            all (see :func:`tfdp.dataspec.check_labels`).
+            all (see :func:`tfdp.recipe.dataspec.check_labels`).
         progress: Show a progress bar on stderr (when it is a terminal).
 
     Returns:

@@ -2,7 +2,7 @@
 
 This module owns how :class:`tfdp.recipe.config.TrainConfig` becomes data:
 :func:`build_data` opens ``data`` / ``eval_data`` through
-:func:`tfdp.dataspec.open_source` (the one data-opening layer, shared with
+:func:`tfdp.recipe.dataspec.open_source` (the one data-opening layer, shared with
 ``tfdp data``) and holds out a deterministic part of ``data`` when no
 ``eval_data`` is given; :func:`build_augment` is the job's augmentation;
 :func:`eval_input` the held-out input (one construction, used by training
@@ -47,7 +47,7 @@ __all__ = [
 
 @contextmanager
 def data_errors() -> Iterator[None]:
-    """Raise :mod:`tfdp.dataspec`'s refusals of the data as :class:`DataError` (bad input).
+    """Raise :mod:`tfdp.recipe.dataspec`'s refusals of the data as :class:`DataError` (bad input).
 
     ``open_source`` and ``read_labels`` document ``ValueError`` as "the data
     cannot be used as given"; wrapped around those calls only, this is where
@@ -69,8 +69,8 @@ def data_errors() -> Iterator[None]:
 
 
 def _open(spec: str, **kwargs: Any) -> Any:
-    """:func:`tfdp.dataspec.open_source` under :func:`data_errors`."""
-    from tfdp.dataspec import open_source
+    """:func:`tfdp.recipe.dataspec.open_source` under :func:`data_errors`."""
+    from tfdp.recipe.dataspec import open_source
 
     with data_errors():
         return open_source(spec, **kwargs)
@@ -144,7 +144,7 @@ def _split_folder(source: Any, fraction: float, seed: int, spec: str) -> tuple[A
 
 def _split_shards(data: Any, fraction: float, image_size: int | None, spec: str) -> tuple[Any, Any]:
     """The last ``ceil(fraction * F)`` shards by name held out (in memory), the rest streamed."""
-    from tfdp.dataspec import in_memory
+    from tfdp.recipe.dataspec import in_memory
     from tfdp.sources import ArraySource, TFRecordSource
 
     files = sorted(data.stream.files, key=os.path.basename)
@@ -168,7 +168,7 @@ def _split_shards(data: Any, fraction: float, image_size: int | None, spec: str)
 
 def _random_access(data: Any, image_size: int | None, spec: str, what: str) -> Any:
     """A random-access source for held-out ``data`` (TFRecord: read into memory)."""
-    from tfdp.dataspec import in_memory
+    from tfdp.recipe.dataspec import in_memory
     from tfdp.sources import ArraySource
 
     if data.source is not None:
@@ -184,7 +184,7 @@ def _random_access(data: Any, image_size: int | None, spec: str, what: str) -> A
 def build_data(cfg: TrainConfig) -> JobData:
     """The training and held-out data of ``cfg`` (see the module docstring for the split rules).
 
-    The data is opened and checked by :func:`tfdp.dataspec.open_source`
+    The data is opened and checked by :func:`tfdp.recipe.dataspec.open_source`
     (labels, classes, pixel types and ranges); held-out data must have the
     training data's classes, channels and image size.
 
@@ -194,7 +194,7 @@ def build_data(cfg: TrainConfig) -> JobData:
     on_error = "skip" if cfg.on_bad_file == "skip" else "raise"
     common = {"num_classes_option": "--num-classes", "on_bad_file": on_error}
     if cfg.data == "digits" and not cfg.eval_data:
-        from tfdp.datasets import DIGITS_HELD_OUT, load_digits
+        from tfdp.recipe.digits import DIGITS_HELD_OUT, load_digits
         from tfdp.sources import ArraySource
 
         if cfg.num_classes not in (None, 10):

@@ -400,7 +400,7 @@ def _as_pair(example: Any) -> tuple[Any, Any]:
 
 
 def _open_digits() -> OpenedData:
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
 
     images, labels = load_digits("all")
     return _arrays(

@@ -142,7 +142,7 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
             :func:`check_model_ref`) or the module or function is missing.
 
     Example:
-        >>> load_factory("tfdp.models:small_cnn").__name__
+        >>> load_factory("tfdp.recipe.networks:small_cnn").__name__
         'small_cnn'
     """
     module_name, _, attr = check_model_ref(ref).partition(":")
