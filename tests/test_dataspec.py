@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfdp.cli_tools import convert_data, inspect_data
-from tfdp.job import TrainConfig, build_data
+from tfdp.cli.convert import convert_data
+from tfdp.cli.inspect import inspect_data
+from tfdp.recipe import TrainConfig, build_data
 from tfdp.recipe.dataspec import check_images, check_labels, open_source
 
 RNG = np.random.default_rng(0)

@@ -34,8 +34,8 @@ def test_every_public_name_and_submodule_resolves():
 def test_import_tfdp_does_not_load_tensorflow():
     code = (
         "import sys, tfdp; tfdp.RepeatAugSampler(10, 2, 0, selected_round=0); "
-        "import tfdp.recipe.dataspec, tfdp.errors, tfdp.recipe.rundir, tfdp.cli_tools, tfdp.cli, "
-        "tfdp.recipe, tfdp.job, tfdp.launch, tfdp.cli.app; "
+        "import tfdp.recipe.dataspec, tfdp.errors, tfdp.recipe.rundir, tfdp.cli, tfdp.recipe, "
+        "tfdp.cli.convert, tfdp.cli.inspect, tfdp.cli.plot, tfdp.launch, tfdp.cli.app; "
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run(

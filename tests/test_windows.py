@@ -498,7 +498,7 @@ def test_train_resnet_on_an_image_folder_end_to_end(tmp_path):
 
 
 def test_build_augment_picks_the_window_recipe_for_image_sizes():
-    from tfdp.job import TrainConfig, build_augment
+    from tfdp.recipe import TrainConfig, build_augment
 
     cfg = TrainConfig(data="some/folder", image_size=32)
     train = augment.split_window(build_augment(cfg, (32, 32, 3), 1 / 255, True))

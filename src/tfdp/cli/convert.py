@@ -44,12 +44,12 @@ from typing import Any
 
 import numpy as np
 
+from tfdp._names import MANIFEST_SUFFIX
 from tfdp._util import replaced_atomically, temp_name, write_text_atomic
 from tfdp.cli.progress import Progress
 from tfdp.errors import ConfigError, DataError
 from tfdp.recipe.data import data_errors
 from tfdp.recipe.dataspec import (
-    MANIFEST_SUFFIX,
     OpenedData,
     open_source,
     read_error,

@@ -46,7 +46,6 @@ from tfdp._names import MANIFEST_SUFFIX
 from tfdp.errors import ConfigError, DataError
 
 __all__ = [
-    "MANIFEST_SUFFIX",
     "OpenedData",
     "check_class_names",
     "check_images",

@@ -58,7 +58,7 @@ from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import NonFiniteError, apply_reduced_if_finite, check_policy
 from tfdp.train.logs import is_terminal
 
-__all__ = ["fit", "per_example_loss"]
+__all__ = ["fit"]
 
 log = logging.getLogger("tfdp")
 
