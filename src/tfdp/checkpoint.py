@@ -20,7 +20,7 @@ in the sampler state, with the world size whose list the epoch follows).
 ``restore(..., allow_world_size_change=True)`` accepts a checkpoint saved at
 another world size with the same global batch, and
 ``DistributedInput.resume_from`` deals the rest of that epoch over the new
-ranks. Data positions of version 1 (before elastic resume) still load.
+ranks.
 
 Multi-worker (``MultiWorkerMirroredStrategy``), as TensorFlow's multi-worker
 guide prescribes: every worker calls :meth:`CheckpointManager.save` (saving
@@ -67,6 +67,7 @@ from tfdp._compat import (
     checkpoint_value_key,
     seed_generator_states,
 )
+from tfdp._util import config_diffs
 from tfdp.distribute import resolver_role
 from tfdp.errors import StateError
 
@@ -85,8 +86,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _FORMAT = "tfdp.DataPosition"
-_VERSION = 2  # 2: sampler states with a global position; configs with global_batch_size
-_READS_VERSIONS = (1, 2)
+_VERSION = 2  # sampler states with a global position; configs with global_batch_size
 # Configuration fields that follow the world size: an elastic resume lets them change (the
 # global batch must not); a stream's epoch length (sampler.num_examples) does too.
 _WORLD_FIELDS = frozenset({"num_replicas", "batch_size", "steps_per_epoch", "sampler.num_replicas"})
@@ -226,10 +226,10 @@ class DataPosition:
             raise ValueError(f"data position is not valid JSON: {e}") from e
         if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
             raise ValueError(f"not a tfdp data position: {text[:80]!r}")
-        if obj.get("version") not in _READS_VERSIONS:
+        if obj.get("version") != _VERSION:
             raise ValueError(
                 f"data position version {obj.get('version')!r} is not supported "
-                f"(this tfdp reads versions {list(_READS_VERSIONS)})"
+                f"(this tfdp reads version {_VERSION})"
             )
         return cls(
             epoch=obj["epoch"], step=obj["step"], sampler=obj["sampler"], config=obj["config"]
@@ -317,34 +317,6 @@ def input_config(inp: Any, **extra: Any) -> dict[str, Any]:
     }
     config.update(extra)
     return _json_plain(config, "config")
-
-
-def _config_diffs(saved: Any, now: Any, prefix: str = "") -> list[str]:
-    """``"field: saved X, now Y"`` for every differing (nested: dotted) field."""
-    if isinstance(saved, dict) and isinstance(now, dict):
-        out: list[str] = []
-        for key in sorted(set(saved) | set(now), key=str):
-            name = f"{prefix}{key}"
-            if key not in saved:
-                out.append(f"{name}: saved <absent>, now {now[key]!r}")
-            elif key not in now:
-                out.append(f"{name}: saved {saved[key]!r}, now <absent>")
-            else:
-                out.extend(_config_diffs(saved[key], now[key], f"{name}."))
-        return out
-    if saved != now:
-        return [f"{prefix.rstrip('.')}: saved {saved!r}, now {now!r}"]
-    return []
-
-
-def _without_strategy(fn: Any) -> Any:
-    """Call ``fn()`` in a fresh thread: no ``strategy.scope()``, device or variable creator.
-
-    A strategy scope (and its variable creator) is thread-local in TensorFlow,
-    and there is no public way to leave one temporarily; variables created in
-    a fresh thread are plain ``ResourceVariable``s on the host.
-    """
-    return call_outside_strategy(fn)
 
 
 def _float_variables(obj: Any) -> list[tuple[str, Any]]:
@@ -500,7 +472,7 @@ class CheckpointManager:
                 _ = ckpt.save_counter  # else created lazily, maybe in a strategy scope
             return step, data, ckpt
 
-        self._step, self._data, self.checkpoint = _without_strategy(make)
+        self._step, self._data, self.checkpoint = call_outside_strategy(make)
         self._manager: tf.train.CheckpointManager | None = None
         self.read_only = bool(read_only)
         if self.is_chief and not self.read_only:
@@ -901,19 +873,11 @@ class CheckpointManager:
     def _check_config(
         path: str, saved: Mapping[str, Any], expected: Mapping[str, Any], elastic: bool = False
     ) -> None:
-        saved = dict(saved)
         expected = _json_plain(dict(expected), "expected_config")
-        # Fields newer than the checkpoint (data position version 1): derived, or not compared.
-        batch, replicas = saved.get("batch_size"), saved.get("num_replicas")
-        old = "global_batch_size" in expected and "global_batch_size" not in saved
-        if old and isinstance(batch, int) and isinstance(replicas, int):
-            saved["global_batch_size"] = batch * replicas
-        if "streaming" in expected:
-            saved.setdefault("streaming", expected["streaming"])
-        diffs = _config_diffs(saved, expected)
+        world: frozenset[str] = frozenset()
         if elastic and saved.get("num_replicas") != expected.get("num_replicas"):
             world = _WORLD_FIELDS | (_STREAM_WORLD_FIELDS if expected.get("streaming") else set())
-            diffs = [d for d in diffs if d.split(":", 1)[0] not in world]
+        diffs = config_diffs(dict(saved), expected, ignore=world)
         if not diffs:
             return
         hint = (
