@@ -27,13 +27,12 @@ from hypothesis import strategies as st
 
 from tfdp import ArraySource, DistributedInput
 from tfdp.checkpoint import (
-    CheckpointError,
     CheckpointManager,
     CheckpointWarning,
     DataPosition,
     input_config,
 )
-from tfdp.errors import StateError
+from tfdp.errors import CheckpointError, StateError
 from tfdp.samplers import DistributedSampler, RepeatAugSampler
 from tfdp.train import Trainer
 

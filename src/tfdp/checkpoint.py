@@ -69,11 +69,10 @@ from tfdp._compat import (
 )
 from tfdp._util import config_diffs
 from tfdp.distribute import resolver_role
-from tfdp.errors import StateError
+from tfdp.errors import CheckpointError, StateError
 
 __all__ = [
     "CheckpointCallback",
-    "CheckpointError",
     "CheckpointManager",
     "CheckpointWarning",
     "DataPosition",
@@ -105,15 +104,6 @@ def _number(path: str) -> int | None:
     """N of a checkpoint path ``.../ckpt-N``, else None."""
     m = re.fullmatch(rf"{_CHECKPOINT_NAME}-(\d+)", os.path.basename(path))
     return int(m.group(1)) if m else None
-
-
-class CheckpointError(RuntimeError):
-    """No checkpoint could be read, or the checkpoint directory is unusable.
-
-    Example:
-        >>> issubclass(CheckpointError, RuntimeError)
-        True
-    """
 
 
 class NonFiniteCheckpointError(CheckpointError):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "CheckpointError",
     "ConfigError",
     "DataError",
     "StateError",
@@ -79,6 +80,19 @@ class StateError(TfdpError):
 
     Example:
         >>> isinstance(StateError("num_replicas: saved 2, now 3"), ValueError)
+        True
+    """
+
+
+class CheckpointError(StateError):
+    """No checkpoint could be read, or the checkpoint directory is unusable.
+
+    The message names the directory (or each checkpoint tried and why it
+    could not be read) and what to do: delete or restore the directory, fix
+    its permissions.
+
+    Example:
+        >>> issubclass(CheckpointError, StateError)
         True
     """
 
