@@ -220,11 +220,6 @@ class Sampler:
             >>> s.indices().tolist(), s.positions().tolist()
             ([7, 10], [7, 10])
         """
-        if isinstance(self, DistributedEvalSampler):
-            raise StateError(
-                "a DistributedEvalSampler has no position to continue: exact evaluation "
-                "runs whole at any world size"
-            )
         diffs = config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
         if type(plan) is not type(self) or diffs:
             raise StateError(
@@ -746,6 +741,23 @@ class DistributedEvalSampler(Sampler):
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
         return self.indices_and_mask(start, stop)[0]
+
+    def follow(self, plan: Sampler, start: int = 0) -> None:
+        """Refused: exact evaluation has no position to continue, it runs whole at any world size.
+
+        Raises:
+            StateError: always.
+
+        Example:
+            >>> DistributedEvalSampler(4, 2, 0).follow(DistributedEvalSampler(4, 1, 0))
+            Traceback (most recent call last):
+            ...
+            tfdp.errors.StateError: a DistributedEvalSampler has no position to continue: exact evaluation runs whole at any world size
+        """  # noqa: E501
+        raise StateError(
+            "a DistributedEvalSampler has no position to continue: exact evaluation "
+            "runs whole at any world size"
+        )
 
     def indices_and_mask(
         self, start: int = 0, stop: int | None = None
