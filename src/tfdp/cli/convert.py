@@ -378,9 +378,8 @@ def convert_data(
         What was written: one summary line, then notes (shards, renumbered classes) if any.
 
     Raises:
-        FileNotFoundError: ``src`` does not exist.
         ConfigError: bad arguments, a non-empty ``dst``.
-        DataError: an unreadable ``src``, differing image sizes for .npz
+        DataError: a missing or unreadable ``src``, differing image sizes for .npz
             without ``image_size``, a corrupt image (naming the file).
 
     Example:
@@ -400,8 +399,8 @@ def convert_data(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-    with data_errors():
-        data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
+    with data_errors(spec="SRC", num_classes="--num-classes"):
+        data = open_source(src, num_classes=num_classes)
     _check_dst(dst, fmt, data)
     if data.dtype != "uint8":
         raise DataError(
@@ -413,8 +412,8 @@ def convert_data(
     import tensorflow as tf
 
     if data.labels is None:  # TFRecord without a class list: read and check the labels first
-        with data_errors():
-            read_labels(data, num_classes=num_classes, num_classes_option="--num-classes")
+        with data_errors(num_classes="--num-classes"):
+            read_labels(data, num_classes=num_classes)
 
     bar = Progress(data.num_examples, f"{fmt} <- {data.kind}", progress)
     try:

@@ -52,8 +52,8 @@ def inspect_data(src: str, examples: int = 5, num_classes: int | None = None) ->
         The description, several lines.
 
     Raises:
-        FileNotFoundError: ``src`` does not exist.
-        DataError: ``src`` is not a data set tfdp reads or fails a check.
+        DataError: ``src`` does not exist, is not a data set tfdp reads or
+            fails a check.
         ConfigError: ``examples < 0``.
 
     Example:
@@ -62,8 +62,8 @@ def inspect_data(src: str, examples: int = 5, num_classes: int | None = None) ->
     """
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise ConfigError(f"--examples must be an integer >= 0, got {examples!r}")
-    with data_errors():
-        data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
+    with data_errors(spec="SRC", num_classes="--num-classes"):
+        data = open_source(src, num_classes=num_classes)
     n = data.num_examples
     shape = "[" + ", ".join("?" if d is None else str(d) for d in data.image_shape) + "]"
     if None in data.image_shape:

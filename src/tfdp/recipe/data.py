@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdp.errors import ConfigError, DataError, TfdpError
+from tfdp.errors import ConfigError, DataError, TfdpError, said_as
 from tfdp.recipe.config import TrainConfig
 from tfdp.seeding import FOLDER_SPLIT_TAG
 
@@ -46,12 +46,15 @@ __all__ = [
 
 
 @contextmanager
-def data_errors() -> Iterator[None]:
-    """Raise :mod:`tfdp.recipe.dataspec`'s refusals of the data as :class:`DataError` (bad input).
+def data_errors(**names: str) -> Iterator[None]:
+    """Refusals of the data as bad input, the arguments they name said as ``names`` says.
 
-    ``open_source`` and ``read_labels`` document ``ValueError`` as "the data
-    cannot be used as given"; wrapped around those calls only, this is where
-    the job classifies them as bad input (a ``TfdpError`` passes unchanged).
+    Opening data (:func:`tfdp.recipe.dataspec.open_source`, ``read_labels``,
+    the sources beneath) refuses what cannot be used as given; wrapped around
+    those calls only, this is where the job and the commands classify a plain
+    ``ValueError`` as bad input (:class:`DataError`), and say the library's
+    argument names in their own words (:func:`tfdp.errors.said_as`:
+    ``spec="--data"``, ``num_classes="--num-classes"``).
 
     Example:
         >>> with data_errors():
@@ -59,20 +62,28 @@ def data_errors() -> Iterator[None]:
         Traceback (most recent call last):
         ...
         tfdp.errors.DataError: x.npz: labels must be integer class ids
+        >>> with data_errors(spec="SRC"):
+        ...     raise DataError("spec 'x' does not exist", argument="spec")
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.DataError: SRC 'x' does not exist
     """
     try:
         yield
-    except TfdpError:
-        raise
+    except TfdpError as exc:
+        said = said_as(exc, names)
+        if said is exc:
+            raise
+        raise said from exc
     except ValueError as exc:
-        raise DataError(str(exc)) from exc
+        raise said_as(DataError(str(exc)), names) from exc
 
 
-def _open(spec: str, **kwargs: Any) -> Any:
-    """:func:`tfdp.recipe.dataspec.open_source` under :func:`data_errors`."""
+def _open(spec: str, flag: str, **kwargs: Any) -> Any:
+    """:func:`tfdp.recipe.dataspec.open_source` under :func:`data_errors` (``spec`` is ``flag``)."""
     from tfdp.recipe.dataspec import open_source
 
-    with data_errors():
+    with data_errors(spec=flag, num_classes="--num-classes"):
         return open_source(spec, **kwargs)
 
 
@@ -192,7 +203,7 @@ def build_data(cfg: TrainConfig) -> JobData:
         DataError: naming the option, the file and what is wrong.
     """
     on_error = "skip" if cfg.on_bad_file == "skip" else "raise"
-    common = {"num_classes_option": "--num-classes", "on_bad_file": on_error}
+    common = {"on_bad_file": on_error}
     if cfg.data == "digits" and not cfg.eval_data:
         from tfdp.recipe.digits import DIGITS_HELD_OUT, load_digits
         from tfdp.sources import ArraySource
@@ -209,17 +220,15 @@ def build_data(cfg: TrainConfig) -> JobData:
             1 / 16,
             f"the digits' fixed held-out split of {DIGITS_HELD_OUT}",
         )
-    train = _open(
-        cfg.data, num_classes=cfg.num_classes, read_all_labels=True, what="--data", **common
-    )
+    train = _open(cfg.data, "--data", num_classes=cfg.num_classes, read_all_labels=True, **common)
     notes = list(train.notes)
     k = int(train.num_classes)
     if cfg.eval_data:
         evals = _open(
             cfg.eval_data,
+            "--eval-data",
             num_classes=k,
             channels=train.channels if train.kind == "folder" else None,
-            what="--eval-data",
             read_all_labels=True,
             class_names=train.classes,
             **common,

@@ -21,10 +21,14 @@ The rules (errors name the file, the key and the offending values):
   types holding ``0..255`` are converted to ``uint8``, bools to ``0/1``
   (both said in ``notes``); anything else is refused. The bundled digits are
   levels ``0..16`` (scale ``1/16``).
-* **TFRecord** shards need the manifest ``write_tfrecords`` writes; ``tfdp
-  data convert`` adds the class names and label counts to it. Without them
-  the labels are read once (the label feature only) to count the classes.
+* **TFRecord** shards need the manifest ``write_tfrecords`` writes, which
+  may also hold the class names and label counts (``tfdp data convert`` adds
+  them). Without them the labels are read once (the label feature only) to
+  count the classes.
 
+It speaks the library's words: an error names the Python argument at fault
+(``spec``, ``num_classes``; :attr:`tfdp.errors.TfdpError.argument`), and each
+caller says it in its own (:func:`tfdp.errors.said_as`: ``--data``, ``SRC``).
 Importing this module loads no TensorFlow; opening a spec does.
 
 Example:
@@ -38,15 +42,20 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from tfdp._names import MANIFEST_SUFFIX
 from tfdp.errors import ConfigError, DataError
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from tfdp.sources.base import RandomAccessSource
+    from tfdp.sources.tfrecord import TFRecordSource
+
 __all__ = [
     "OpenedData",
+    "RecordLayout",
     "check_class_names",
     "check_images",
     "check_labels",
@@ -117,7 +126,6 @@ def check_labels(
     *,
     classes: Sequence[str] | None = None,
     num_classes: int | None = None,
-    num_classes_option: str = "num_classes",
     require_all_classes: bool = True,
 ) -> tuple[np.ndarray, int, list[str]]:
     """Check one label per example; return them as int64, the number of classes, and notes.
@@ -128,9 +136,8 @@ def check_labels(
         key: The array's key in the file (e.g. ``"labels"``), for messages.
         classes: Class names, when the data has them: ``K = len(classes)``.
         num_classes: ``K`` given by the caller (e.g. the training data's, for
-            held-out data); labels must be below it.
-        num_classes_option: How the caller's users spell ``num_classes``
-            (e.g. a command-line flag), named in the stray-label message.
+            held-out data); labels must be below it. A stray label's message
+            names it (``argument="num_classes"``) as a way out.
         require_all_classes: With ``K`` inferred (largest label + 1), refuse
             classes below it that never occur.
 
@@ -138,8 +145,8 @@ def check_labels(
         ``(labels int64 [N], K, notes)``.
 
     Raises:
-        ValueError: naming the file, the key and the offending values (with
-            their example indices).
+        tfdp.errors.DataError: naming the file, the key and the offending
+            values (with their example indices).
 
     Example:
         >>> check_labels(np.array([0.0, 2.0, 1.0]), "y.npz", "labels")[:2]
@@ -214,7 +221,8 @@ def check_labels(
                 f"{where}: classes {_ranges(missing.tolist())} have no example, but label(s) "
                 f"{_show(above)} occur (at example(s) {_show(at)}): a stray label would make a "
                 f"{k}-class model. Fix the labels, or state the number of classes "
-                f"({num_classes_option}) or name them (a 'classes' array)"
+                "(num_classes) or name them (a 'classes' array)",
+                argument="num_classes",
             )
     if len(np.unique(y)) == 1:
         notes.append(
@@ -234,7 +242,7 @@ def check_images(
     and bools.
 
     Raises:
-        ValueError: naming the file, the key, and the values or count found.
+        tfdp.errors.DataError: naming the file, the key, and the values or count found.
 
     Example:
         >>> x, scale, notes = check_images(np.full((2, 4, 4), 0.5), "x.npz", "images")
@@ -289,6 +297,39 @@ def check_images(
     raise DataError(f"{where}: images must be uint8 (0..255) or float (0..1), got {x.dtype.name}")
 
 
+@dataclass(frozen=True)
+class RecordLayout:
+    """Where a TFRecord example holds its image and label (from the shards' manifest).
+
+    Attributes:
+        image_key: The image's key in a decoded example (a feature name, or a
+            position for a tuple structure).
+        label_key: The label's, likewise.
+        label_feature: The manifest's description of the label feature
+            (``name``, ``encoding``, ``dtype``, ``shape``).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> layout = RecordLayout("image", "label", {"name": "label"})
+        >>> image, label = layout.pick({"image": tf.zeros([2, 2], tf.uint8), "label": 3})
+        >>> image.shape, int(label)
+        (TensorShape([2, 2, 1]), 3)
+    """
+
+    image_key: str | int
+    label_key: str | int
+    label_feature: dict[str, Any]
+
+    def pick(self, example: Any) -> tuple[Any, Any]:
+        """``(image [H, W, C], label int64)`` of a decoded example (graph-compatible)."""
+        import tensorflow as tf
+
+        image = example[self.image_key]
+        if image.shape.rank == 2:
+            image = image[..., tf.newaxis]
+        return image, tf.cast(example[self.label_key], tf.int64)
+
+
 @dataclass
 class OpenedData:
     """One opened, checked data set, whatever its kind.
@@ -299,49 +340,43 @@ class OpenedData:
         num_examples: Examples it holds.
         image_shape: Of one image, ``(H, W, C)``; ``None`` where sizes vary.
         dtype: The stored pixel type (``"uint8"``, ``"float32"``).
-        channels: ``C``.
         scale: Multiplier taking stored pixels to ``[0, 1]``.
         num_classes: ``K``, checked (see the module docstring).
         classes: ``classes[k]`` names label ``k``, when known.
         labels: int64 labels, when known without reading the images.
         label_counts: Examples per class, when known (from the labels or a manifest).
-        source: A random-access source (``load(index) -> (image, label)``), or None.
-        stream: The ``TFRecordSource`` of TFRecord data, else None.
-        manifest: A TFRecord manifest (``files`` absolute), else None.
+        source: The random-access source of arrays or a folder (``load(index)
+            -> (image, label)``), else None.
+        stream: The :class:`~tfdp.sources.tfrecord.TFRecordSource` of TFRecord
+            data, else None.
+        layout: Where its examples hold the image and label (TFRecord data).
         sample_sizes: Image sizes ``(H, W)`` seen in a sample of a folder's files.
         notes: What was converted or is suspicious (``"warning: ..."``), one line each.
         details: More description lines (for ``tfdp data inspect``).
     """
 
-    kind: str
+    kind: Literal["digits", "npz", "folder", "tfrecord"]
     where: str
     num_examples: int
     image_shape: tuple[int | None, ...]
     dtype: str
-    channels: int
     scale: float
     num_classes: int | None
     classes: list[str] | None = None
     labels: np.ndarray | None = None
     label_counts: np.ndarray | None = None
-    source: Any = None
-    stream: Any = None
-    manifest: dict[str, Any] | None = None
+    source: RandomAccessSource | None = None
+    stream: TFRecordSource | None = None
+    layout: RecordLayout | None = field(default=None, repr=False)
     sample_sizes: list[tuple[int, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     details: list[str] = field(default_factory=list)
-    image_key: Any = field(default=None, repr=False)  # TFRecord: where the image and label are
-    label_key: Any = field(default=None, repr=False)  # in a decoded example
-    label_feature: dict[str, Any] | None = field(default=None, repr=False)
 
-    def pick(self, example: Any) -> tuple[Any, Any]:
-        """``(image [H, W, C], label int64)`` of a decoded TFRecord example (graph-compatible)."""
-        import tensorflow as tf
-
-        image = example[self.image_key]
-        if image.shape.rank == 2:
-            image = image[..., tf.newaxis]
-        return image, tf.cast(example[self.label_key], tf.int64)
+    @property
+    def channels(self) -> int:
+        """``C`` (3 when the shards do not say)."""
+        c = self.image_shape[-1]
+        return int(c) if c is not None else 3
 
     def records(self, files: Sequence[str] | None = None) -> Any:
         """TFRecord data: a dataset of ``(image, label)`` over ``files`` (default all), in order.
@@ -353,11 +388,12 @@ class OpenedData:
 
         from tfdp._autograph import plain
 
-        src = self.stream
+        src, layout = self.stream, self.layout
+        assert src is not None and layout is not None, "TFRecord data only"
         ds = tf.data.Dataset.from_tensor_slices(list(files if files is not None else src.files))
         ds = ds.flat_map(plain(src.file_records))
         return ds.map(
-            plain(lambda r: self.pick(src.parse(r))),
+            plain(lambda r: layout.pick(src.parse(r))),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -371,6 +407,7 @@ class OpenedData:
         if self.stream is not None:
             return self.records()
         src = self.source
+        assert src is not None, "a random-access source or a stream"
         return tf.data.Dataset.range(self.num_examples).map(
             plain(lambda i: _as_pair(src.load(i))),
             num_parallel_calls=tf.data.AUTOTUNE,
@@ -408,7 +445,7 @@ def _open_digits() -> OpenedData:
 
 
 def _arrays(
-    kind: str,
+    kind: Literal["digits", "npz"],
     where: str,
     images: np.ndarray,
     labels: np.ndarray,
@@ -426,7 +463,6 @@ def _arrays(
         num_examples=len(images),
         image_shape=tuple(int(d) for d in images.shape[1:]),
         dtype=images.dtype.name,
-        channels=int(images.shape[-1]),
         scale=scale,
         num_classes=num_classes if num_classes is not None else len(classes or []),
         classes=classes,
@@ -442,7 +478,6 @@ def _arrays(
 def _open_npz(
     path: str,
     num_classes: int | None,
-    option: str,
     require_all: bool,
     class_names: Sequence[str] | None,
 ) -> OpenedData:
@@ -483,7 +518,6 @@ def _open_npz(
         yk,
         classes=names,
         num_classes=num_classes,
-        num_classes_option=option,
         require_all_classes=require_all,
     )
     if len(x) != len(y):
@@ -540,7 +574,6 @@ def _open_folder(
         num_examples=src.num_examples,
         image_shape=(None, None, channels),
         dtype="uint8",
-        channels=channels,
         scale=1 / 255,
         num_classes=k,
         classes=list(src.classes),
@@ -593,7 +626,7 @@ def _tfrecord_files(spec: str) -> tuple[str, list[str] | None]:
         if not manifests:
             raise DataError(
                 f"{spec!r}: no *{MANIFEST_SUFFIX} next to the files: tfdp reads TFRecord shards "
-                "written by write_tfrecords (or tfdp data convert), which describe their features"
+                "written by write_tfrecords, whose manifest describes their features"
             )
         return _find_manifest(folders[0]), [os.path.abspath(f) for f in files]
     return _find_manifest(spec), None
@@ -602,7 +635,6 @@ def _tfrecord_files(spec: str) -> tuple[str, list[str] | None]:
 def _open_tfrecord(
     spec: str,
     num_classes: int | None,
-    option: str,
     require_all: bool,
     read_all_labels: bool,
     class_names: Sequence[str] | None,
@@ -652,14 +684,14 @@ def _open_tfrecord(
         num_examples=int(sum(counts)),
         image_shape=shape,
         dtype="uint8",
-        channels=int(shape[-1]) if shape[-1] is not None else 3,
         scale=1 / 255,
         num_classes=None,
         stream=src,
-        manifest=manifest,
-        image_key=image_f["name"] if structure == "dict" else image_at,
-        label_key=label_f["name"] if structure == "dict" else label_at,
-        label_feature=label_f,
+        layout=RecordLayout(
+            image_key=image_f["name"] if structure == "dict" else image_at,
+            label_key=label_f["name"] if structure == "dict" else label_at,
+            label_feature=label_f,
+        ),
     )
     data.details += [
         f"files: {len(counts)} shard(s), {min(counts)}..{max(counts)} records each, "
@@ -673,7 +705,7 @@ def _open_tfrecord(
     if classes:
         data.classes = [str(c) for c in classes]
         check_class_names(f"{manifest_path} (its 'classes')", data.classes, class_names)
-    if isinstance(k, int):  # written by tfdp data convert: the classes of all the shards
+    if isinstance(k, int):  # the manifest's classes: those of all the shards
         if num_classes is not None and num_classes != k:
             if data.classes is not None:
                 raise DataError(
@@ -703,7 +735,6 @@ def _open_tfrecord(
         read_labels(
             data,
             num_classes=data.num_classes if data.num_classes is not None else num_classes,
-            num_classes_option=option,
             require_all_classes=require_all,
         )
     elif data.num_classes is None:
@@ -734,7 +765,6 @@ def read_labels(
     data: OpenedData,
     *,
     num_classes: int | None = None,
-    num_classes_option: str = "num_classes",
     require_all_classes: bool = True,
 ) -> np.ndarray:
     """Read and check the labels of TFRecord data (the label feature only: no image decoding).
@@ -750,8 +780,9 @@ def read_labels(
 
     from tfdp._autograph import plain
 
-    src, feature = data.stream, data.label_feature
-    assert src is not None and feature is not None, "TFRecord data only"
+    src, layout = data.stream, data.layout
+    assert src is not None and layout is not None, "TFRecord data only"
+    feature = layout.label_feature
     name = feature["name"]
     if feature["encoding"] == "int64":
         spec = {name: src.features[name]}
@@ -762,7 +793,7 @@ def read_labels(
 
         def parse(batch: Any) -> Any:
             return tf.map_fn(
-                lambda r: data.pick(src.parse(r))[1], batch, fn_output_signature=tf.int64
+                lambda r: layout.pick(src.parse(r))[1], batch, fn_output_signature=tf.int64
             )
 
     ds = tf.data.Dataset.from_tensor_slices(list(src.files)).flat_map(plain(src.file_records))
@@ -778,7 +809,6 @@ def read_labels(
         f"feature {name!r}",
         classes=data.classes,
         num_classes=num_classes,
-        num_classes_option=num_classes_option,
         require_all_classes=require_all_classes,
     )
     data.labels, data.num_classes = y, k
@@ -793,11 +823,9 @@ def open_source(
     num_classes: int | None = None,
     channels: int | None = None,
     on_bad_file: str = "raise",
-    num_classes_option: str = "num_classes",
     require_all_classes: bool = True,
     read_all_labels: bool = False,
     class_names: Sequence[str] | None = None,
-    what: str = "SRC",
 ) -> OpenedData:
     """Open a data spec: ``"digits"``, a .npz file, an image folder, or TFRecord shards.
 
@@ -814,19 +842,18 @@ def open_source(
             most found among a sample of its files).
         on_bad_file: Image folders: ``"raise"`` or ``"skip"`` (see
             :class:`tfdp.ImageFolderSource`'s ``on_error``).
-        num_classes_option: How the caller's users spell ``num_classes``, for messages.
         require_all_classes: See :func:`check_labels`.
         read_all_labels: TFRecord data whose manifest has no class list: read
             the labels (:func:`read_labels`) to count and check the classes.
             Otherwise ``num_classes`` stays None.
         class_names: The class names the data must have, when it names its
             classes (held-out data: the training data's); see :func:`check_class_names`.
-        what: How the caller's users name ``spec`` (``"SRC"``, or the command line's flag), for messages.
 
     Raises:
-        FileNotFoundError: ``spec`` does not exist.
-        ValueError: ``spec`` is not a data set tfdp reads, or fails a check
-            (naming the file, the key and the values).
+        tfdp.errors.DataError: ``spec`` does not exist (``argument="spec"``),
+            is not a data set tfdp reads, or fails a check (naming the file,
+            the key and the values).
+        FileNotFoundError: a glob of TFRecord files matches none.
 
     Example:
         >>> import tempfile, os
@@ -837,40 +864,43 @@ def open_source(
         ('npz', 2, (2, 2, 1), [".../d.npz (key 'labels'): float64 labels hold integer values: read as int64"])
     """  # noqa: E501
     if on_bad_file not in ("raise", "skip"):
-        raise ConfigError(f"on_bad_file must be 'raise' or 'skip', got {on_bad_file!r}")
+        raise ConfigError(
+            f"on_bad_file must be 'raise' or 'skip', got {on_bad_file!r}", argument="on_bad_file"
+        )
     if spec == "digits":
         data = _open_digits()
         check_class_names("the digits", data.classes, class_names)
         if num_classes is not None and num_classes != 10:
             raise DataError(f"the digits have 10 classes, but {num_classes} are expected")
         return data
-    tf_args = (num_classes, num_classes_option, require_all_classes, read_all_labels, class_names)
+    tf_args = (num_classes, require_all_classes, read_all_labels, class_names)
     path = os.path.expanduser(spec)
     if any(c in spec for c in "*?[") and not os.path.exists(path):
         return _open_tfrecord(spec, *tf_args)
     if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{what} {spec!r} does not exist (give 'digits', a .npz file, an image folder, or a "
-            "TFRecord directory / manifest / glob written by tfdp data convert)"
+        raise DataError(
+            f"spec {spec!r} does not exist (give 'digits', a .npz file, an image folder, or the "
+            "directory / manifest / glob of TFRecord shards written by write_tfrecords)",
+            argument="spec",
         )
     if os.path.isfile(path):
         if path.endswith(".npz"):
-            return _open_npz(
-                path, num_classes, num_classes_option, require_all_classes, class_names
-            )
+            return _open_npz(path, num_classes, require_all_classes, class_names)
         if path.endswith((MANIFEST_SUFFIX, ".tfrecord", ".tfrec")):
             return _open_tfrecord(path, *tf_args)
         raise DataError(
-            f"{what} {spec!r}: not a .npz file, a TFRecord file or a TFRecord manifest "
-            f"(*{MANIFEST_SUFFIX})"
+            f"spec {spec!r}: not a .npz file, a TFRecord file or a TFRecord manifest "
+            f"(*{MANIFEST_SUFFIX})",
+            argument="spec",
         )
     entries = os.listdir(path)
     if any(n.endswith(MANIFEST_SUFFIX) for n in entries):
         return _open_tfrecord(path, *tf_args)
     if any(n.endswith((".tfrecord", ".tfrec")) for n in entries):
         raise DataError(
-            f"{what} {spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp reads "
-            "shards written by write_tfrecords (or tfdp data convert)"
+            f"spec {spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp reads "
+            "shards written by write_tfrecords",
+            argument="spec",
         )
     return _open_folder(path, channels, on_bad_file, num_classes, class_names)
 
@@ -910,8 +940,8 @@ def in_memory(
     need ``image_size`` (they are stretched to it, see :func:`resize_uint8`).
 
     Raises:
-        ValueError: naming the shard, for a count mismatch or a damaged record;
-            images of varying size without ``image_size``.
+        tfdp.errors.DataError: naming the shard, for a count mismatch or a
+            damaged record; images of varying size without ``image_size``.
     """
     import tensorflow as tf
 
