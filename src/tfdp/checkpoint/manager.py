@@ -82,7 +82,7 @@ __all__ = [
     "remove_interrupted_saves",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("tfdp.checkpoint")
 
 _FORMAT = "tfdp.DataPosition"
 _VERSION = 2  # sampler states with a global position; configs with global_batch_size
