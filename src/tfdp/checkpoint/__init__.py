@@ -48,16 +48,15 @@ Example:
 
 from __future__ import annotations
 
+from tfdp.checkpoint.callback import CheckpointCallback
 from tfdp.checkpoint.manager import (
-    CheckpointCallback,
     CheckpointManager,
     CheckpointWarning,
-    DataPosition,
     NonFiniteCheckpointError,
-    input_config,
     keras_trackables,
     remove_interrupted_saves,
 )
+from tfdp.checkpoint.position import DataPosition, input_config
 
 __all__ = [
     "CheckpointCallback",
