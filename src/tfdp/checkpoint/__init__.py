@@ -1,6 +1,6 @@
 """Checkpoints of a data-parallel run: model, optimizer, global step and data position.
 
-This module owns how tfdp saves and resumes a run: :class:`DataPosition` (where
+This package owns how tfdp saves and resumes a run: :class:`DataPosition` (where
 in the data the run is: epoch, step within it, the sampler's state, and a
 fingerprint of the data configuration that must match on resume),
 :class:`CheckpointManager` (a ``tf.train.Checkpoint`` + ``tf.train.CheckpointManager``
@@ -22,28 +22,20 @@ another world size with the same global batch, and
 ``DistributedInput.resume_from`` deals the rest of that epoch over the new
 ranks.
 
-Multi-worker (``MultiWorkerMirroredStrategy``), as TensorFlow's multi-worker
-guide prescribes: every worker calls :meth:`CheckpointManager.save` (saving
-may run collectives, e.g. to read sync-on-read variables), but only the chief
-writes to ``directory``; the other workers write to a private temporary
-directory inside it and delete it after the save. Restoring reads the chief's
-``directory`` on every worker, so **the directory must be on a filesystem all
-workers share** (NFS, GCS, ...) for multi-worker resume.
-
-Atomicity: TensorFlow writes a checkpoint's data and index files first and
-only then (atomically) rewrites the ``checkpoint`` state file naming the
-newest one, so a crash mid-save leaves the previous checkpoint the latest one;
-leftover temporary files are ignored.
+The package holds one module per concern: ``position`` (the data position and
+the configuration a resume compares), ``manager`` (saving and restoring, with
+fallback past corrupt checkpoints, multi-worker saves and atomicity) and
+``callback`` (the same for ``model.fit``).
 
 Example:
-    >>> import tempfile, keras
-    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    >>> manager = CheckpointManager(tempfile.mkdtemp(), model=model)
-    >>> manager.restore() is None  # nothing saved yet: start from scratch
-    True
-    >>> path = manager.save(DataPosition(epoch=0, step=5, config={"batch_size": 8}), 5)
-    >>> manager.restore(expected_config={"batch_size": 8})
-    (DataPosition(epoch=0, step=5, sampler=None, config={'batch_size': 8}), 5)
+    >>> import os, tempfile, keras
+    >>> layer = keras.layers.Dense(1)
+    >>> layer.build((None, 2))
+    >>> manager = CheckpointManager(tempfile.mkdtemp(), layer=layer)
+    >>> _ = manager.save(DataPosition(epoch=1, step=3, config={"seed": 0}), global_step=13)
+    >>> position, step = manager.restore(expected_config={"seed": 0})
+    >>> (position.epoch, position.step, step), os.path.basename(manager.restored)
+    ((1, 3, 13), 'ckpt-13')
 """
 
 from __future__ import annotations

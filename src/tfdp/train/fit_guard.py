@@ -38,6 +38,17 @@ __all__ = ["guard_for"]
 log = logging.getLogger("tfdp")
 
 
+def _replica_local_int() -> tf.Variable:
+    """An int64 0 each replica writes on its own (sync on read), in the current scope."""
+    return tf.Variable(
+        0,
+        dtype=tf.int64,
+        trainable=False,
+        synchronization=tf.VariableSynchronization.ON_READ,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )
+
+
 class _NonFiniteGuard(keras.callbacks.Callback):
     """``on_nonfinite`` for ``model.fit``: a step with a non-finite gradient is not applied.
 
@@ -155,13 +166,7 @@ class _AssertingGuard(_NonFiniteGuard):
     def _create_state(self, strategy: Any) -> None:
         self.strategy = strategy
         with strategy.scope():
-            self.found = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-            )
+            self.found = _replica_local_int()
 
     def _flagged(self, flags: tf.Tensor) -> None:
         self._traced.flags = flags
@@ -217,13 +222,7 @@ class _CountingGuard(_NonFiniteGuard):
         if not self.check_gradients:
             return
         with strategy.scope():
-            self.count = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-            )
+            self.count = _replica_local_int()
 
     def _flagged(self, flags: tf.Tensor) -> None:
         self.count.assign_add(tf.cast(tf.reduce_sum(flags) > 0, tf.int64))
