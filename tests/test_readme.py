@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -166,3 +167,57 @@ def test_cluster_paragraphs_name_what_the_tests_run():
     assert "srun`'s environment train to identical weights" in README
     assert "def test_slurm_job_step_trains_to_identical_weights" in tests
     assert "def test_kubeflow_tfjob_with_a_chief_trains_to_identical_weights" in tests
+
+
+# The README's Python example needs its data and model: CIFAR-like uint8 images (the digits,
+# levels 0..16, blown up to 32x32 and levels 0..255) and a small CNN.
+PYTHON_PRELUDE = """
+import json
+import numpy as np
+from tfdp.datasets import load_digits
+from tfdp.models import small_cnn
+
+(x, labels), (x_val, y_val) = load_digits()
+
+
+def as_cifar(d):
+    big = np.kron(d.astype(np.int64), np.ones((1, 4, 4, 1), np.int64))
+    return (big * 255 // 16).astype(np.uint8)
+
+
+images, x_val = as_cifar(x), as_cifar(x_val)
+
+
+def build_model():
+    return small_cnn((32, 32, 1), 10, width=4)
+"""
+README_EPOCHS = "trainer.fit(train, epochs=100, eval_input=held_out)"
+
+
+def test_readme_python_example_trains_to_a_sensible_loss(tmp_path):
+    """The README's Python example, as written, learns: its losses are those of scaled pixels.
+
+    On raw 0-255 pixels (the example without ToFloat) the first epoch's loss was 177; scaled to
+    [0, 1] a 10-class problem starts near ln(10) = 2.3 and goes down.
+    """
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    (example,) = [b for b in blocks if "Trainer(" in b]
+    assert example.count(README_EPOCHS) == 1
+    example = example.replace(README_EPOCHS, README_EPOCHS.replace("100", "2"))
+    script = PYTHON_PRELUDE + example + "print(json.dumps(trainer.state.history))\n"
+    (tmp_path / "example.py").write_text(script)
+    proc = subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    history = json.loads(proc.stdout.strip().splitlines()[-1])
+    losses = [r["loss"] for r in history]
+    # ln(10) = 2.30: a 10-class model's loss at the start, and the held-out loss of a guess.
+    assert len(losses) == 2 and losses[0] < 2.6, losses
+    assert losses[1] < losses[0] and history[-1]["val_loss"] < math.log(10), history
