@@ -296,3 +296,35 @@ def test_sampler_picture_title_fits_colours_differ_padding_marked(tmp_path, monk
     assert len(hatched) == 2
     assert ax.get_legend().get_texts()[0].get_text() == "padding copy (2)"
     assert (tmp_path / "layout.svg").read_text().lstrip().startswith("<?xml")
+
+
+def _visible_ticks(axis, limits) -> list[float]:
+    low, high = sorted(limits)
+    return [t for t in axis.get_ticklocs() if low <= t <= high]
+
+
+def test_plots_have_integer_ticks_for_epochs_and_ranks():
+    """Epochs and ranks are whole numbers: no tick 1.9, 2.1 (one point) or -0.5 (a cell edge)."""
+    from tfdp.cli.plot import metrics_figure
+    from tfdp.cli.sampler import layout_figure
+
+    # Two epochs: the samples/s panel leaves out the first, so it has one point.
+    records = [
+        {"epoch": e, "loss": 1.0 / (e + 1), "samples_per_s": 100.0 + e} for e in range(2)
+    ]
+    for epochs in (records, records[:1]):
+        fig = metrics_figure(epochs)
+        fig.canvas.draw()
+        for ax in fig.axes:
+            ticks = _visible_ticks(ax.xaxis, ax.get_xlim())
+            assert ticks and all(t == int(t) and t >= 1 for t in ticks), (ax.get_title(), ticks)
+        assert fig.axes[2].get_xlim() == fig.axes[0].get_xlim()  # the panels line up
+    for ranks, examples in ((3, 9), (2, 4), (4, 40)):
+        samplers = [tfdp.DistributedSampler(examples, ranks, r) for r in range(ranks)]
+        fig = layout_figure(samplers, 1)
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        ranks_shown = _visible_ticks(ax.yaxis, ax.get_ylim())
+        assert ranks_shown == list(range(ranks))
+        positions = _visible_ticks(ax.xaxis, ax.get_xlim())
+        assert positions and all(t == int(t) and 0 <= t < len(samplers[0]) for t in positions)

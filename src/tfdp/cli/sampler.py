@@ -27,7 +27,15 @@ from tfdp.errors import ConfigError, TfdpError
 from tfdp.recipe.config import TrainConfig
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 
-__all__ = ["add_parser", "build_samplers", "draw_layout", "padding_mask", "run", "sampler_table"]
+__all__ = [
+    "add_parser",
+    "build_samplers",
+    "draw_layout",
+    "layout_figure",
+    "padding_mask",
+    "run",
+    "sampler_table",
+]
 
 _GOLDEN = (math.sqrt(5) - 1) / 2  # hue step: consecutive ids land far apart on the colour wheel
 
@@ -217,18 +225,34 @@ def id_colour(sample_id: int) -> tuple[float, float, float]:
 def draw_layout(samplers: Sequence[Sampler], batch_size: int, path: str) -> str:
     """Draw one epoch's layout (ranks x positions) to ``path``; the format from its extension.
 
-    Each cell holds the sample id, coloured by :func:`id_colour`; padding
-    copies are hatched and said so in the legend; step boundaries are lines.
+    The picture is :func:`layout_figure`'s.
 
     Returns:
         The path written.
     """
     import_extra("matplotlib", "plot", "--png")
+    fmt = image_format(path, "--png")
+    layout_figure(samplers, batch_size).savefig(path, format=fmt, dpi=120)
+    return path
+
+
+def layout_figure(samplers: Sequence[Sampler], batch_size: int) -> Any:
+    """One epoch's layout (ranks x positions) as a matplotlib figure.
+
+    Each cell holds the sample id, coloured by :func:`id_colour`; padding
+    copies are hatched and said so in the legend; step boundaries are lines.
+    Both axes have integer ticks only: ranks, and positions in a rank's epoch.
+
+    Example:
+        >>> fig = layout_figure([DistributedSampler(6, 2, r) for r in range(2)], 1)
+        >>> fig.axes[0].get_ylabel()
+        'rank'
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import MaxNLocator
 
-    fmt = image_format(path, "--png")
     idx = np.stack([s.indices() for s in samplers])  # [W, K]
     pad = np.stack([padding_mask(s) for s in samplers])
     w, k = idx.shape
@@ -257,6 +281,7 @@ def draw_layout(samplers: Sequence[Sampler], batch_size: int, path: str) -> str:
     ax.set_xlabel(f"position in the rank's epoch (steps of {batch_size})")
     ax.set_ylabel("rank")
     ax.set_yticks(range(w))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     s = samplers[0]
     title = f"{type(s).__name__}: {w} ranks x {k} samples, epoch {s.epoch}"
     if isinstance(s, RepeatAugSampler):
@@ -272,8 +297,7 @@ def draw_layout(samplers: Sequence[Sampler], batch_size: int, path: str) -> str:
             fontsize=8,
         )
     fig.tight_layout()
-    fig.savefig(path, format=fmt, dpi=120)
-    return path
+    return fig
 
 
 def run(args: argparse.Namespace) -> int:
