@@ -328,3 +328,105 @@ def test_plots_have_integer_ticks_for_epochs_and_ranks():
         assert ranks_shown == list(range(ranks))
         positions = _visible_ticks(ax.xaxis, ax.get_xlim())
         assert positions and all(t == int(t) and 0 <= t < len(samplers[0]) for t in positions)
+
+
+# -- help shows the defaults the parser holds ------------------------------------------------
+
+_STATED_DEFAULT = re.compile(r"\(default:? (.*)\)$", re.S)
+#: The fewest arguments each command parses with (its required ones).
+_MINIMAL_ARGS = {
+    ("train",): [],
+    ("evaluate",): ["RUN"],
+    ("plot",): ["RUN"],
+    ("sampler",): ["--num-examples", "4"],
+    ("data", "convert"): ["SRC", "DST"],
+    ("data", "inspect"): ["SRC"],
+    ("launch",): ["--workers", "1", "--", "true"],
+}
+
+
+def _commands():
+    """``(path, parser)`` for every command and sub-command of ``tfdp``."""
+    import argparse
+
+    from tfdp.cli import build_parser
+
+    todo = [((), build_parser())]
+    while todo:
+        path, parser = todo.pop()
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield path, parser
+        for action in subs:
+            todo += [((*path, name), sub) for name, sub in action.choices.items()]
+
+
+def _same(shown: str, value) -> bool:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(shown) == float(value)
+        except ValueError:
+            return False
+    return shown == str(value)
+
+
+def test_every_help_default_is_the_parsed_default(tmp_path, monkeypatch):
+    """What `--help` says an option defaults to is what a command parsed without it holds."""
+    import argparse
+
+    from tfdp.cli.train import train_request
+    from tfdp.recipe.config import RUN_NAME_PATTERN, TrainConfig, default_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    checked = 0
+    commands = dict(_commands())
+    assert set(commands) == set(_MINIMAL_ARGS)
+    for path, parser in commands.items():
+        args = parser.parse_args(_MINIMAL_ARGS[path])
+        effective = vars(args)
+        if path == ("train",):  # the flags default to None: the job's options fill them in
+            effective = {**effective, **train_request(args)[0].to_dict()}
+        shown_help = "".join(parser.format_help().split())  # wrapping may split a word at "-"
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if (
+                not action.option_strings
+                or action.required
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+            ):
+                continue
+            text = " ".join(formatter._expand_help(action).split())
+            assert "".join(text.split()) in shown_help, (path, action.dest)  # what --help prints
+            assert text.count("(default") <= 1, (path, action.dest, text)
+            stated = _STATED_DEFAULT.search(text)
+            value = effective[action.dest]
+            where = (*path, action.option_strings[0], text)
+            if value is None:  # computed at run time: said in words, never as a value
+                none_is_a_choice = "None" in (action.metavar or "")  # --mixed-precision
+                assert stated is None or (stated.group(1) == "None") == none_is_a_choice, where
+                continue
+            if value is False and action.nargs == 0 and stated is None:
+                continue  # an on/off flag, off unless given
+            assert stated is not None, where
+            assert _same(stated.group(1), value), (*where, value)
+            checked += 1
+    assert checked > 30
+    # The computed defaults of the run directory say what a run is called.
+    train = commands[("train",)]
+    helps = {a.dest: " ".join(a.help.split()) for a in train._actions if a.help}
+    assert f"(default: {RUN_NAME_PATTERN})" in train._get_formatter()._expand_help(
+        next(a for a in train._actions if a.dest == "name")
+    )
+    run_dir = default_run_dir(TrainConfig())
+    name = re.escape(RUN_NAME_PATTERN)
+    for placeholder, value in (("data", "digits"), ("model", "cnn"), ("date", r"\d{8}"),
+                               ("time", r"\d{6}")):  # fmt: skip
+        name = name.replace(re.escape(f"<{placeholder}>"), value)
+    assert re.fullmatch(f"runs/{name}", run_dir), (run_dir, name)
+    assert "run directory" in helps["run_dir"]
+    assert " ".join(
+        train._get_formatter()._expand_help(
+            next(a for a in train._actions if a.dest == "run_dir")
+        ).split()
+    ).endswith("(default: runs/<name>)")

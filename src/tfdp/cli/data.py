@@ -84,7 +84,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int_at_least(0),
         default=5,
         metavar="K",
-        help="examples to show (default 5)",
+        help="examples to show",
     )
     ip.add_argument(
         "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP

@@ -280,7 +280,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     pp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by tfdp train")
     pp.add_argument(
-        "--out", metavar="PATH", default=None, help="image to write (default RUN_DIR/curves.png)"
+        "--out", metavar="PATH", default=None, help="image to write (default: RUN_DIR/curves.png)"
     )
     pp.set_defaults(func=run)
     return pp

@@ -53,32 +53,32 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "The options and their defaults are tfdp train's.",
     )
     sp.add_argument("--num-examples", type=int_at_least(1), required=True, help="data set size N")
-    sp.add_argument("--replicas", type=int_at_least(1), default=4, help="world size W (default 4)")
+    sp.add_argument("--replicas", type=int_at_least(1), default=4, help="world size W")
     sp.add_argument(
         "--sampler",
         type=lambda text: text.replace("_", "-"),
         choices=["repeat-aug", "distributed", "eval"],
         default=_default("sampler"),
-        help=f"which sampler (default {_default('sampler')}; repeat_aug is the same)",
+        help="which sampler (repeat_aug is the same as repeat-aug)",
     )
     sp.add_argument(
         "--repeats",
         type=float,
         default=_default("repeats"),
-        help=f"repeat-aug: copies per sample (default {_default('repeats'):g})",
+        help="repeat-aug: copies per sample",
     )
     sp.add_argument(
         "--selected-round",
         type=int_at_least(0),
         default=_default("selected_round"),
         help="repeat-aug: round the per-epoch count down to a multiple of this (DeiT: 256; "
-        f"default {_default('selected_round')}: off, as in tfdp train)",
+        "0: off, as in tfdp train)",
     )
     sp.add_argument(
         "--selected-ratio",
         type=float,
         default=None,
-        help="repeat-aug: divide N by this for the per-rank count (default W)",
+        help="repeat-aug: divide N by this for the per-rank count (default: W)",
     )
     sp.add_argument(
         "--padding",
@@ -89,14 +89,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     sp.add_argument("--drop-last", action="store_true", help="distributed: drop the tail")
     sp.add_argument("--no-shuffle", action="store_true", help="keep the data set order")
     sp.add_argument(
-        "--seed", type=int_at_least(0), default=_default("seed"), help="shuffle seed (default 0)"
+        "--seed", type=int_at_least(0), default=_default("seed"), help="shuffle seed"
     )
-    sp.add_argument("--epoch", type=int_at_least(0), default=0, help="epoch to show (default 0)")
+    sp.add_argument("--epoch", type=int_at_least(0), default=0, help="epoch to show")
     sp.add_argument(
         "--batch-size",
         type=int_at_least(1),
         default=1,
-        help="samples per replica per step (default 1)",
+        help="samples per replica per step",
     )
     sp.add_argument("--max-steps", type=int_at_least(1), default=20, help="rows to print")
     sp.add_argument(

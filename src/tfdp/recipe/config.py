@@ -38,10 +38,12 @@ from tfdp.models import check_model_ref
 __all__ = [
     "OPTIONS_HELP",
     "RESUME_POLICIES",
+    "RUN_NAME_PATTERN",
     "TrainConfig",
     "check_config",
     "check_paths",
     "coerce",
+    "default_help",
     "default_run_dir",
     "flag",
     "load_config_file",
@@ -54,12 +56,41 @@ OPTIONS_HELP = "see `tfdp train --help`"
 RESUME_POLICIES = ("refuse", "record", "locate")
 
 
+#: What a run is named without ``--name`` (see :func:`default_run_dir`), as help shows it.
+RUN_NAME_PATTERN = "<data>-<model>-<date>-<time>"
+
+
 def _opt(
-    default: Any, help: str, choices: tuple[Any, ...] | None = None, *, resume: str = "refuse"
+    default: Any,
+    help: str,
+    choices: tuple[Any, ...] | None = None,
+    *,
+    resume: str = "refuse",
+    computed: str | None = None,
 ) -> Any:
+    """An option: its default, help, choices, resume policy, and how a ``None`` default is computed.
+
+    ``computed`` says in words what a ``None`` default becomes (help shows it as the default).
+    """
     if resume not in RESUME_POLICIES:
         raise ValueError(f"resume policy must be one of {RESUME_POLICIES}, got {resume!r}")
-    return field(default=default, metadata={"help": help, "choices": choices, "resume": resume})
+    if computed is not None and default is not None:
+        raise ValueError("only a None default is computed")
+    metadata = {"help": help, "choices": choices, "resume": resume, "computed": computed}
+    return field(default=default, metadata=metadata)
+
+
+def default_help(name: str) -> str | None:
+    """What help shows as option ``name``'s default: the value, or how it is computed, or None.
+
+    Example:
+        >>> default_help("epochs"), default_help("run_dir")
+        ('15', 'runs/<name>')
+    """
+    f = TrainConfig.fields()[name]
+    if f.default is None and None not in (f.metadata.get("choices") or ()):
+        return f.metadata.get("computed")
+    return str(f.default)
 
 
 @dataclass
@@ -79,8 +110,8 @@ class TrainConfig:
     )
     eval_data: str | None = _opt(
         None,
-        "held-out data in the same forms (default: the digits' "
-        "held-out split, or --eval-fraction of --data)",
+        "held-out data in the same forms",
+        computed="the digits' held-out split, or --eval-fraction of --data",
     )
     eval_fraction: float = _opt(
         0.1,
@@ -95,8 +126,9 @@ class TrainConfig:
     )
     num_classes: int | None = _opt(
         None,
-        "number of classes (default: the data's class names, else the largest label + 1, and "
-        "then every label below it must occur: a stray label is refused)",
+        "number of classes",
+        computed="the data's class names, else the largest label + 1, and then every label "
+        "below it must occur: a stray label is refused",
     )
     on_bad_file: str = _opt(
         "error",
@@ -166,8 +198,14 @@ class TrainConfig:
         ("auto", "shift", "crop-flip", "resized-crop", "none"),
     )
     seed: int = _opt(0, "seed of the sampler, the augmentation and the model's initial weights")
-    run_dir: str | None = _opt(None, "run directory (default runs/<name>)", resume="locate")
-    name: str | None = _opt(None, "run name (default: <data>-<model>)", resume="locate")
+    run_dir: str | None = _opt(None, "run directory", resume="locate", computed="runs/<name>")
+    name: str | None = _opt(
+        None,
+        "run name: a new run directory per run (multi-worker jobs drop the date and time, so "
+        "that every worker names the same; --resume without a name continues the newest)",
+        resume="locate",
+        computed=RUN_NAME_PATTERN,
+    )
     resume: bool = _opt(
         False,
         "continue the run in --run-dir from its last checkpoint; its config.json supplies every "
@@ -395,8 +433,8 @@ def check_paths(cfg: TrainConfig) -> None:
 def default_run_dir(cfg: TrainConfig, now: str | None = None) -> str:
     """The run directory: ``--run-dir``, else ``runs/<name>``.
 
-    The name defaults to ``<data>-<model>-<date-time>`` (a new directory per
-    run, like timm's output folders). With ``--resume`` and no name, the
+    The name defaults to :data:`RUN_NAME_PATTERN`, ``<data>-<model>-<date>-<time>``
+    (a new directory per run, like timm's output folders). With ``--resume`` and no name, the
     newest ``runs/<data>-<model>-*`` is continued. Multi-worker jobs (TF_CONFIG
     set) need the same directory on every worker, so they drop the time stamp.
 
