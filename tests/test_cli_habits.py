@@ -131,6 +131,60 @@ def test_bad_input_is_reported_before_tensorflow_loads(tmp_path, args, message):
     assert not (tmp_path / "r").exists()
 
 
+EVERY_REFUSAL = """
+import json, sys
+from tfdp.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse: --help, --version, a bad flag
+        code = exc.code
+    results.append([argv, code, "tensorflow" in sys.modules])
+print(json.dumps(results))
+"""
+
+
+def test_help_version_and_every_refusal_come_before_tensorflow_loads(tmp_path):
+    """`--help`, `--version` and refusals of bad flags or paths, for every command, in one
+    process: TensorFlow is still not imported after all of them (they answer at once)."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_text("x")
+    t = str(tmp_path)
+    cases = [
+        ([], 0), (["--help"], 0), (["--version"], 0), (["--bogus"], 2),
+        (["train", "--help"], 0), (["train", "--epochs", "0"], 2), (["train", "--epoch", "3"], 2),
+        (["train", "--data", f"{t}/no.npz"], 2),
+        (["train", "--eval-data", f"{t}/no/*.tfrecord"], 2),
+        (["train", "--config", f"{t}/no.toml"], 2), (["train", "--lr", "x"], 2),
+        (["train", "--resume", "--run-dir", f"{t}/empty"], 2), (["train", "--model", "nosuch"], 2),
+        (["train", "--model", "no_such_module_xyz:net"], 2),
+        (["train", "--record-samples", f"{t}/no/ids.jsonl"], 2),
+        (["train", "--run-dir", f"{t}/full/f"], 2),
+        (["evaluate", "--help"], 0), (["evaluate", f"{t}/no"], 2), (["evaluate", f"{t}/empty"], 2),
+        (["evaluate", "R", "--replicas", "0"], 2),
+        (["plot", "--help"], 0), (["plot", f"{t}/no"], 2), (["plot", f"{t}/empty"], 2),
+        (["data", "--help"], 0), (["data", "convert", "--help"], 0),
+        (["data", "convert", f"{t}/no", f"{t}/out"], 2),
+        (["data", "convert", "digits", f"{t}/out", "--to", "csv"], 2),
+        (["data", "convert", "digits", f"{t}/full"], 2),
+        (["data", "convert", "digits", f"{t}/x.npz", "--shards", "2"], 2),
+        (["data", "inspect", "--help"], 0), (["data", "inspect", f"{t}/no"], 2),
+        (["sampler", "--help"], 0), (["sampler", "--num-examples", "0"], 2),
+        (["sampler", "--num-examples", "4", "--png", f"{t}/x.unknown"], 2),
+        (["launch", "--help"], 0), (["launch", "--workers", "0"], 2),
+        (["launch", "--workers", "1"], 2),
+    ]  # fmt: skip
+    out = py(EVERY_REFUSAL, json.dumps([argv for argv, _ in cases]), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    for (argv, want), (_, code, tf_loaded) in zip(cases, results, strict=True):
+        assert (code, tf_loaded) == (want, False), (argv, code, tf_loaded)
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x.npz").exists()
+
+
 MISSING = """
 import sys
 sys.modules[sys.argv[1]] = None  # as if not installed

@@ -166,7 +166,8 @@ def _dst_format(dst: str, to: str | None) -> str:
     return "npz" if dst.endswith(".npz") else "tfrecord"
 
 
-def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
+def _check_dst(dst: str, fmt: str) -> None:
+    """Refuse a destination of the wrong kind or not empty (before any data is opened)."""
     if os.path.isdir(dst):
         if fmt == "npz":
             raise ConfigError(f"DST {dst!r} is a directory; a .npz output needs a file name")
@@ -183,6 +184,10 @@ def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
                 f"DST {dst!r} exists and is not empty; remove it or choose another path "
                 "(tfdp data convert never overwrites)"
             )
+
+
+def _check_dst_outside(dst: str, data: OpenedData) -> None:
+    """Refuse a destination that is the source or lies inside it."""
     if data.kind != "digits":
         where = os.path.abspath(data.where)
         src_real = os.path.realpath(os.path.dirname(where) if data.kind == "tfrecord" else where)
@@ -440,9 +445,10 @@ def convert_data(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    _check_dst(dst, fmt)  # before open_source: bad paths are refused before TensorFlow loads
     with data_errors():
         data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
-    _check_dst(dst, fmt, data)
+    _check_dst_outside(dst, data)
     if data.dtype != "uint8":
         raise DataError(
             f"{data.where}: holds {data.dtype} images; tfdp data convert writes 8-bit images: "

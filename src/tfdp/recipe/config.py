@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError
-from tfdp.models import check_model_ref
+from tfdp.models import check_model_module, check_model_ref
 
 __all__ = [
     "OPTIONS_HELP",
@@ -405,12 +405,16 @@ def flag(name: str) -> str:
 
 
 def check_paths(cfg: TrainConfig) -> None:
-    """Refuse a ``data`` / ``eval_data`` path that does not exist (cheap: no TensorFlow).
+    """Refuse a path or module the job cannot use (cheap: before TensorFlow loads).
 
-    ``"digits"`` is the bundled data set; a glob must match at least one file.
+    A ``data`` / ``eval_data`` path that does not exist (``"digits"`` is the
+    bundled data set; a glob must match at least one file), a ``run_dir``
+    that is a file, a ``record_samples`` file whose folder does not exist (or
+    that is a folder), a ``model`` module that cannot be found.
 
     Raises:
         DataError: naming the option and the path.
+        ConfigError: naming the option (a run directory, a samples file, a model).
 
     Example:
         >>> check_paths(TrainConfig(data="/no/such/data.npz"))
@@ -428,6 +432,18 @@ def check_paths(cfg: TrainConfig) -> None:
                 raise DataError(f"{flag(name)} {spec!r} matches no file")
         elif not os.path.exists(path):
             raise DataError(f"{flag(name)} {spec!r} does not exist")
+    if cfg.run_dir and os.path.exists(cfg.run_dir) and not os.path.isdir(cfg.run_dir):
+        raise ConfigError(f"--run-dir {cfg.run_dir!r} is a file; give a directory")
+    if cfg.record_samples:
+        path = cfg.record_samples
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise ConfigError(f"--record-samples {cfg.record_samples!r} is a folder; give a file")
+        if not os.path.isdir(folder):
+            raise ConfigError(
+                f"--record-samples {cfg.record_samples!r}: folder {folder!r} does not exist"
+            )
+    check_model_module(cfg.model)
 
 
 def default_run_dir(cfg: TrainConfig, now: str | None = None) -> str:
