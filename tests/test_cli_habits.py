@@ -484,3 +484,13 @@ def test_every_help_default_is_the_parsed_default(tmp_path, monkeypatch):
             next(a for a in train._actions if a.dest == "run_dir")
         ).split()
     ).endswith("(default: runs/<name>)")
+
+
+def test_sampler_picture_counts_epochs_from_1_as_the_console():
+    from tfdp.cli.sampler import layout_figure
+
+    samplers = [tfdp.DistributedSampler(8, 2, r) for r in range(2)]
+    for s in samplers:
+        s.set_epoch(0)  # the first epoch, as set_epoch and metrics.jsonl count it
+    title = layout_figure(samplers, 1).axes[0].get_title()
+    assert title.endswith("epoch 1"), title

@@ -89,7 +89,8 @@ def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, unint
     assert code == 0, out[-3000:]
     assert "FAULT kill worker 1 at step 7" in out  # the kill really happened ...
     assert "killed by SIGKILL" in out and "restart 1 of 1" in out  # ... and was recovered from
-    assert re.search(r"resumed from .*ckpt-6: epoch 0, step 6", out)  # last checkpoint before
+    # the last checkpoint before the kill
+    assert re.search(r"resumed from .*ckpt-6: in epoch 1, after its step 6 ", out)
     fps = fingerprints(out)
     assert fps == {0: uninterrupted[0], 1: uninterrupted[0]}
 
@@ -103,7 +104,7 @@ def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, u
     # there, and worker 0 never reports another outcome. (Its own RESULT line was missing once
     # in CI: the launcher SIGTERMs it as soon as worker 1 exits, most likely landing after its
     # run ended -- handlers restored -- but before the line was printed.)
-    assert re.search(r"resumed from .*ckpt-7: epoch 0, step 7", out), out[-3000:]
+    assert re.search(r"resumed from .*ckpt-7: in epoch 1, after its step 7 ", out), out[-3000:]
     first_run = out.split("resumed from")[0]  # stdout: the restart's lines come after
     results = re.findall(r"\[worker 0\] RESULT (.*)", first_run)
     assert results in ([], ["stopped_early=True reason=peer step=7"]), out[-3000:]

@@ -91,7 +91,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     sp.add_argument(
         "--seed", type=int_at_least(0), default=_default("seed"), help="shuffle seed"
     )
-    sp.add_argument("--epoch", type=int_at_least(0), default=0, help="epoch to show")
+    sp.add_argument(
+        "--epoch",
+        type=int_at_least(0),
+        default=0,
+        help="the epoch to show as sampler.set_epoch and metrics.jsonl count it: 0 is the "
+        "first (the picture's title counts from 1, as the console does)",
+    )
     sp.add_argument(
         "--batch-size",
         type=int_at_least(1),
@@ -283,7 +289,8 @@ def layout_figure(samplers: Sequence[Sampler], batch_size: int) -> Any:
     ax.set_yticks(range(w))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     s = samplers[0]
-    title = f"{type(s).__name__}: {w} ranks x {k} samples, epoch {s.epoch}"
+    # Epochs are counted from 1 where a person reads them (set_epoch takes the 0-based index).
+    title = f"{type(s).__name__}: {w} ranks x {k} samples, epoch {s.epoch + 1}"
     if isinstance(s, RepeatAugSampler):
         title += f", {s.num_repeats:g} repeats"
     chars = max(20, int(width * 72 / 7.5))  # what fits at 10-point type

@@ -453,17 +453,25 @@ class Trainer:
         if position.step % self.accumulation_steps:
             raise ValueError(
                 f"checkpoint {mgr.latest} stores batch {position.step} of epoch "
-                f"{position.epoch}, not the start of an optimizer step of "
+                f"{position.epoch + 1}, not the start of an optimizer step of "
                 f"accumulation_steps={self.accumulation_steps} micro-batches"
             )
         self.state.epoch = position.epoch
         self.state.step = position.step // self.accumulation_steps
         self.state.global_step = int(global_step)
         self.logs.truncate(self.state.global_step)
-        self.logs.print(
-            f"resumed from {mgr.restored}: epoch {position.epoch}, step {position.step}"
-        )
+        self.logs.print(f"resumed from {mgr.restored}: {self._where()}")
         return True
+
+    def _where(self) -> str:
+        """Where training stands, for the console: epochs counted from 1, as in the epoch lines."""
+        state = self.state
+        where = (
+            f"in epoch {state.epoch + 1}, after its step {state.step}"
+            if state.step
+            else f"at the start of epoch {state.epoch + 1}"
+        )
+        return f"{where} (global step {state.global_step})"
 
     # -- stopping -------------------------------------------------------------------------
     def _agreed_stop(self) -> bool:
