@@ -221,3 +221,59 @@ def test_readme_python_example_trains_to_a_sensible_loss(tmp_path):
     # ln(10) = 2.30: a 10-class model's loss at the start, and the held-out loss of a guess.
     assert len(losses) == 2 and losses[0] < 2.6, losses
     assert losses[1] < losses[0] and history[-1]["val_loss"] < math.log(10), history
+
+
+def test_readme_says_where_tfdp_is_before_the_quickstart():
+    before, _ = README.split("## Quickstart", 1)[1].split("```bash", 1)
+    assert "source .venv/bin/activate" in before and ".venv/bin/tfdp" in before
+
+
+def test_setup_script_says_what_it_does_before_each_slow_step(tmp_path):
+    """scripts/setup.sh on a fresh clone, with a stand-in Python that records what it is asked
+    to do (a real install takes minutes): every step is announced before it runs."""
+    import shutil
+
+    repo = tmp_path / "clone"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts/setup.sh", repo / "scripts/setup.sh")
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "python"  # `python -m venv DIR` makes DIR/bin/python, a copy of itself
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "RUN $*" >> {log}\n'
+        'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; fi\n'
+        'if [ "$1" = "--version" ]; then echo "Python 3.x"; fi\n'
+    )
+    fake.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", "scripts/setup.sh"], cwd=repo, env={**os.environ, "PYTHON": str(fake)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("setup: ")]
+    runs = [line for line in log.read_text().splitlines() if not line.endswith("--version")]
+    assert [s.split()[1] for s in said] == ["creating", "upgrading", "installing", "checking",
+                                            "done"]  # fmt: skip
+    assert [r.split()[1:4] for r in runs] == [
+        ["-m", "venv", ".venv"], ["-m", "pip", "install"], ["-m", "pip", "install"],
+        ["-c", "import", "tfdp,"],
+    ]  # fmt: skip
+    again = subprocess.run(
+        ["bash", "scripts/setup.sh"], cwd=repo, env={**os.environ, "PYTHON": str(fake)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0 and again.stderr == ""  # installed: nothing to do, nothing said
+
+
+def test_pytest_filters_only_known_third_party_warnings():
+    """The test run's configuration hides named third-party warnings, never tfdp's own, and
+    runs xdist without -q (which made it print "bringing up nodes..." twice)."""
+    options = _pyproject()["tool"]["pytest"]["ini_options"]
+    for entry in options["filterwarnings"]:
+        action, message, category, *module = entry.split(":")
+        assert action == "ignore" and len(message) > 20 and category.endswith("Warning"), entry
+        assert not module or not module[0].startswith("tfdp"), entry
+    script = (ROOT / "scripts/run-tests.sh").read_text()
+    (command,) = [line for line in script.splitlines() if "-m pytest" in line]
+    assert " -q" not in command and "-n auto" in command

@@ -523,7 +523,9 @@ class Trainer:
 
     def _learning_rate(self) -> float:
         try:
-            return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+            # Through a tensor: np.array of a Keras Variable warns under NumPy 2 (its __array__
+            # takes no copy keyword), and keras.ops.convert_to_tensor keeps a MirroredVariable.
+            return float(tf.convert_to_tensor(self.optimizer.learning_rate))
         except Exception:  # a schedule object or anything unreadable
             return float("nan")
 
