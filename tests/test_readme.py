@@ -139,7 +139,7 @@ def test_guide_sample_config_is_a_valid_config(tmp_path):
 
 
 def test_guide_python_sampler_example_runs():
-    (block,) = re.findall(r"```python\n(.*?)```", GUIDE, flags=re.S)
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", GUIDE, flags=re.S) if "s = " in b]
     scope: dict = {}
     exec(block, scope)
     assert len(scope["s"].indices()) == 3  # ceil(12 / 4)
