@@ -163,3 +163,21 @@ def test_default_progress_bar_and_metrics_under_two_workers():
     assert re.search(r"step 12/12  global_step 12  loss \d", outs[0])  # the chief's ...
     assert "step 12/12" not in outs[1]  # ... the other worker wrote none
     assert "epoch 2" in outs[0]
+
+
+def test_workers_with_different_permutations_are_stopped_naming_the_epoch():
+    """A user permutation= that differs between workers (here from epoch 1 on, as one shared
+    generator would) is refused at that epoch's start, on every worker, before it trains."""
+    from mw import run_workers
+
+    script = Path(__file__).parent / "workers" / "permutation_worker.py"
+    outs = run_workers(script, 2, [], timeout=300)
+    for out in outs:
+        assert "AGREED 0" in out, out[-3000:]
+        refused = re.search(r"REFUSED after (\d) epoch\(s\): (.*)", out)
+        assert refused, out[-3000:]
+        assert refused.group(1) == "1"  # the first epoch trained, the second was refused
+        message = refused.group(2)
+        assert "the workers got different permutations for epoch 2 (permutation(1)" in message
+        assert re.search(r"worker 0: [0-9a-f]{16}, worker 1: [0-9a-f]{16}", message)
+        assert "manual_seed(seed + epoch)" in message

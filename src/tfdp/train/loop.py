@@ -675,6 +675,7 @@ class Trainer:
             # An epoch resumed from another world size has its plan's number of steps.
             full_steps, tail = divmod(train_input.epoch_steps(epoch), k)
             steps_per_epoch = full_steps + (1 if tail else 0)
+            train_input.check_permutation_agreement(epoch)  # a user permutation, every worker's
             callbacks.on_epoch_begin(epoch)
             self.logs.epoch_begin(epoch, steps_per_epoch)
             t0 = time.perf_counter()
