@@ -144,27 +144,3 @@ def test_repeat_aug_sampler_equals_timm(n, w, repeats, selected_round, selected_
         ours.set_epoch(epoch)
         assert len(ours) == len(ref)
         assert list(ours) == expected
-
-
-def test_the_guides_porting_recipe_reproduces_torch_for_every_rank_and_epoch():
-    """docs/guide.md's `permutation=` recipe, run as written: every rank of every epoch equals
-    torch's DistributedSampler (a generator seeded with seed + epoch, as torch's own)."""
-    import re
-    from pathlib import Path
-
-    import tfdp
-
-    guide = (Path(__file__).resolve().parents[1] / "docs/guide.md").read_text()
-    (recipe,) = [b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "torch" in b]
-    n, w, seed = 23, 4, 5  # 23 does not divide by 4: padding too
-    for r in range(w):
-        scope = {"tfdp": tfdp, "N": n, "W": w, "r": r, "seed": seed}
-        exec(recipe, scope)
-        ours = scope["sampler"]
-        ref = TorchDistributedSampler(_Sized(n), num_replicas=w, rank=r, shuffle=True, seed=seed)
-        for epoch in (0, 1, 2, 7):
-            ours.set_epoch(epoch)
-            ref.set_epoch(epoch)
-            expected = list(ref)
-            assert ours.indices().tolist() == expected, (r, epoch)
-            assert list(ours) == expected, (r, epoch)  # iterated: the same list again
