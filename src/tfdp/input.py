@@ -21,6 +21,13 @@ is the entry's place in the sampler's padded global list: the R copies of a
 sample (Repeated Augmentation) get different augmentations, while a rerun or
 a run resumed mid-epoch gets identical ones.
 
+A sampler's ``permutation=`` (a user's ``epoch -> permutation``) is called once
+per epoch in each process (see :mod:`tfdp.samplers`); every worker calls it for
+itself, so under several workers :meth:`DistributedInput.check_permutation_agreement`
+compares the workers' permutations at an epoch's start (one all-gather of a
+fingerprint) and refuses an epoch they disagree on. :meth:`DistributedInput.epoch`
+and the :class:`~tfdp.train.Trainer` call it.
+
 A source that decodes windows (:class:`tfdp.sources.windows.WindowSource`,
 e.g. a JPEG image folder) with an augmentation that starts by cutting one
 (:func:`tfdp.augment.split_window`) is loaded by
@@ -51,6 +58,7 @@ import tensorflow as tf
 from tfdp._autograph import plain, user_code
 from tfdp._util import deterministic_unsharded
 from tfdp.augment import split_window
+from tfdp.distribute import worker_info
 from tfdp.elastic import epoch_plan, plan_steps
 from tfdp.errors import ConfigError
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
@@ -196,6 +204,7 @@ class DistributedInput:
         # Elastic resume (see resume_from): epoch -> the rank-0 sampler of another world size
         # whose global list that epoch deals over this input's ranks.
         self._plans: dict[int, Sampler] = {}
+        self._gather_fingerprints: Any = None  # the compiled all-gather, built on first use
         # A stream is indexed by its position in the epoch's stream (see
         # tfdp.sources.TFRecordSource): the samplers run on the stream's length.
         if self.streaming:
@@ -382,6 +391,62 @@ class DistributedInput:
         if plan is not None:
             sampler.follow(plan)
         return sampler
+
+    # -- a user permutation, the same on every worker ------------------------------------
+    def check_permutation_agreement(self, epoch: int) -> None:
+        """Refuse ``epoch`` when the workers' ``permutation(epoch)`` results differ.
+
+        Only with a user ``permutation=`` under several workers (otherwise every
+        rank is in this process and deals the one permutation it computed):
+        every worker's fingerprint of the epoch's permutation
+        (:meth:`tfdp.Sampler.permutation_fingerprint`) is all-gathered -- one
+        small collective, which every worker must join -- and compared.
+
+        Raises:
+            ConfigError: naming the epoch and each worker's fingerprint
+                (``argument="permutation"``).
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.samplers import DistributedSampler
+            >>> from tfdp.sources import ArraySource
+            >>> s = DistributedSampler(8, 1, 0, permutation=lambda e: np.roll(np.arange(8), e))
+            >>> DistributedInput(None, ArraySource(np.arange(8)), sampler=s,
+            ...                  batch_size=4).check_permutation_agreement(0)  # one worker: ok
+        """
+        fingerprint = self.sampler.permutation_fingerprint(int(epoch))
+        if fingerprint is None:
+            return
+        info = worker_info(self.strategy)
+        if info.num_workers < 2:
+            return
+        if self._gather_fingerprints is None:
+            strategy = self.strategy
+
+            @tf.function(autograph=False)
+            def gather(value: tf.Tensor) -> tf.Tensor:
+                def replica(v: tf.Tensor) -> tf.Tensor:
+                    ctx = tf.distribute.get_replica_context()
+                    return ctx.all_gather(v[tf.newaxis], axis=0)
+
+                rows = strategy.run(replica, args=(value,))
+                return strategy.experimental_local_results(rows)[0]
+
+            self._gather_fingerprints = gather
+        halves = [fingerprint & 0xFFFFFFFF, fingerprint >> 32]  # int64 holds either half
+        rows = self._gather_fingerprints(tf.constant(halves, tf.int64)).numpy().tolist()
+        firsts = rows[:: info.replicas_per_worker]  # a row per replica, a worker's in a run
+        per_worker = [low | high << 32 for low, high in firsts]
+        if len(set(per_worker)) > 1:
+            shown = ", ".join(f"worker {w}: {fp:016x}" for w, fp in enumerate(per_worker))
+            raise ConfigError(
+                f"permutation: the workers got different permutations for epoch {epoch + 1} "
+                f"(permutation({epoch}) fingerprints {shown}), so they would deal different "
+                "lists. permutation= must depend on the epoch alone, e.g. torch.randperm(N, "
+                "generator=torch.Generator().manual_seed(seed + epoch)), not one generator "
+                "shared by every call (see docs/guide.md, Porting from torch / timm)",
+                argument="permutation",
+            )
 
     # -- per-rank pipelines -----------------------------------------------------
     def _epoch_arrays(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
@@ -632,10 +697,15 @@ class DistributedInput:
 
         The dataset of epoch ``e`` is the same whatever ran before in the process.
 
+        Under several workers, with a user ``permutation=``, every worker must
+        call it: it first checks that the workers agree on the epoch's
+        permutation (:meth:`check_permutation_agreement`).
+
         Args:
             epoch: Sampler epoch.
             start_step: Steps already done in this epoch (mid-epoch resume).
         """
+        self.check_permutation_agreement(epoch)
         return self.epochs(epoch, 1, start_step)
 
     def __repr__(self) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from tfdp.cli.args import quiet_tf, require
 from tfdp.errors import ConfigError
-from tfdp.recipe.config import TrainConfig, coerce, flag, load_config_file
+from tfdp.recipe.config import TrainConfig, coerce, default_help, flag, load_config_file
 
 __all__ = ["add_parser", "run", "stop_on_signals", "train", "train_request"]
 
@@ -83,7 +83,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     batch = p.add_mutually_exclusive_group()
     for name, f in TrainConfig.fields().items():
         type_name = str(f.type).replace("'", "")
-        help_text = f"{f.metadata['help']} (default: {f.default})"
+        shown = default_help(name)  # the value, or how a None default is computed
+        help_text = f.metadata["help"] + (f" (default: {shown})" if shown is not None else "")
         target = batch if name in _EXCLUSIVE else p
         if type_name.startswith("bool"):
             target.add_argument(

@@ -210,8 +210,12 @@ def make_strategy(
             if "Could not start gRPC server" not in str(exc):
                 raise
             raise ConfigError(_server_failure()) from None
-        # A first collective: returns only once every worker is up and connected.
-        strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+        # A first collective: returns only once every worker is up and connected. In a
+        # tf.function, as TensorFlow asks (run eagerly, it warns of "significant overhead").
+        tf.function(
+            lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None),
+            autograph=False,
+        )()
         done.set()
         return strategy
     if kind == "tpu":

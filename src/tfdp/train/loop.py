@@ -453,17 +453,25 @@ class Trainer:
         if position.step % self.accumulation_steps:
             raise ValueError(
                 f"checkpoint {mgr.latest} stores batch {position.step} of epoch "
-                f"{position.epoch}, not the start of an optimizer step of "
+                f"{position.epoch + 1}, not the start of an optimizer step of "
                 f"accumulation_steps={self.accumulation_steps} micro-batches"
             )
         self.state.epoch = position.epoch
         self.state.step = position.step // self.accumulation_steps
         self.state.global_step = int(global_step)
         self.logs.truncate(self.state.global_step)
-        self.logs.print(
-            f"resumed from {mgr.restored}: epoch {position.epoch}, step {position.step}"
-        )
+        self.logs.print(f"resumed from {mgr.restored}: {self._where()}")
         return True
+
+    def _where(self) -> str:
+        """Where training stands, for the console: epochs counted from 1, as in the epoch lines."""
+        state = self.state
+        where = (
+            f"in epoch {state.epoch + 1}, after its step {state.step}"
+            if state.step
+            else f"at the start of epoch {state.epoch + 1}"
+        )
+        return f"{where} (global step {state.global_step})"
 
     # -- stopping -------------------------------------------------------------------------
     def _agreed_stop(self) -> bool:
@@ -515,7 +523,9 @@ class Trainer:
 
     def _learning_rate(self) -> float:
         try:
-            return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+            # Through a tensor: np.array of a Keras Variable warns under NumPy 2 (its __array__
+            # takes no copy keyword), and keras.ops.convert_to_tensor keeps a MirroredVariable.
+            return float(tf.convert_to_tensor(self.optimizer.learning_rate))
         except Exception:  # a schedule object or anything unreadable
             return float("nan")
 
@@ -665,6 +675,7 @@ class Trainer:
             # An epoch resumed from another world size has its plan's number of steps.
             full_steps, tail = divmod(train_input.epoch_steps(epoch), k)
             steps_per_epoch = full_steps + (1 if tail else 0)
+            train_input.check_permutation_agreement(epoch)  # a user permutation, every worker's
             callbacks.on_epoch_begin(epoch)
             self.logs.epoch_begin(epoch, steps_per_epoch)
             t0 = time.perf_counter()
