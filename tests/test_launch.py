@@ -63,7 +63,8 @@ def test_plan_env_vars_and_parent_env():
     assert plan(["x"], [1], env={})[0].env["PYTHONUNBUFFERED"] == "1"
 
 
-TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+            "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
@@ -78,6 +79,8 @@ def test_plan_sets_torchruns_variables_beside_tf_config(host):
             "WORLD_SIZE": "3",
             "LOCAL_RANK": str(i),  # one host: local rank = rank
             "LOCAL_WORLD_SIZE": "3",
+            "GROUP_RANK": "0",  # one node
+            "GROUP_WORLD_SIZE": "1",
             "MASTER_ADDR": host,  # unbracketed, as torch wants it
             "MASTER_PORT": "6000",  # the chief's port
         }
