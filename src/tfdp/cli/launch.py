@@ -27,6 +27,7 @@ from tfdp.launch import (
     DEFAULT_LAST_CALL,
     DEFAULT_MASTER_PORT,
     DEFAULT_RDZV_TIMEOUT,
+    DEFAULT_SILENCE,
     PROG,
     LaunchError,
     launch,
@@ -48,11 +49,12 @@ forwarded to every worker (a second one: SIGKILL at once).
 Several nodes: run the same command on every node with --nnodes, its own
 --node-rank and the master's --master-addr/--master-port. The launchers meet
 at node 0's (the master's) rendezvous, which every node must reach, and run
-one cluster, workers ordered by node rank. With --nnodes MIN:MAX and
---max-restarts K, a lost node (its launcher gone or silent for 10 s, or its
-workers failed) restarts the group on the nodes left if at least MIN remain;
-a node that comes back joins at the next restart. Node 0 hosts the
-rendezvous: losing it ends the job.
+one cluster, workers ordered by node rank. With --max-restarts K, a
+lost node (its launcher gone or silent for --heartbeat-timeout seconds) or a
+failed worker restarts the group: a static job (--nnodes N) waits for the
+lost node to come back, an elastic one (--nnodes MIN:MAX) goes on with the
+nodes left if at least MIN remain (a node that comes back joins at the next
+restart). Node 0 hosts the rendezvous: losing it ends the job.
 
 Exit status: 0, the failing worker's code (128+N if killed by signal N), 1 for
 a lost node or a rendezvous timeout, 2 for bad arguments or a refused join,
@@ -176,6 +178,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --nnodes MIN:MAX, seconds the first start waits for more nodes once MIN "
         f"joined (default {DEFAULT_LAST_CALL:g})",
     )
+    nodes.add_argument(
+        "--heartbeat-timeout",
+        type=seconds,
+        default=DEFAULT_SILENCE,
+        metavar="S",
+        help="seconds without a heartbeat after which a node (or the master) is lost "
+        f"(default {DEFAULT_SILENCE:g}; a heartbeat every S/10, at most every second)",
+    )
     parser.add_argument(
         "worker_command",
         nargs=argparse.REMAINDER,
@@ -294,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
             max_restarts=args.max_restarts,
             grace_seconds=args.grace_seconds,
             resume_hint=resume_command(args, command),
+            heartbeat=min(1.0, args.heartbeat_timeout / 10),
+            silence=args.heartbeat_timeout,
         )
     except LaunchError as exc:
         _error(in_flags(exc))

@@ -40,7 +40,7 @@ from tfdp.launch.plan import (
     plan_node,
     ports_from_base,
 )
-from tfdp.launch.rendezvous import DEFAULT_LAST_CALL, DEFAULT_RDZV_TIMEOUT
+from tfdp.launch.rendezvous import DEFAULT_LAST_CALL, DEFAULT_RDZV_TIMEOUT, DEFAULT_SILENCE
 from tfdp.launch.supervise import DEFAULT_GRACE_SECONDS, PROG, free_ports, launch
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_LAST_CALL",
     "DEFAULT_MASTER_PORT",
     "DEFAULT_RDZV_TIMEOUT",
+    "DEFAULT_SILENCE",
     "PROG",
     "LaunchError",
     "NodeSlot",

@@ -237,7 +237,9 @@ class _Node:
                 continue
             if msg["type"] == "end":
                 return self._end(msg)
-            if msg["type"] == "stop":
+            if msg["type"] == "note":
+                self.out.message(msg["message"])
+            elif msg["type"] == "stop":
                 self._send({"type": "ready", "ports": self._ports()})
             elif msg["type"] == "start":
                 status = self._round(msg)
@@ -255,7 +257,10 @@ class _Node:
         world = sum(n.workers for n in nodes)
         ranks = f"{specs[0].index}" if len(specs) == 1 else f"{specs[0].index}-{specs[-1].index}"
         if msg["restart"]:
-            self.out.message(f"restart {msg['restart']} after: {msg['reason']}")
+            self.out.message(
+                f"restarting the group (restart {msg['restart']} of {msg['max_restarts']}) "
+                f"after: {msg['reason']}"
+            )
         self.out.message(
             f"round {self.round}: {len(nodes)} node(s), {world} worker(s); this node "
             f"(node {self.rank}, {self.addr}) runs worker(s) {ranks}"
@@ -317,7 +322,7 @@ class _Node:
         return status
 
     def _hint(self) -> str:
-        if not self.resume_hint:
+        if not self.resume_hint or self.round < 0:  # no worker ever started
             return ""
         return (
             ". To continue from the last checkpoint, start the launchers again on every "
@@ -433,6 +438,9 @@ def launch_nodes(
     for name, value in (("rdzv_timeout", rdzv_timeout), ("rdzv_last_call", rdzv_last_call)):
         if not value >= 0:
             raise LaunchError(f"{name} must be >= 0 seconds, got {value!r}", argument=name)
+    for name, value in (("heartbeat", heartbeat), ("silence", silence)):
+        if not value > 0:
+            raise LaunchError(f"{name} must be > 0 seconds, got {value!r}", argument=name)
     if not command:
         raise LaunchError("command is empty: give the program each worker runs",
                           argument="command")  # fmt: skip

@@ -20,7 +20,8 @@ exited      node      round, returncode, detail (the node's workers ended: 0, or
 leave       node      reason, signal (the node leaves the job; 0: no signal)
 heartbeat   both      (nothing)
 ack         master    waiting, message (the join is accepted)
-start       master    round, restart, nodes [{node_rank, addr, ports}], reason
+start       master    round, restart, max_restarts, nodes [{node_rank, addr, ports}], reason
+note        master    message (what the job waits for: printed by every node)
 stop        master    round, reason, signal (stop the round's workers with that signal)
 end         master    status, message, signal (the job is over; 0: no signal)
 error       master    message, argument (the join or a message is refused; then closed)
@@ -143,7 +144,9 @@ SCHEMAS: dict[str, dict[str, Check]] = {
         "restart": _is_int(0),
         "nodes": _is_nodes,
         "reason": _is_text(8192, True),
+        "max_restarts": _is_int(0),
     },
+    "note": {"message": _is_text(8192)},
     "stop": {"round": _is_int(0), "reason": _is_text(8192, True), "signal": _SIGNAL},
     "end": {"status": _is_int(0, 255), "message": _is_text(8192, True), "signal": _SIGNAL},
     "error": {
@@ -202,7 +205,7 @@ def decode(line: bytes, job: str, expect: tuple[str, ...] | None = None) -> dict
     if not isinstance(message, dict):
         raise ProtocolError(f"not a rendezvous message (a JSON {type(message).__name__})")
     version = message.get("v")
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:
         raise ProtocolError(
             f"rendezvous protocol version {version!r}, but this launcher speaks version "
             f"{PROTOCOL_VERSION}: run the same tfdp version on every node"
@@ -259,7 +262,7 @@ class Channel:
         self._send_lock = threading.Lock()
         self._inbox: queue.Queue[dict[str, Any] | ChannelClosedError] = queue.Queue()
         self._closed = threading.Event()
-        sock.settimeout(max(heartbeat, 0.05))
+        sock.settimeout(max(min(heartbeat, silence / 4), 0.05))  # silence seen in time
         threading.Thread(target=self._read, name="tfdp-rdzv-read", daemon=True).start()
         threading.Thread(
             target=self._beat, args=(heartbeat,), name="tfdp-rdzv-beat", daemon=True

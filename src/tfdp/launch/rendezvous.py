@@ -114,6 +114,7 @@ class Rendezvous:
         heartbeat: Seconds between the heartbeats sent to every member.
         silence: Seconds of silence after which a member is lost.
         stop_timeout: Seconds a stopping member gets to say ``ready`` before it is dropped.
+        first_message_timeout: Seconds a new connection gets to send its join.
         log: Where the server's own notes go (refused connections).
     """
 
@@ -132,6 +133,7 @@ class Rendezvous:
         heartbeat: float = DEFAULT_HEARTBEAT,
         silence: float = DEFAULT_SILENCE,
         stop_timeout: float = 120.0,
+        first_message_timeout: float = _FIRST_MESSAGE_SECONDS,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.host, self.port, self.job = bare_host(host), port, job
@@ -140,6 +142,7 @@ class Rendezvous:
         self.max_restarts = max_restarts
         self.timeout, self.last_call = timeout, last_call
         self.heartbeat, self.silence, self.stop_timeout = heartbeat, silence, stop_timeout
+        self.first_message_timeout = first_message_timeout
         self.log = log or (lambda text: None)
         self.members: dict[int, _Member] = {}
         self.refused: list[str] = []
@@ -253,7 +256,7 @@ class Rendezvous:
         try:
             if self.connections > 2 * self.max_nodes + 16:
                 raise ProtocolError("too many connections to this rendezvous")
-            line = await asyncio.wait_for(reader.readuntil(b"\n"), _FIRST_MESSAGE_SECONDS)
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), self.first_message_timeout)
             member = self._admit(decode(line, self.job, expect=("join",)), writer, who)
             while not member.gone:
                 line = await asyncio.wait_for(reader.readuntil(b"\n"), self.silence)
@@ -268,7 +271,7 @@ class Rendezvous:
         except TimeoutError:
             why = f"no heartbeat for {self.silence:g}s (machine down, stopped, or cut off?)"
             if member is None:
-                self.refused.append(f"{who}: said nothing for {_FIRST_MESSAGE_SECONDS:g}s")
+                self.refused.append(f"{who}: said nothing for {self.first_message_timeout:g}s")
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         except Exception as exc:  # a bug must not end the rendezvous: drop this peer only
@@ -407,8 +410,6 @@ class Rendezvous:
         if st.phase == "end":
             return
         st.phase = "end"
-        if status:
-            self.log(message)
         self._broadcast({"type": "end", "status": status, "message": message, "signal": signum})
 
     def _check(self) -> None:
@@ -440,12 +441,25 @@ class Rendezvous:
         st.events, st.status = [], None
         if st.restarts >= self.max_restarts:
             used = f"{st.restarts} restart{'s' if st.restarts != 1 else ''}"
-            self._end(status, f"{summary}; no restarts left (after {used})")
+            after = f" (after {used})" if st.restarts else ""
+            self._end(status, f"{summary}; no restarts left{after}")
             return
         st.restarts += 1
         st.round += 1
         st.phase, st.since, st.enough_since = "gather", time.monotonic(), None
         st.reason = summary
+        self._gather(st.since)
+        if st.phase == "gather":  # not enough nodes yet: say what the job waits for
+            here = {m.rank for m in self.members.values()}
+            missing = ", ".join(str(r) for r in range(self.max_nodes) if r not in here)
+            need = (
+                f"node(s) {missing} to rejoin"
+                if self.min_nodes == self.max_nodes
+                else f"at least {self.min_nodes} nodes (here: {len(here)})"
+            )
+            self._broadcast({"type": "note", "message": (
+                f"the group stopped after: {summary}; restart {st.restarts} of "
+                f"{self.max_restarts} waits up to {self.timeout:g}s for {need}")})  # fmt: skip
 
     def _gather(self, now: float) -> None:
         st = self.state
@@ -504,6 +518,7 @@ class Rendezvous:
                 {"node_rank": s.node_rank, "addr": s.addr, "ports": list(s.ports)} for s in slots
             ],
             "reason": st.reason,
+            "max_restarts": self.max_restarts,
         }
         for m in nodes:
             m.in_round, m.exited, m.ports = True, None, None
