@@ -185,7 +185,13 @@ class _Node:
             "nproc": self.nproc, "addr": self.addr, "ports": self._ports(),
             "instance": self.instance, "host": socket.gethostname()[:255],
         })  # fmt: skip
-        reply = self.chan.receive(timeout=self.silence)
+        try:
+            reply = self.chan.receive(timeout=self.silence)
+        except ChannelClosedError as exc:
+            raise LaunchError(
+                f"master_addr {self.where}: the rendezvous closed the connection ({exc})",
+                argument="master_addr",
+            ) from None
         if reply is None:
             raise LaunchError(f"master_addr {self.where}: the master did not answer the join")
         if reply["type"] == "error":

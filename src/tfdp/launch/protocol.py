@@ -76,9 +76,12 @@ class ProtocolError(ValueError):
         'rdzv_id'
     """
 
-    def __init__(self, message: str, argument: str | None = None) -> None:
+    def __init__(
+        self, message: str, argument: str | None = None, job: str | None = None
+    ) -> None:
         super().__init__(message)
         self.argument = argument
+        self.job = job  # the sender's job id, when it was another job's (to answer it)
 
 
 Check = Callable[[Any], bool]
@@ -216,6 +219,7 @@ def decode(line: bytes, job: str, expect: tuple[str, ...] | None = None) -> dict
         raise ProtocolError(
             f"rdzv_id {shown!r} is not this job's ({job!r}): give every node the same job id",
             argument="rdzv_id",
+            job=other if shown == other and other else None,
         )
     kind = message.get("type")
     if kind not in SCHEMAS or (expect is not None and kind not in expect):

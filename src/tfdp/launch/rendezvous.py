@@ -291,7 +291,7 @@ class Rendezvous:
             self.log(f"refused a launcher at {who}: {text}")
         with contextlib.suppress(Exception):
             refusal = {"type": "error", "message": text[:8000], "argument": exc.argument}
-            writer.write(encode(refusal, self.job))
+            writer.write(encode(refusal, exc.job or self.job))  # a foreign job can read it
 
     def _admit(self, msg: dict[str, Any], writer: asyncio.StreamWriter, who: str) -> _Member:
         rank, instance = msg["node_rank"], msg["instance"]
@@ -429,7 +429,7 @@ class Rendezvous:
         if st.phase == "run":
             running = [m for m in self.members.values() if m.in_round]
             if running and all(m.exited == 0 for m in running):
-                nodes = ", ".join(str(m.rank) for m in running)
+                nodes = ", ".join(str(r) for r in sorted(m.rank for m in running))
                 self._end(0, f"the job completed on node(s) {nodes}")
         if st.phase == "gather":
             self._gather(now)
