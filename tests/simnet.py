@@ -61,6 +61,7 @@ __all__ = [
     "DelayProxy",
     "Node",
     "SimNet",
+    "process_state",
     "simnet_fixture",
     "skip_reason",
     "sweep_leftovers",
@@ -163,6 +164,24 @@ def sweep_leftovers() -> list[str]:
     ]
     _delete_namespaces(stale)
     return stale
+
+
+def process_state(pid: int, want: str | None = None, timeout: float = 10) -> str:
+    """A process's state letter from ``/proc`` (``R``, ``S``, ``T`` stopped, ``Z``, ...).
+
+    With ``want``, waits up to ``timeout`` seconds for that state (a signal to a
+    many-threaded process takes a moment) and returns the last state seen.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rpartition(") ")[2][:1]
+        except FileNotFoundError:
+            state = "gone"
+        if want is None or state == want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.02)
 
 
 class Node:

@@ -9,7 +9,13 @@ import time
 
 import pytest
 
-from simnet import SimNet, simnet_fixture, skip_reason, sweep_leftovers  # noqa: F401
+from simnet import (  # noqa: F401 (simnet_fixture: the simnet fixture)
+    SimNet,
+    process_state,
+    simnet_fixture,
+    skip_reason,
+    sweep_leftovers,
+)
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
 
@@ -90,9 +96,7 @@ def test_signal_stops_and_kills_every_process_of_a_node(simnet):
     while proc.pid not in a.pids() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert a.signal(signal.SIGSTOP) == [proc.pid]
-    time.sleep(0.1)
-    with open(f"/proc/{proc.pid}/stat") as f:
-        assert f.read().split(") ")[1][0] == "T"  # stopped
+    assert process_state(proc.pid, "T") == "T"  # stopped
     a.signal(signal.SIGKILL)
     assert proc.wait(timeout=10) == -signal.SIGKILL
     assert a.pids() == []
