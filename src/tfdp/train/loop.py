@@ -46,6 +46,7 @@ from tfdp.sources.base import SkipReportingSource
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import NonFiniteError, check_policy
 from tfdp.train.logs import TrainLogs
+from tfdp.train.peer_loss import PeerLossWatch, peer_lost
 from tfdp.train.step import TrainStep
 
 __all__ = ["TrainState", "Trainer"]
@@ -394,14 +395,29 @@ class Trainer:
                 max_to_keep=self.max_to_keep,
                 **keras_trackables(self.model, self.optimizer),
                 # The epoch's training-metric accumulators: a resumed epoch's line covers it all.
-                metric_states=[
-                    backing_variable(v)
-                    for m in (self.train_loss, *self.train_metrics)
-                    for v in m.variables
-                ],
+                metric_states=self._metric_states(),
             )
             self._ckpt.check_writable()
         return self._ckpt
+
+    def _metric_states(self) -> list[Any]:
+        """The epoch's training-metric accumulators (sync-on-read variables), as checkpointed."""
+        return [
+            backing_variable(v) for m in (self.train_loss, *self.train_metrics) for v in m.variables
+        ]
+
+    def _position(self, train_input: DistributedInput, epoch: int, step: int) -> Any:
+        """The checkpointed data position after optimizer step ``step`` of ``epoch``."""
+        from tfdp.checkpoint import DataPosition
+
+        k = self.accumulation_steps
+        return DataPosition.from_input(  # the batch position in the sampler epoch
+            train_input,
+            epoch,
+            min(step * k, train_input.epoch_steps(epoch)),
+            accumulation_steps=k,
+            seed=train_input.seed,
+        )
 
     def _data_config(self, train_input: DistributedInput) -> dict[str, Any]:
         from tfdp.checkpoint import input_config
@@ -414,16 +430,7 @@ class Trainer:
         mgr = self._checkpoint_manager()
         if mgr is None:
             return
-        from tfdp.checkpoint import DataPosition
-
-        k = self.accumulation_steps
-        position = DataPosition.from_input(  # the batch position in the sampler epoch
-            train_input,
-            self.state.epoch,
-            min(self.state.step * k, train_input.epoch_steps(self.state.epoch)),
-            accumulation_steps=k,
-            seed=train_input.seed,
-        )
+        position = self._position(train_input, self.state.epoch, self.state.step)
         mgr.save(position, self.state.global_step)
 
     def restore(self, train_input: DistributedInput) -> bool:
@@ -619,6 +626,7 @@ class Trainer:
             return calls[group, n]
 
         cbs.on_train_begin()
+        watch = PeerLossWatch.start(self.optimizer, self.state)
         try:
             self._epochs(
                 train_input,
@@ -630,6 +638,11 @@ class Trainer:
                 batch_hooks=any(_has_batch_hooks(cb) for cb in callbacks or ()),
                 call=call,
             )
+        except tf.errors.OpError as exc:  # a lost peer: one clear error, the last step kept
+            lost = peer_lost(self, train_input, exc, watch)
+            if lost is None:
+                raise
+            raise lost from exc
         finally:
             # No frame holds the iterator but this list: it dies here, even when an exception
             # kept by the caller (a NonFiniteError) outlives fit. Left alive, iterators pile up
