@@ -83,7 +83,7 @@ class NodeSlot:
     Attributes:
         addr: The node's address (host name or IP; an IPv6 literal may be bracketed).
         ports: One TCP port per worker of the node.
-        node_rank: The node's own rank (its ``--node-rank``: stable across restarts;
+        node_rank: The node's own rank (stable across restarts;
             its position in the round's list is its ``GROUP_RANK``).
 
     Example:
