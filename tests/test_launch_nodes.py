@@ -199,6 +199,43 @@ def test_sigterm_to_the_master_reaches_every_nodes_workers(cluster, tmp_path):
     )
 
 
+@pytest.mark.slow
+def test_sigterm_to_another_node_takes_only_that_node_out(cluster, tmp_path):
+    nodes = [cluster(rank, "2:3", "wait-once", "--max-restarts", "1") for rank in range(3)]
+    ready(tmp_path, 0, range(3))
+    nodes[2].proc.send_signal(signal.SIGTERM)
+    assert nodes[2].finish() == 143, nodes[2].text
+    assert "[worker 2] rank 2 got SIGTERM" in nodes[2].text
+    assert [n.finish() for n in nodes[:2]] == [0, 0], nodes[0].text + nodes[1].text
+    for node in nodes[:2]:
+        assert ("restarting the group (restart 1 of 1) after: node 2 (127.0.0.1) lost: "
+                "interrupted by SIGTERM") in node.text  # fmt: skip
+        assert [e["WORLD_SIZE"] for e in node.envs()] == ["3", "2"]
+
+
+@pytest.mark.slow
+def test_a_stopped_master_ends_the_job_within_the_bound(cluster, tmp_path):
+    """Node 0's launcher and worker SIGSTOPped: node 1 loses it after the heartbeat timeout,
+    tries to reconnect for the rendezvous timeout, then ends, saying so -- never a hang."""
+    flags = ("--heartbeat-timeout", "2", "--rdzv-timeout", "3")
+    nodes = [cluster(rank, "2", "wait", *flags) for rank in range(2)]
+    pids = ready(tmp_path, 0, range(2))
+    stopped = [nodes[0].proc.pid, pids[0]]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert nodes[1].finish(timeout=60) == 1, nodes[1].text
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGKILL)
+    text = nodes[1].text
+    assert "lost the master node 0 at 127.0.0.1:" in text and "(no message for 2s)" in text
+    assert "cannot be rejoined (no answer to this node's join (no message for 2s)): the job " \
+        "ends for this node" in text
+    assert "To continue from the last checkpoint, start the launchers again" in text
+    assert "[worker 1] rank 1 got SIGTERM" in text and gone(pids[1])
+
+
 def test_a_failure_with_no_restarts_left_says_so_and_how_to_continue(cluster):
     nodes = [cluster(rank, "2", "fail-once") for rank in range(2)]
     assert [n.finish() for n in nodes] == [3, 3], nodes[0].text + nodes[1].text

@@ -341,7 +341,8 @@ def _channel(server, rank, min_nodes, max_nodes, port):
     chan.send({"type": "join", "node_rank": rank, "min_nodes": min_nodes,
                "max_nodes": max_nodes, "nproc": 1, "addr": "127.0.0.1", "ports": [port],
                "instance": MASTER if rank == 0 else f"node-{rank}", "host": ""})  # fmt: skip
-    assert chan.receive(timeout=10)["type"] == "ack"
+    chan.ack = chan.receive(timeout=10)
+    assert chan.ack["type"] == "ack"
     return chan
 
 
@@ -361,6 +362,7 @@ def test_elastic_a_silent_node_is_lost_and_the_rest_restart_without_it(server_of
     assert [(s["type"], s["restart"]) for s in starts] == [("start", 1)] * 2
     assert [n["node_rank"] for n in starts[0]["nodes"]] == [0, 1]
     late = _channel(server, 2, 2, 3, 5002)  # a node that comes back waits for the next restart
+    assert late.ack["waiting"] is True and "joins at the next restart" in late.ack["message"]
     for chan in survivors:
         chan.send({"type": "exited", "round": 1, "returncode": 0, "detail": ""})
     for chan in (*survivors, late):
@@ -368,6 +370,17 @@ def test_elastic_a_silent_node_is_lost_and_the_rest_restart_without_it(server_of
         assert (end["type"], end["status"]) == ("end", 0)
         chan.close()
     silent.close()
+
+
+def test_elastic_first_start_waits_the_last_call_for_more_nodes_then_goes(server_of):
+    server = server_of(2, 3, last_call=0.5)
+    members = [_channel(server, rank, 2, 3, 3000 + rank) for rank in (0, 1)]
+    assert [m.ack["waiting"] for m in members] == [False, False]
+    assert members[0].receive(timeout=0.2) is None  # MIN joined: still waiting for more
+    starts = [m.receive(timeout=10) for m in members]  # ... until the last call is over
+    assert [[n["node_rank"] for n in s["nodes"]] for s in starts] == [[0, 1], [0, 1]]
+    for member in members:
+        member.close()
 
 
 def test_a_node_that_never_joins_is_named_when_the_rendezvous_times_out(server_of):

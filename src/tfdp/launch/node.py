@@ -189,7 +189,7 @@ class _Node:
             reply = self.chan.receive(timeout=self.silence)
         except ChannelClosedError as exc:
             raise LaunchError(
-                f"master_addr {self.where}: the rendezvous closed the connection ({exc})",
+                f"master_addr {self.where}: no answer to this node's join ({exc})",
                 argument="master_addr",
             ) from None
         if reply is None:
@@ -364,6 +364,14 @@ class _Node:
         except _MasterGoneError as exc:
             self.out.message(f"error: {exc}{self._hint()}")
             return exc.status
+        except LaunchError as exc:  # it answers no more, or refuses this node now
+            self._close()
+            why = str(exc).split(f"{self.where}: ", 1)[-1]
+            self.out.message(
+                f"error: the master node 0 at {self.where} cannot be rejoined ({why}): the job "
+                f"ends for this node{self._hint()}"
+            )
+            return 1
         return None
 
 
