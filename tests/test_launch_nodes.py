@@ -84,6 +84,19 @@ def cluster(tmp_path):
             os.kill(int(ready.read_text()), signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def stopped(*pids: int):
+    """SIGSTOP ``pids`` (a node's launcher and worker: a frozen machine); SIGCONT at the end."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def ready(tmp: Path, restart: int, ranks: range, timeout: float = TIMEOUT) -> list[int]:
     """Wait until workers ``ranks`` of start ``restart`` are up; their pids."""
     paths = [tmp / f"ready-{restart}-{r}" for r in ranks]
@@ -156,14 +169,8 @@ def test_a_stopped_node_is_lost_then_rejoins_when_continued(cluster, tmp_path):
     flags = ("--max-restarts", "1", "--heartbeat-timeout", "2")
     nodes = [cluster(rank, "2", "wait-once", *flags) for rank in range(2)]
     pids = ready(tmp_path, 0, range(2))
-    stopped = [nodes[1].proc.pid, pids[1]]
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with stopped(nodes[1].proc.pid, pids[1]):
         nodes[0].wait_for("waits up to 300s for node(s) 1 to rejoin")
-    finally:
-        for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
     assert [n.finish() for n in nodes] == [0, 0], nodes[0].text + nodes[1].text
     lost = "node 1 (127.0.0.1) lost: no heartbeat for 2s (machine down, stopped, or cut off?)"
     assert f"the group stopped after: {lost}; restart 1 of 1" in nodes[0].text
@@ -220,14 +227,9 @@ def test_a_stopped_master_ends_the_job_within_the_bound(cluster, tmp_path):
     flags = ("--heartbeat-timeout", "2", "--rdzv-timeout", "3")
     nodes = [cluster(rank, "2", "wait", *flags) for rank in range(2)]
     pids = ready(tmp_path, 0, range(2))
-    stopped = [nodes[0].proc.pid, pids[0]]
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with stopped(nodes[0].proc.pid, pids[0]):
         assert nodes[1].finish(timeout=60) == 1, nodes[1].text
-    finally:
-        for pid in stopped:
-            os.kill(pid, signal.SIGKILL)
+    nodes[0].proc.kill()
     text = nodes[1].text
     assert "lost the master node 0 at 127.0.0.1:" in text and "(no message for 2s)" in text
     assert "cannot be rejoined (no answer to this node's join (no message for 2s)): the job " \

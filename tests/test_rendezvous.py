@@ -315,13 +315,18 @@ def test_rounds_of_a_static_job_a_failure_restarts_then_the_job_completes(server
         assert (end["type"], end["status"]) == ("end", 0), end
 
 
-def test_no_restarts_left_ends_with_the_failures_status_and_summary(server_of):
-    server = server_of(2, 2)
+def _running_pair(server):
+    """Node 0 and node 1 joined, and their first round started."""
     master, node = Raw(server), Raw(server)
     master.join(0)
     node.join(1, ports=(2223,))
     assert master.next()["type"] == node.next()["type"] == "ack"
     _start([master, node])
+    return master, node
+
+
+def test_no_restarts_left_ends_with_the_failures_status_and_summary(server_of):
+    master, node = _running_pair(server_of(2, 2))
     node.message("exited", round=0, returncode=-9, detail="worker 1 was killed by SIGKILL")
     assert master.next()["type"] == node.next()["type"] == "stop"
     master.message("ready", ports=[1])
@@ -396,12 +401,7 @@ def test_a_node_that_never_joins_is_named_when_the_rendezvous_times_out(server_o
 
 
 def test_the_master_leaving_ends_the_job_with_its_signal(server_of):
-    server = server_of(2, 2)
-    master, node = Raw(server), Raw(server)
-    master.join(0)
-    node.join(1, ports=(2223,))
-    assert master.next()["type"] == node.next()["type"] == "ack"
-    _start([master, node])
+    master, node = _running_pair(server_of(2, 2))
     master.message("leave", reason="interrupted by SIGTERM", signal=15)
     end = node.next()
     assert (end["type"], end["status"], end["signal"]) == ("end", 143, 15)
