@@ -124,12 +124,14 @@ def gone(pid: int, timeout: float = 30) -> bool:
 
 
 def test_two_nodes_of_two_workers_form_one_ordered_cluster(cluster):
-    nodes = [cluster(1, "2", "env", nproc=2), cluster(0, "2", "env", nproc=2)]  # 1 first
+    nodes = [cluster(1, "2", "env", "--node-addr", "127.0.0.2", nproc=2),  # started first
+             cluster(0, "2", "env", nproc=2)]  # fmt: skip
     assert [n.finish() for n in nodes] == [0, 0], nodes[0].text + nodes[1].text
     envs = {e["RANK"]: e for n in nodes for e in n.envs()}
     assert sorted(envs) == ["0", "1", "2", "3"]
     workers = envs["0"]["TF_CONFIG"]["cluster"]["worker"]
     assert len(set(workers)) == 4
+    assert [w.rsplit(":", 1)[0] for w in workers] == ["127.0.0.1"] * 2 + ["127.0.0.2"] * 2
     for rank, env in envs.items():
         node = int(rank) // 2
         assert env["TF_CONFIG"] == {"cluster": {"worker": workers},
@@ -272,6 +274,8 @@ def launcher(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
         (["--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1"],
          "error: --master-addr '192.0.2.1' is not an address of this machine: node 0 hosts"),
         (["--nnodes", "2", "--node-rank", "0", "--rdzv-id", ""], "error: --rdzv-id '': expected"),
+        (["--nnodes", "2", "--node-rank", "1", "--node-addr", "192.0.2.1"],
+         "error: --node-addr '192.0.2.1' is not an address of this machine"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_clear_error(args, message):
