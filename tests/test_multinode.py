@@ -157,9 +157,11 @@ def test_a_cut_link_with_a_restart_completes_with_the_uninterrupted_weights(
                           node) for i, node in enumerate(net.nodes)]  # fmt: skip
         nodes[0].wait_for(r"\[worker 0\] .*global_step [2-8] ")  # mid-run (12 steps)
         net.nodes[1].cut()
+        cut_at = time.monotonic()
         assert not net.nodes[1].link_up()  # the fault happened
         try:
             nodes[0].wait_for(r"waits up to 300s for node\(s\) 1 to rejoin")
+            print(f"the master's summary {time.monotonic() - cut_at:.1f}s after the cut")
         finally:
             net.nodes[1].restore()
         assert [n.finish() for n in nodes] == [0, 0], nodes[0].text[-3000:] + nodes[1].text[-3000:]
