@@ -160,6 +160,8 @@ def test_elastic_kill9_of_a_node_restarts_the_others_without_it(cluster, tmp_pat
         assert ("tfdp launch: restarting the group (restart 1 of 1) after: node 2 (127.0.0.1) "
                 "lost: its launcher's connection closed") in text  # fmt: skip
         assert f"[worker {node.rank}] rank {node.rank} got SIGTERM" in text
+        assert ("stopping this node's workers: node 2 (127.0.0.1) lost: its launcher's "
+                "connection closed") in text  # fmt: skip
         first, second = node.envs()
         assert (first["WORLD_SIZE"], first["TFDP_RESTART"]) == ("3", "0")
         assert (second["WORLD_SIZE"], second["TFDP_RESTART"]) == ("2", "1")

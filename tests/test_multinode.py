@@ -160,6 +160,8 @@ def test_a_cut_link_with_a_restart_completes_with_the_uninterrupted_weights(
         cut_at = time.monotonic()
         assert not net.nodes[1].link_up()  # the fault happened
         try:
+            nodes[0].wait_for(r"stopping this node's workers: node 1 .* lost")
+            print(f"the loss said {time.monotonic() - cut_at:.1f}s after the cut")
             nodes[0].wait_for(r"waits up to 300s for node\(s\) 1 to rejoin")
             print(f"the master's summary {time.monotonic() - cut_at:.1f}s after the cut")
         finally:

@@ -193,7 +193,11 @@ class _Node:
                 argument="master_addr",
             ) from None
         if reply is None:
-            raise LaunchError(f"master_addr {self.where}: the master did not answer the join")
+            raise LaunchError(
+                f"master_addr {self.where}: no answer to this node's join (no message for "
+                f"{self.silence:g}s)",
+                argument="master_addr",
+            )
         if reply["type"] == "error":
             raise LaunchError(reply["message"], argument=reply["argument"])
         if reply["type"] == "ack":
@@ -295,6 +299,8 @@ class _Node:
             return None
         if msg["type"] == "stop" and msg["round"] != self.round:
             return None
+        if msg["type"] == "stop":
+            self.out.message(f"stopping this node's workers: {msg['reason']}")
         self.stop_message = msg
         return StopRequest(msg["signal"] or int(signal.SIGTERM), msg.get("reason", ""))
 
