@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tfdp.distribute import make_strategy, parse_tf_config, worker_info
+from tfdp.errors import ConfigError
 
 GOOD = {
     "cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]},
@@ -84,6 +85,9 @@ def test_make_strategy_kinds(mirrored4):
         make_strategy("horovod")
     with pytest.raises(ValueError, match="needs TF_CONFIG"):
         make_strategy("multi_worker")
+    with pytest.raises(ConfigError, match=r"bytes_per_pack must be an integer >= 0") as bad:
+        make_strategy("multi_worker", bytes_per_pack=-1)  # refused before the cluster is read
+    assert bad.value.argument == "bytes_per_pack"
 
 
 def test_make_strategy_cpu_replicas_fresh_process():
