@@ -115,6 +115,9 @@ def _env(net: Any, loopback: bool, port: int) -> Any:
             "MASTER_ADDR": net.nodes[0].address,
             "MASTER_PORT": str(port + 10),
             "GLOO_SOCKET_IFNAME": "lo" if loopback else "eth0",
+            # A 100 MB single-tensor all-reduce on a loaded machine delayed TensorFlow's
+            # heartbeats past its 10 s default twice (the leader declared itself lost).
+            "TFDP_HEARTBEAT_TIMEOUT": os.environ.get("TFDP_HEARTBEAT_TIMEOUT", "60"),
         }
 
     return env_of
