@@ -12,6 +12,7 @@ trained weights, one concern per module:
 - ``evaluate``: the per-example loss and exact evaluation;
 - ``guard``: the all-reduced non-finite check;
 - ``peer_loss``: a lost peer's clear error, and the last completed step saved at the fault;
+- ``compression``: gradients rounded to 16 bits before the all-reduce (opt-in);
 - ``keras_fit``: :func:`fit`, the same semantics under ``model.fit``.
 
 Example:

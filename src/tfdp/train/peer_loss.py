@@ -90,6 +90,8 @@ class PeerLostError(RuntimeError):
         who = ", ".join(map(str, peers)) if peers else "a peer"
         if saved_now:
             what = f"{kept}, saved by this worker at the fault (no completed step lost)"
+            if note:
+                what += f"; {note}"
         elif kept is None:
             what = "nothing (no checkpoint)" if not note else f"nothing ({note})"
         else:
@@ -249,17 +251,27 @@ def peer_lost(
             note = refused
         elif kept_step != state.global_step:
             epoch, step = (state.epoch + 1, 0) if epoch_end else (state.epoch, state.step)
-            kept = save_at_fault(
-                manager.directory,
-                strategy=trainer.strategy,
-                trackables=keras_trackables(trainer.model, trainer.optimizer),
-                metric_states=trainer._metric_states(),
-                position=trainer._position(train_input, epoch, step),
-                global_step=state.global_step,
-                max_to_keep=trainer.max_to_keep,
-                zero_metrics=epoch_end or step == 0,
-            )
-            kept_step, saved_now = state.global_step, True
+            try:
+                kept = save_at_fault(
+                    manager.directory,
+                    strategy=trainer.strategy,
+                    trackables=keras_trackables(trainer.model, trainer.optimizer),
+                    metric_states=trainer._metric_states(),
+                    position=trainer._position(train_input, epoch, step),
+                    global_step=state.global_step,
+                    max_to_keep=trainer.max_to_keep,
+                    zero_metrics=epoch_end or step == 0,
+                )
+                kept_step, saved_now = state.global_step, True
+                if epoch_end:
+                    note = (
+                        f"the fault came in epoch {state.epoch + 1}'s end (its validation): "
+                        "a resume starts the next epoch, without that epoch's line"
+                    )
+            except Exception as exc:  # a full disk, non-finite weights: the older one stands
+                note = f"the save at the fault failed ({type(exc).__name__}: {exc})"
+                kept = manager.latest
+                kept_step = None if kept is None else _number(kept)
     return PeerLostError(
         peers=peers,
         cause=cause,
