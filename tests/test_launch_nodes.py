@@ -141,6 +141,7 @@ def test_two_nodes_of_two_workers_form_one_ordered_cluster(cluster):
             "4", "2", "2")  # fmt: skip
         assert f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}" == workers[0]
         assert env["TFDP_RESTART"] == "0" and env["TFDP_WORKER_INDEX"] == rank
+        assert env["TFDP_HEARTBEAT_TIMEOUT"] == "10"  # TensorFlow's agrees with the launchers'
     for node in nodes:
         assert "tfdp launch: the job completed on node(s) 0, 1" in node.text
         assert f"[worker {2 * node.rank}] ENV" in node.text  # each node prints its own

@@ -23,7 +23,7 @@ from pathlib import Path
 mode, out = sys.argv[1], Path(sys.argv[2])
 NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
          "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TFDP_WORKER_INDEX",
-         "TFDP_NUM_WORKERS", "TFDP_RESTART")  # fmt: skip
+         "TFDP_NUM_WORKERS", "TFDP_RESTART", "TFDP_HEARTBEAT_TIMEOUT")  # fmt: skip
 env = {k: os.environ[k] for k in NAMES}
 env["TF_CONFIG"] = json.loads(os.environ["TF_CONFIG"])
 env["pid"] = os.getpid()

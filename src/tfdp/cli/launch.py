@@ -184,7 +184,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SILENCE,
         metavar="S",
         help="seconds without a heartbeat after which a node (or the master) is lost "
-        f"(default {DEFAULT_SILENCE:g}; a heartbeat every S/10, at most every second)",
+        f"(default {DEFAULT_SILENCE:g}; a heartbeat every S/10, at most every second); also "
+        "the workers' TensorFlow heartbeat timeout (TFDP_HEARTBEAT_TIMEOUT) unless set",
     )
     parser.add_argument(
         "worker_command",

@@ -385,6 +385,18 @@ class _InterruptedError(Exception):
     """A signal arrived while this launcher waited for the master."""
 
 
+def _worker_env(env: Mapping[str, str], silence: float) -> dict[str, str]:
+    """The base environment of the workers: TensorFlow's heartbeat timeout agrees with ours.
+
+    A machine silent for ``silence`` seconds is lost to the launchers; its workers' peers
+    declare it lost after the same time (``TFDP_HEARTBEAT_TIMEOUT``, read by
+    :func:`tfdp.distribute.make_strategy`), unless the environment sets that already.
+    """
+    out = dict(env)
+    out.setdefault("TFDP_HEARTBEAT_TIMEOUT", f"{silence:g}")
+    return out
+
+
 def launch_nodes(
     command: Sequence[str],
     nproc: int,
@@ -426,7 +438,8 @@ def launch_nodes(
         env: The base environment (default ``os.environ``).
         resume_hint: The command that continues the job, told when it ends failing.
         heartbeat: Seconds between heartbeats on the rendezvous connection.
-        silence: Seconds without a message after which a peer is lost.
+        silence: Seconds without a message after which a peer is lost (also the workers'
+            TensorFlow heartbeat timeout, ``TFDP_HEARTBEAT_TIMEOUT``, unless ``env`` sets it).
 
     Returns:
         0 when the job completed; the first failure's status when it ended failing (128+N
@@ -486,7 +499,7 @@ def launch_nodes(
         command, nproc, node_rank=node_rank, nnodes=(low, high),
         master=(bare_host(master_addr), server.address[1] if server else master_port),
         node_addr=node_addr, job=job, rdzv_timeout=rdzv_timeout, heartbeat=heartbeat,
-        silence=silence, env=dict(os.environ if env is None else env),
+        silence=silence, env=_worker_env(os.environ if env is None else env, silence),
         resume_hint=resume_hint, sup=sup, instance=instance, port_base=port_base,
     )  # fmt: skip
     try:
