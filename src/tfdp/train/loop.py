@@ -43,9 +43,11 @@ from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
 from tfdp.sources.base import SkipReportingSource
+from tfdp.train.compression import check_compression
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import NonFiniteError, check_policy
 from tfdp.train.logs import TrainLogs
+from tfdp.train.peer_loss import PeerLossWatch, peer_lost
 from tfdp.train.step import TrainStep
 
 __all__ = ["TrainState", "Trainer"]
@@ -189,6 +191,14 @@ class Trainer:
             loss scaler's business (skipped and rescaled); the loss is checked.
             A gradient whose all-reduced sum overflows although every
             replica's part is finite is flagged too (the sum is what is checked).
+        gradient_compression: ``None`` (default: the exact float32
+            all-reduce), ``"fp16"`` or ``"bf16"``: every replica's gradient
+            is rounded to that type before the all-reduce, which sums in it,
+            and cast back after (the loss is reduced apart, in float32). Less
+            traffic between machines, not exact: float16 flushes entries below
+            about 6e-8 to 0 and overflows above 65504 (a non-finite step, see
+            ``on_nonfinite``); bfloat16 keeps 8 significant bits. Refused with
+            ``mixed_float16`` (see :mod:`tfdp.train.compression`).
 
     Raises:
         ValueError: for a model built outside the scope, a loss with a sum
@@ -235,6 +245,7 @@ class Trainer:
         log_every: int = 0,
         record_samples: str | os.PathLike[str] | None = None,
         on_nonfinite: str = "stop",
+        gradient_compression: str | None = None,
     ) -> None:
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.info = worker_info(self.strategy)
@@ -277,6 +288,7 @@ class Trainer:
         self._agree_fn: Any = None
         self.record_samples = os.fspath(record_samples) if record_samples is not None else None
         self.on_nonfinite = check_policy(on_nonfinite)
+        self.gradient_compression = check_compression(gradient_compression, mixed_precision)
         self.logs = TrainLogs(
             self.run_dir,
             is_chief=self.info.is_chief,
@@ -331,6 +343,7 @@ class Trainer:
             on_nonfinite=self.on_nonfinite,
             jit_compile=jit_compile,
             multi_worker=self.info.num_workers > 1,
+            gradient_compression=self.gradient_compression,
         )
         self._ckpt: Any = None
         self.state = TrainState()
@@ -394,14 +407,29 @@ class Trainer:
                 max_to_keep=self.max_to_keep,
                 **keras_trackables(self.model, self.optimizer),
                 # The epoch's training-metric accumulators: a resumed epoch's line covers it all.
-                metric_states=[
-                    backing_variable(v)
-                    for m in (self.train_loss, *self.train_metrics)
-                    for v in m.variables
-                ],
+                metric_states=self._metric_states(),
             )
             self._ckpt.check_writable()
         return self._ckpt
+
+    def _metric_states(self) -> list[Any]:
+        """The epoch's training-metric accumulators (sync-on-read variables), as checkpointed."""
+        return [
+            backing_variable(v) for m in (self.train_loss, *self.train_metrics) for v in m.variables
+        ]
+
+    def _position(self, train_input: DistributedInput, epoch: int, step: int) -> Any:
+        """The checkpointed data position after optimizer step ``step`` of ``epoch``."""
+        from tfdp.checkpoint import DataPosition
+
+        k = self.accumulation_steps
+        return DataPosition.from_input(  # the batch position in the sampler epoch
+            train_input,
+            epoch,
+            min(step * k, train_input.epoch_steps(epoch)),
+            accumulation_steps=k,
+            seed=train_input.seed,
+        )
 
     def _data_config(self, train_input: DistributedInput) -> dict[str, Any]:
         from tfdp.checkpoint import input_config
@@ -414,16 +442,7 @@ class Trainer:
         mgr = self._checkpoint_manager()
         if mgr is None:
             return
-        from tfdp.checkpoint import DataPosition
-
-        k = self.accumulation_steps
-        position = DataPosition.from_input(  # the batch position in the sampler epoch
-            train_input,
-            self.state.epoch,
-            min(self.state.step * k, train_input.epoch_steps(self.state.epoch)),
-            accumulation_steps=k,
-            seed=train_input.seed,
-        )
+        position = self._position(train_input, self.state.epoch, self.state.step)
         mgr.save(position, self.state.global_step)
 
     def restore(self, train_input: DistributedInput) -> bool:
@@ -629,6 +648,7 @@ class Trainer:
             return calls[group, n]
 
         cbs.on_train_begin()
+        watch = PeerLossWatch.start(self.optimizer, self.state)
         try:
             self._epochs(
                 train_input,
@@ -640,6 +660,11 @@ class Trainer:
                 batch_hooks=any(_has_batch_hooks(cb) for cb in callbacks or ()),
                 call=call,
             )
+        except tf.errors.OpError as exc:  # a lost peer: one clear error, the last step kept
+            lost = peer_lost(self, train_input, exc, watch)
+            if lost is None:
+                raise
+            raise lost from exc
         finally:
             # No frame holds the iterator but this list: it dies here, even when an exception
             # kept by the caller (a NonFiniteError) outlives fit. Left alive, iterators pile up
