@@ -21,8 +21,8 @@ from photos import encode, photo, write_folder
 from tfdp import augment
 from tfdp.input import DistributedInput, epoch_seed_key
 from tfdp.sources import ImageFolderSource
-from tfdp.sources.windows import WindowSource
-from tfdp.windowed_input import chunk_slots
+from tfdp.windows.decode import WindowSource
+from tfdp.windows.loader import chunk_slots
 
 SIZES = ((45, 60), (60, 45), (33, 50), (50, 33), (37, 50), (40, 52))
 MEAN, STD = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)
@@ -574,7 +574,7 @@ def test_jpeg_encoding_refuses_other_formats_and_encodes_arrays(tmp_path):
 
 
 def test_encoded_images_through_a_window_stage_equal_decoded_ones(folder):
-    from tfdp.sources.windows import encoded_windows
+    from tfdp.windows.decode import encoded_windows
 
     src = ImageFolderSource(folder)
     data = tf.stack([tf.io.read_file(src.path(i)) for i in range(src.num_examples)])

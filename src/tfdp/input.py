@@ -63,7 +63,7 @@ from tfdp.sources.base import (
     WindowSource,
     is_batched_augmentation,
 )
-from tfdp.windowed_input import WindowedBatches
+from tfdp.windows.loader import WindowedBatches
 
 __all__ = ["DistributedInput", "epoch_seed_key"]
 

@@ -61,7 +61,7 @@ import tensorflow as tf
 from tfdp._autograph import plain
 from tfdp.augment import WindowRequest
 from tfdp.errors import ConfigError
-from tfdp.sources.windows import Decoded, decode_windows, read_files
+from tfdp.windows.decode import Decoded, decode_windows, read_files
 
 __all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
 

@@ -986,7 +986,7 @@ class WindowAugmentation(Augmentation):
         RGB), with the same result as on the decoded images.
         """
         if images.dtype == tf.string:
-            from tfdp.sources.windows import encoded_windows  # decoding lives with the sources
+            from tfdp.windows.decode import encoded_windows  # decoding lives with the windows
 
             return encoded_windows(images, self, params)
         shape = tf.shape(images)

@@ -60,7 +60,7 @@ import tensorflow as tf
 from tfdp._autograph import plain
 from tfdp._compat import lightly_optimized_map
 from tfdp.augment import WindowPipeline
-from tfdp.sources.windows import WindowSource
+from tfdp.windows.decode import WindowSource
 
 __all__ = ["CHUNK_ENTRIES", "WindowedBatches", "chunk_slots"]
 
