@@ -129,6 +129,7 @@ def test_every_tag_is_defined_in_seeding_only():
         SRC / "indices.py",
         SRC / "input.py",
         *(SRC / "augment").rglob("*.py"),
+        *(SRC / "random").rglob("*.py"),
         *(SRC / "windows").rglob("*.py"),
         *(SRC / "sources").rglob("*.py"),
     ]
