@@ -53,6 +53,7 @@ from tfdp._util import deterministic_unsharded
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.elastic import epoch_plan, plan_steps
 from tfdp.errors import ConfigError
+from tfdp.random import sample_seeds
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 from tfdp.seeding import epoch_seed_key
 from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource, WeightedSource
@@ -477,7 +478,7 @@ class DistributedInput:
     def _load_batch(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         example = user_code(self.source.gather)(idx)
         if self._augment is not None:
-            example = self._augment(example, tf.stack([key, pos], axis=1))
+            example = self._augment(example, sample_seeds(key, pos))
         return self.finish_element(example, idx, pos, weight)
 
     def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:

@@ -14,9 +14,10 @@ module                     owns
 =========================  ===============================================================
 ``counter_hash``           MurmurHash3 of ``(seed words, counter)``, written once for
                            TensorFlow and NumPy (``tfdp._arrays``): the same bits
-``draws``                  :func:`per_sample_uniform`, :func:`fold_in`, :func:`uniform_int`,
+``draws``                  :func:`sample_seeds` (``[key, position]``), :func:`as_seeds`,
+                           :func:`per_sample_uniform`, :func:`fold_in`, :func:`uniform_int`,
                            :func:`folded_uniforms` (several streams at once, on the host
-                           with ``on_host``), :func:`as_seeds`
+                           with ``on_host``)
 =========================  ===============================================================
 
 Every random decision for sample ``b`` is a function of ``seeds[b]`` only:
@@ -37,7 +38,15 @@ from tfdp.random.draws import (
     fold_in,
     folded_uniforms,
     per_sample_uniform,
+    sample_seeds,
     uniform_int,
 )
 
-__all__ = ["as_seeds", "fold_in", "folded_uniforms", "per_sample_uniform", "uniform_int"]
+__all__ = [
+    "as_seeds",
+    "fold_in",
+    "folded_uniforms",
+    "per_sample_uniform",
+    "sample_seeds",
+    "uniform_int",
+]

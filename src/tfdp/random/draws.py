@@ -1,7 +1,8 @@
 """Per-sample random draws from per-sample seeds: what an augmentation is handed.
 
 This module owns the TensorFlow-facing functions over the counter hash
-(:mod:`tfdp.random.counter_hash`): the seed check (:func:`as_seeds`), a
+(:mod:`tfdp.random.counter_hash`): the samples' seeds (:func:`sample_seeds`)
+and their check (:func:`as_seeds`), a
 sample's uniforms (:func:`per_sample_uniform`), derived seeds
 (:func:`fold_in`), uniforms mapped to integers (:func:`uniform_int`), and the
 draws of several derived streams at once (:func:`folded_uniforms`), which a
@@ -30,7 +31,31 @@ from tfdp._arrays import NUMPY, TENSORFLOW, ArrayOps
 from tfdp.errors import ConfigError
 from tfdp.random.counter_hash import MAX_FOLD_DATA, fold_many, uniforms
 
-__all__ = ["as_seeds", "fold_in", "folded_uniforms", "per_sample_uniform", "uniform_int"]
+__all__ = [
+    "as_seeds",
+    "fold_in",
+    "folded_uniforms",
+    "per_sample_uniform",
+    "sample_seeds",
+    "uniform_int",
+]
+
+
+def sample_seeds(keys: Any, positions: Any) -> tf.Tensor:
+    """The seeds ``[B, 2]`` of ``B`` samples: ``[key, position]`` each, tfdp's convention.
+
+    ``keys`` is :func:`tfdp.seeding.epoch_seed_key` of the run's seed and the
+    epoch, ``positions`` each sample's place in the sampler's padded global
+    list (both int64 ``[B]``): a sample's copies under Repeated Augmentation
+    differ, and a rerun or a resumed run draws alike.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> sample_seeds(tf.constant([7, 7], tf.int64), tf.constant([0, 1], tf.int64)).numpy()
+        array([[7, 0],
+               [7, 1]])
+    """
+    return tf.stack([keys, positions], axis=1)
 
 
 def as_seeds(seeds: Any) -> tf.Tensor:

@@ -63,6 +63,7 @@ import tensorflow as tf
 
 from tfdp._autograph import plain
 from tfdp._compat import lightly_optimized_map
+from tfdp.random import sample_seeds
 from tfdp.sources.base import StreamingSource
 from tfdp.windows.contract import EpochEntries, WindowSource
 from tfdp.windows.parallelism import CHUNK_ENTRIES, INITIAL_CHUNK_CALLS
@@ -145,12 +146,12 @@ class WindowedBatches:
         """One chunk's entries: every draw at once, each distinct file read and decoded once."""
         # The draws by NumPy (same bits): the hash's graph nodes would be instantiated anew by
         # every iterator, delaying a new dataset's first step (bench_images: its iterator column).
-        request = self.pipeline.request(tf.stack([key, pos], axis=1), on_host=True)
+        request = self.pipeline.request(sample_seeds(key, pos), on_host=True)
         example, ok = self.source.load_windows(idx, request)
         return example, idx, pos, key, weight * ok
 
     def _finish_batch(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        example = self.pipeline.finish_batch(example, tf.stack([key, pos], axis=1))
+        example = self.pipeline.finish_batch(example, sample_seeds(key, pos))
         return self.entries.finish_element(example, idx, pos, weight)
 
     def _functions(self, ranks: tuple[int, ...]) -> _StreamFunctions:
