@@ -63,6 +63,8 @@ class WindowAugmentation(Augmentation):
         image_key: Key of the images when the example is a dict.
     """
 
+    accepts_encoded: ClassVar[bool] = True
+
     def __init__(
         self,
         size: int | tuple[int, int],
@@ -139,8 +141,6 @@ class WindowAugmentation(Augmentation):
             window, self.size, method=self.interpolation, antialias=self.antialias
         )
         return tf.cast(out, tf.float32)
-
-    accepts_encoded: ClassVar[bool] = True
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Plan each sample's window on the batch's image size, slice it and resize it.
