@@ -1,4 +1,5 @@
-"""The source and augmentation contracts (tfdp.sources.base) and the dispatch on them."""
+"""The source contracts (tfdp.sources.base, tfdp.windows.contract), the augmentation ones
+(tfdp.augment.contract), and the input layer's dispatch on them."""
 
 from __future__ import annotations
 
