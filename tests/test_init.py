@@ -24,10 +24,12 @@ def test_every_public_name_and_submodule_resolves():
         "input",
         "launch",
         "models",
+        "random",
         "recipe",
         "rundir",
         "sources",
         "train",
+        "windows",
     ):
         assert getattr(tfdp, module).__name__ == f"tfdp.{module}"
     # the names the README's Python quickstart uses

@@ -40,11 +40,13 @@ _SUBMODULES = {
     "input",
     "launch",
     "models",
+    "random",
     "recipe",
     "rundir",
     "samplers",
     "sources",
     "train",
+    "windows",
 }
 
 __all__ = [
