@@ -376,3 +376,35 @@ def test_plot_axes_use_integer_epochs_and_skip_epoch_one_speed(tmp_path, monkeyp
     ys = line.get_ydata()
     assert np.isnan(ys[0]) and list(ys[1:]) == [1010.0, 1020.0]
     assert "epoch 1 left out" in speed.get_title()
+
+
+def test_convert_of_a_jpeg_folder_stores_the_files_byte_for_byte(tmp_path, capsys):
+    """As the README says: TFRecord shards of a JPEG folder hold the files as they are."""
+    import tensorflow as tf
+
+    from photos import write_folder
+
+    root = write_folder(tmp_path / "jpegs", 6, classes=2, sizes=[(20, 28), (24, 16)])
+    files = {p.read_bytes(): p.parent.name for p in root.glob("*/*.JPEG")}
+    code, out, err = _run(capsys, "data", "convert", str(root), str(tmp_path / "s"), "--shards=2")
+    assert code == 0, err
+    assert "the JPEG files byte for byte" in out
+    manifest = json.loads((tmp_path / "s/data.manifest.json").read_text())
+    (image,) = [f for f in manifest["features"] if f["name"] == "image"]
+    assert image["encoding"] == "jpeg"
+    stored = {}
+    for shard in manifest["files"]:
+        for record in tf.data.TFRecordDataset(str(tmp_path / "s" / shard)):
+            example = tf.train.Example.FromString(record.numpy())
+            data = example.features.feature["image"].bytes_list.value[0]
+            stored[data] = int(example.features.feature["label"].int64_list.value[0])
+    assert set(stored) == set(files)  # every record's bytes are one file's bytes, all files
+    assert all(f"c{stored[data]:02d}" == name for data, name in files.items())
+    assert "examples: 6" in inspect_data(str(tmp_path / "s"), 2)  # and they read back
+    # Resized, the images are new pixels: PNG.
+    code, out, err = _run(
+        capsys, "data", "convert", str(root), str(tmp_path / "r"), "--image-size", "8"
+    )
+    assert code == 0 and "PNG-encoded" in out, err
+    manifest = json.loads((tmp_path / "r/data.manifest.json").read_text())
+    assert [f["encoding"] for f in manifest["features"] if f["name"] == "image"] == ["png"]

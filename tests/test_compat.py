@@ -292,3 +292,41 @@ def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradie
     assert "train_step" not in vars(model) and "apply_gradients" not in vars(model.optimizer)
     model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
     assert len(traced) == 2 and float(calls.numpy()) == 4  # outside: the class's methods
+
+
+def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):
+    """In a fresh process: the coordination service configured before MWMS is the one it uses."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import json, tensorflow as tf\n"
+        "from tensorflow.python.eager import context\n"
+        "from tfdp._compat import configure_heartbeat\n"
+        "cluster = json.loads(__import__('os').environ['TF_CONFIG'])['cluster']\n"
+        "print('SET', configure_heartbeat(cluster, 'worker', 42.5))\n"
+        "print('AGAIN', configure_heartbeat(cluster, 'worker', 1.0))\n"
+        "tf.distribute.MultiWorkerMirroredStrategy()\n"
+        "c = context.context().coordination_service\n"
+        "print('CONFIG', c.heartbeat_timeout_in_ms, c.service_leader, c.service_type,\n"
+        "      [(j.name, j.num_tasks) for j in c.coordinated_job_list])\n"
+    )
+    tf_config = {
+        "cluster": {"worker": [f"127.0.0.1:{port}"]},
+        "task": {"type": "worker", "index": 0},
+    }
+    env = {
+        **os.environ,
+        "TF_CONFIG": json.dumps(tf_config),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300, check=True).stdout  # fmt: skip
+    assert "SET True" in out and "AGAIN False" in out  # set once; a second call changes nothing
+    assert "CONFIG 42500 /job:worker/replica:0/task:0 standalone [('worker', 1)]" in out, out

@@ -21,9 +21,11 @@ def test_every_public_name_and_submodule_resolves():
         "errors",
         "input",
         "launch",
+        "random",
         "recipe",
         "sources",
         "train",
+        "windows",
     ):
         assert getattr(tfdp, module).__name__ == f"tfdp.{module}"
     # the names the README's Python quickstart uses

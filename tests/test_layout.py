@@ -13,8 +13,8 @@ OWNED = [
     SRC / "seeding.py",
     SRC / "indices.py",
     SRC / "input.py",
-    SRC / "windowed_input.py",
-    SRC / "augment.py",
+    *sorted((SRC / "windows").rglob("*.py")),
+    *sorted((SRC / "augment").rglob("*.py")),
     SRC / "recipe" / "rundir.py",
     *sorted((SRC / "sources").rglob("*.py")),
 ]

@@ -127,7 +127,9 @@ def test_every_tag_is_defined_in_seeding_only():
     owners = [
         SRC / "indices.py",
         SRC / "input.py",
-        SRC / "augment.py",
+        *(SRC / "augment").rglob("*.py"),
+        *(SRC / "random").rglob("*.py"),
+        *(SRC / "windows").rglob("*.py"),
         *(SRC / "sources").rglob("*.py"),
     ]
     found = {str(p.relative_to(SRC)): sorted(tags & set(_int_literals(p))) for p in owners}

@@ -37,10 +37,12 @@ _SUBMODULES = {
     "indices",
     "input",
     "launch",
+    "random",
     "recipe",
     "samplers",
     "sources",
     "train",
+    "windows",
 }
 
 __all__ = [

@@ -38,6 +38,10 @@ lightly_optimized_map         tf.data instantiates a function with ``experimenta
                               prefetch-to-device functions carry); a call op's ``config_proto``
                               (set from the thread's ``function_call_options`` when it is traced)
                               is the Grappler configuration of the called function
+configure_heartbeat           ``context.configure_coordination_service`` before
+                              MultiWorkerMirroredStrategy is built: the strategy then keeps it
+                              (it configures its own only when none is set); its
+                              ``heartbeat_timeout_in_ms`` is when a silent task is declared lost
 ============================  ===================================================================
 
 Example:
@@ -60,6 +64,7 @@ __all__ = [
     "call_outside_strategy",
     "checkpoint_value_key",
     "compiled_metrics_container",
+    "configure_heartbeat",
     "fit_step_overrides",
     "gradients_reduced",
     "lightly_optimized_map",
@@ -430,3 +435,37 @@ def lightly_optimized_map(
             return self._map_func.output_structure
 
     return _LightMapDataset()
+
+
+def configure_heartbeat(cluster: dict[str, Any], task_type: str, timeout: float) -> bool:
+    """Set the coordination service's heartbeat timeout for the MultiWorkerMirroredStrategy to come.
+
+    TensorFlow declares a task lost when the job's coordination service (hosted
+    by the chief, else worker 0) hears no heartbeat from it for this long (its
+    own default: 10 s), and then aborts every collective of the job. Call before
+    the strategy is built: it configures the service the way the strategy would
+    (standalone, the same leader and coordinated jobs), with this timeout.
+    Returns False, changing nothing, for a task the service does not coordinate
+    (not ``chief`` or ``worker``) or when the service is configured already.
+
+    Example:
+        >>> configure_heartbeat({"ps": ["h:1"]}, "ps", 30.0)  # not coordinated: nothing set
+        False
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.eager import context
+
+    jobs = [j for j in ("chief", "worker") if cluster.get(j)]
+    ctx = context.context()
+    if task_type not in jobs or ctx.coordination_service is not None:
+        return False
+    leader = "chief" if "chief" in jobs else "worker"
+    ctx.configure_coordination_service(
+        service_type="standalone",
+        service_leader=f"/job:{leader}/replica:0/task:0",
+        coordinated_jobs=[
+            coordination_config_pb2.CoordinatedJob(name=j, num_tasks=len(cluster[j])) for j in jobs
+        ],
+        heartbeat_timeout_in_ms=int(timeout * 1000),
+    )
+    return True

@@ -19,6 +19,10 @@ next epoch follows ``W'``'s own plan.
 Every sampler accepts ``permutation=`` -- a callable ``epoch -> permutation of
 range(num_examples)`` that replaces the built-in shuffle -- so its output can
 be checked element for element against PyTorch given torch's own permutation.
+It is called once per epoch per process and its result kept (shared by the
+sampler's :meth:`~Sampler.with_rank` and :meth:`~Sampler.replace` copies), so
+every rank of a process deals the same list; :meth:`Sampler.permutation_fingerprint`
+lets workers compare theirs (``DistributedInput`` does, under several workers).
 
 Example:
     >>> s = RepeatAugSampler(1000, num_replicas=4, rank=1, selected_round=0)
@@ -29,7 +33,9 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import math
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -48,6 +54,33 @@ _STATE_FIELDS = frozenset(
     {"sampler", "version", "config", "epoch", "position", "global_position", "plan_replicas"}
 )
 PermutationCallable = Callable[[int], Any]
+
+
+class _PermutationCache:
+    """A user permutation's result for the latest epochs: one call per epoch per process.
+
+    Shared by a sampler and its copies (every rank of a process), and locked, so
+    that ranks built on different threads (``tf.data``) deal one list even when
+    the callable returns another order at every call (a shared generator).
+    """
+
+    KEEP = 3  # epochs kept: the one training, the next one prefetched, the previous one
+
+    def __init__(self, fn: PermutationCallable, n: int) -> None:
+        self.fn, self.n = fn, n
+        self._lock = threading.Lock()
+        self._perms: dict[int, np.ndarray] = {}  # least recently used first
+
+    def get(self, epoch: int) -> np.ndarray:
+        with self._lock:
+            perm = self._perms.pop(epoch, None)
+            if perm is None:
+                perm = _ix.validate_permutation(self.fn(epoch), self.n, "permutation(epoch)")
+                perm.setflags(write=False)
+            self._perms[epoch] = perm
+            while len(self._perms) > self.KEEP:
+                del self._perms[next(iter(self._perms))]
+            return perm
 
 
 def _is_positive_number(value: Any) -> bool:
@@ -93,6 +126,9 @@ class Sampler:
                 f"range(num_examples), got {type(permutation).__name__}"
             )
         self.permutation = permutation
+        self._perm_cache = (
+            None if permutation is None else _PermutationCache(permutation, self.num_examples)
+        )
         self.epoch = 0
         self._resume_position = 0
         self._yielded = 0
@@ -163,14 +199,31 @@ class Sampler:
 
     # -- the permutation of the current epoch --------------------------------
     def _epoch_permutation(self, shuffle: bool = True) -> _ix.PermutationFn:
-        if self.permutation is not None:
-            perm = _ix.validate_permutation(
-                self.permutation(self.epoch), self.num_examples, "permutation(epoch)"
-            )
-            return _ix.array_permutation(perm)
+        if self._perm_cache is not None:
+            return _ix.array_permutation(self._perm_cache.get(self.epoch))
         if not shuffle:
             return _ix.identity_permutation
         return _ix.KeyedPermutation(self.num_examples, self.seed, self.epoch)
+
+    def permutation_fingerprint(self, epoch: int | None = None) -> int | None:
+        """A 64-bit fingerprint of ``permutation(epoch)``'s result; None without ``permutation=``.
+
+        The permutation is the one this process's ranks deal (computed once per
+        epoch and kept), so equal fingerprints on every worker mean every worker
+        deals the same list. ``epoch`` defaults to the current one.
+
+        Example:
+            >>> s = DistributedSampler(4, 2, 0, permutation=lambda epoch: [3, 1, 0, 2])
+            >>> s.permutation_fingerprint() == s.with_rank(1).permutation_fingerprint(0)
+            True
+            >>> DistributedSampler(4, 2, 0).permutation_fingerprint() is None
+            True
+        """
+        if self._perm_cache is None:
+            return None
+        epoch = self.epoch if epoch is None else check_int("epoch", epoch, 0, 2**63 - 1)
+        digest = hashlib.blake2b(self._perm_cache.get(epoch).tobytes(), digest_size=8).digest()
+        return int.from_bytes(digest, "little")
 
     # -- public API -------------------------------------------------------------
     def with_rank(self, rank: int) -> Sampler:
@@ -250,6 +303,8 @@ class Sampler:
             raise ValueError(f"{self._KIND} takes no argument(s) {unknown}")
         kwargs.update(changes)
         other = type(self)(**kwargs)
+        if other.permutation is self.permutation and other.num_examples == self.num_examples:
+            other._perm_cache = self._perm_cache  # one call of permutation(epoch) for all copies
         other.set_epoch(self.epoch)
         return other
 

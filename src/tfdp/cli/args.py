@@ -30,6 +30,7 @@ from typing import Any
 from tfdp.errors import TfdpError, said_as
 
 __all__ = [
+    "DefaultsHelpFormatter",
     "MissingExtraError",
     "Parser",
     "in_flags",
@@ -41,8 +42,35 @@ __all__ = [
 ]
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default as the parser holds it: ``(default: X)``.
+
+    Generated from the code, so help and behaviour agree. An option whose
+    help already says ``(default...`` (a default computed at run time, e.g.
+    ``(default: the run's)``) keeps its words; a ``None`` default that the
+    help does not describe, and the ``False`` of an on/off flag, show nothing.
+
+    Example:
+        >>> p = Parser(prog="demo")
+        >>> _ = p.add_argument("--workers", type=int, default=4, help="how many")
+        >>> " ".join(p.format_help().split()).endswith("--workers WORKERS how many (default: 4)")
+        True
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text is None or "(default" in text or "%(default)" in text:
+            return text
+        default = action.default
+        if default is None or default is argparse.SUPPRESS or action.nargs == 0:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with "did you mean" for unknown flags, and no silent abbreviations.
+
+    Help shows every default from the code (:class:`DefaultsHelpFormatter`).
 
     Example:
         >>> p = Parser(prog="tfdp")
@@ -53,6 +81,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
         self.commands: dict[str, argparse.ArgumentParser] = {}
         self.argv: Sequence[str] = ()

@@ -15,11 +15,14 @@ This module owns :func:`convert_data` and its writers. The formats:
   order, and ``<class>`` is its class name or, without names, its label
   zero-padded to the width of the largest label.
 * TFRecord: a directory (or a ``*.manifest.json`` path) written by
-  :func:`tfdp.sources.write_tfrecords`, features ``image`` (PNG) and
-  ``label`` (int64). Records are written in ``write_tfrecords``'s seeded
-  shuffled order (so that class-sorted sources give mixed shards). ``tfdp
-  data convert`` adds ``classes`` (names or null), ``num_classes`` and
-  ``label_counts`` to the manifest, so that ``tfdp train`` knows the classes
+  :func:`tfdp.sources.write_tfrecords`, features ``image`` and ``label``
+  (int64). The images of a folder of JPEG files are the files byte for byte
+  (encoding ``jpeg``, as ``write_tfrecords`` stores them), unless
+  ``--image-size`` resizes them; every other image is PNG-encoded. Records
+  are written in ``write_tfrecords``'s seeded shuffled order (so that
+  class-sorted sources give mixed shards). ``tfdp data convert`` adds
+  ``classes`` (names or null), ``num_classes`` and ``label_counts`` to the
+  manifest, so that ``tfdp train`` knows the classes
   without reading every label. Reading checks every shard's record count
   against the manifest; a difference is an error naming the shard.
 
@@ -56,6 +59,7 @@ from tfdp.recipe.dataspec import (
     read_labels,
     resize_uint8,
 )
+from tfdp.sources.base import EncodedImageSource
 
 __all__ = ["FORMATS", "convert_data"]
 
@@ -105,6 +109,38 @@ class _Feed:
         return image, label
 
 
+class _JpegFiles:
+    """A folder of JPEGs for write_tfrecords: the files as they are (byte for byte), counted.
+
+    Meets :class:`tfdp.sources.base.EncodedImageSource` (and the random-access contract) by
+    handing over ``source``'s own methods, each ``load_encoded`` counting one example done.
+    """
+
+    streaming = False
+    jpeg_files = True
+
+    def __init__(self, source: Any, progress: Progress) -> None:
+        self._source = source
+        self._progress = progress
+        self.num_examples = source.num_examples
+        self.element_spec = source.element_spec
+        self.load = source.load
+        self.path = source.path
+
+    def _tick(self, index: Any) -> np.int64:
+        self._progress.update(1)
+        return np.int64(0)
+
+    def load_encoded(self, index: Any) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        example, problem = self._source.load_encoded(index)
+        token = tf.numpy_function(self._tick, [index], tf.int64, stateful=True)
+        with tf.control_dependencies([token]):
+            problem = tf.identity(problem)
+        return example, problem
+
+
 def _list_loader(images: list[np.ndarray], labels: list[int]) -> Callable[[Any], Any]:
     import tensorflow as tf
 
@@ -130,7 +166,8 @@ def _dst_format(dst: str, to: str | None) -> str:
     return "npz" if dst.endswith(".npz") else "tfrecord"
 
 
-def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
+def _check_dst(dst: str, fmt: str) -> None:
+    """Refuse a destination of the wrong kind or not empty (before any data is opened)."""
     if os.path.isdir(dst):
         if fmt == "npz":
             raise ConfigError(f"DST {dst!r} is a directory; a .npz output needs a file name")
@@ -147,6 +184,10 @@ def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
                 f"DST {dst!r} exists and is not empty; remove it or choose another path "
                 "(tfdp data convert never overwrites)"
             )
+
+
+def _check_dst_outside(dst: str, data: OpenedData) -> None:
+    """Refuse a destination that is the source or lies inside it."""
     if data.kind != "digits":
         where = os.path.abspath(data.where)
         src_real = os.path.realpath(os.path.dirname(where) if data.kind == "tfrecord" else where)
@@ -309,7 +350,11 @@ def _write_tfrecord(
         shape = images[0].shape if same else (None, None, images[0].shape[-1])
         load = _list_loader(images, label_list)
         n = len(images)
-    feed = _Feed(load, n, tuple(shape), image_size, progress)
+    feed: Any = _Feed(load, n, tuple(shape), image_size, progress)
+    stored = "images PNG-encoded"
+    source = data.source
+    if image_size is None and isinstance(source, EncodedImageSource) and source.jpeg_files:
+        feed, stored = _JpegFiles(source, progress), "images: the JPEG files byte for byte"
     tmp = _temp_sibling(dst)
     try:
         write_tfrecords(feed, tmp, num_shards=shards)
@@ -323,7 +368,7 @@ def _write_tfrecord(
         written = int(sum(json.load(fh)["counts"]))
     return written, [
         f"{shards} shard(s) with a manifest (data.manifest.json: files, record counts, classes), "
-        "records in shuffled order"
+        f"records in shuffled order, {stored}"
     ]
 
 
@@ -399,9 +444,10 @@ def convert_data(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    _check_dst(dst, fmt)  # before open_source: bad paths are refused before TensorFlow loads
     with data_errors(spec="SRC", num_classes="--num-classes"):
         data = open_source(src, num_classes=num_classes)
-    _check_dst(dst, fmt, data)
+    _check_dst_outside(dst, data)
     if data.dtype != "uint8":
         raise DataError(
             f"{data.where}: holds {data.dtype} images; tfdp data convert writes 8-bit images: "

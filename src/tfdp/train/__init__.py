@@ -15,6 +15,8 @@ trained weights, one concern per module:
   sample-id records;
 - ``evaluate``: the per-example loss and exact evaluation;
 - ``guard``: the all-reduced non-finite check;
+- ``peer_loss``: a lost peer's clear error, and the last completed step saved at the fault;
+- ``compression``: gradients rounded to 16 bits before the all-reduce (opt-in);
 - ``keras_fit``: :func:`fit`, the same semantics under ``model.fit``; ``fit_guard``:
   its non-finite guard.
 
@@ -40,10 +42,12 @@ from tfdp.train.evaluate import Evaluator, PerExampleLoss, evaluate
 from tfdp.train.guard import NonFiniteError
 from tfdp.train.keras_fit import fit
 from tfdp.train.loop import Trainer
+from tfdp.train.peer_loss import PeerLostError
 
 __all__ = [
     "Evaluator",
     "NonFiniteError",
+    "PeerLostError",
     "PerExampleLoss",
     "TrainState",
     "Trainer",

@@ -38,13 +38,14 @@ import tensorflow as tf
 from tfdp._compat import attach_optimizer, backing_variable
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
+from tfdp.train.compression import check_compression
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import check_policy
 from tfdp.train.logs import TrainLogs
-from tfdp.train.parts import TrainerParts
+from tfdp.train.parts import StepRunner, TrainerParts
 from tfdp.train.step import TrainStep
 
-__all__ = ["MIXED_PRECISION", "check_loop_options", "default_parts"]
+__all__ = ["MIXED_PRECISION", "check_loop_options", "default_parts", "epoch_metric_states"]
 
 #: The mixed-precision policies a Trainer takes (None or ``"float32"``: none).
 MIXED_PRECISION = (None, "float32", "mixed_float16", "mixed_bfloat16")
@@ -196,6 +197,7 @@ def default_parts(
     log_every: int = 0,
     record_samples: str | os.PathLike[str] | None = None,
     on_nonfinite: str = "stop",
+    gradient_compression: str | None = None,
 ) -> TrainerParts:
     """The parts tfdp builds for a model, an optimizer and a loss (see :class:`tfdp.train.Trainer`).
 
@@ -211,6 +213,7 @@ def default_parts(
     strategy = strategy if strategy is not None else tf.distribute.get_strategy()
     _check_options(loss, log_every, clip_global_norm, mixed_precision)
     on_nonfinite = check_policy(on_nonfinite)
+    gradient_compression = check_compression(gradient_compression, mixed_precision)
     info = worker_info(strategy)
     policy = mixed_precision if mixed_precision != "float32" else None
     with _dtype_policy(policy), strategy.scope():
@@ -232,6 +235,7 @@ def default_parts(
         on_nonfinite=on_nonfinite,
         jit_compile=jit_compile,
         multi_worker=info.num_workers > 1,
+        gradient_compression=gradient_compression,
     )
     logs = TrainLogs(
         run_dir,
@@ -252,8 +256,20 @@ def default_parts(
             max_to_keep=max_to_keep,
             **keras_trackables(built_model, built_optimizer),
             # The epoch's training-metric accumulators: a resumed epoch's line covers it all.
-            metric_states=[
-                backing_variable(v) for m in (train_loss, *train_metrics) for v in m.variables
-            ],
+            metric_states=epoch_metric_states(step),
         )
     return TrainerParts(step=step, evaluator=evaluator, logs=logs, checkpoints=checkpoints)
+
+
+def epoch_metric_states(step: StepRunner) -> list[Any]:
+    """The epoch's training-metric accumulators of ``step`` (sync-on-read), as checkpointed.
+
+    Example:
+        >>> import keras
+        >>> parts = default_parts(None, lambda: keras.Sequential(
+        ...     [keras.Input((2,)), keras.layers.Dense(2)]), keras.optimizers.SGD, "mse",
+        ...     metrics=["mae"])
+        >>> [v.name for v in epoch_metric_states(parts.step)]  # the loss's Mean, then mae's
+        ['total', 'count', 'total', 'count']
+    """
+    return [backing_variable(v) for m in (step.train_loss, *step.metrics) for v in m.variables]

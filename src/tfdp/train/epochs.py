@@ -1,7 +1,9 @@
 """The epochs of :meth:`tfdp.train.Trainer.fit`: compiled calls, their results, each epoch's record.
 
 This module owns :class:`EpochLoop`, the body of the outer loop over the parts
-a Trainer is composed of (:mod:`tfdp.train.parts`): an epoch of ``S`` batches
+a Trainer is composed of (:mod:`tfdp.train.parts`): an epoch starts with the
+workers' agreement on a user permutation
+(:meth:`tfdp.DistributedInput.check_permutation_agreement`); an epoch of ``S`` batches
 makes ``ceil(S / accumulation_steps)`` optimizer steps (the last holds the
 ``S mod accumulation_steps`` leftover micro-batches), run ``steps_per_call`` at
 a time by calls cut to land on the steps when a checkpoint, a log line or
@@ -175,7 +177,9 @@ class EpochLoop:
     def _learning_rate(self) -> float:
         """The optimizer's learning rate now (nan for a schedule object or anything unreadable)."""
         try:
-            return float(keras.ops.convert_to_numpy(self.step.optimizer.learning_rate))
+            # Through a tensor: np.array of a Keras Variable warns under NumPy 2 (its __array__
+            # takes no copy keyword), and keras.ops.convert_to_tensor keeps a MirroredVariable.
+            return float(tf.convert_to_tensor(self.step.optimizer.learning_rate))
         except Exception:  # a schedule object or anything unreadable
             return float("nan")
 
@@ -224,6 +228,8 @@ class EpochLoop:
             run.train_input.epoch_steps(self.state.epoch), self.accumulation_steps
         )
         epoch = _Epoch(self.state.epoch, full_steps, tail)
+        # A user permutation: every worker's the same (one collective under several workers).
+        run.train_input.check_permutation_agreement(epoch.epoch)
         run.callbacks.on_epoch_begin(epoch.epoch)
         self.logs.epoch_begin(epoch.epoch, epoch.steps)
         epoch.t0 = time.perf_counter()

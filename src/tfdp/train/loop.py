@@ -12,7 +12,9 @@ handed its parts (:mod:`tfdp.train.parts`): the step that runs compiled calls
 (:mod:`tfdp.train.step`), the evaluation (:mod:`tfdp.train.evaluate`), the
 logs (:mod:`tfdp.train.logs`) and the checkpoints (:mod:`tfdp.checkpoint`);
 ``Trainer(strategy, model, optimizer, loss, ...)`` builds tfdp's own
-(:mod:`tfdp.train.assemble`).
+(:mod:`tfdp.train.assemble`). A collective that fails because another worker
+is gone ends ``fit`` with one :class:`~tfdp.train.PeerLostError`, the chief
+saving its last completed step (:mod:`tfdp.train.peer_loss`).
 
 Example:
     >>> import keras, numpy as np, tensorflow as tf
@@ -42,6 +44,7 @@ from tfdp.input import DistributedInput
 from tfdp.train.assemble import Factory, check_loop_options, default_parts
 from tfdp.train.epochs import EpochLoop, FitRun, TrainState
 from tfdp.train.parts import Checkpoints, EpochEvaluator, RunLog, StepRunner, TrainerParts
+from tfdp.train.peer_loss import PeerLoss
 from tfdp.train.resume import RunCheckpoints
 from tfdp.train.stop import StopAgreement
 
@@ -132,6 +135,14 @@ class Trainer:
             loss scaler's business (skipped and rescaled); the loss is checked.
             A gradient whose all-reduced sum overflows although every
             replica's part is finite is flagged too (the sum is what is checked).
+        gradient_compression: ``None`` (default: the exact float32
+            all-reduce), ``"fp16"`` or ``"bf16"``: every replica's gradient
+            is rounded to that type before the all-reduce, which sums in it,
+            and cast back after (the loss is reduced apart, in float32). Less
+            traffic between machines, not exact: float16 flushes entries below
+            about 6e-8 to 0 and overflows above 65504 (a non-finite step, see
+            ``on_nonfinite``); bfloat16 keeps 8 significant bits. Refused with
+            ``mixed_float16`` (see :mod:`tfdp.train.compression`).
 
     The parts -- the step, the exact evaluation, the logs, the checkpoints --
     are built from these arguments (:func:`tfdp.train.assemble.default_parts`);
@@ -183,6 +194,7 @@ class Trainer:
         log_every: int = 0,
         record_samples: str | os.PathLike[str] | None = None,
         on_nonfinite: str = "stop",
+        gradient_compression: str | None = None,
     ) -> None:
         check_loop_options(steps_per_call, accumulation_steps, checkpoint_every)
         parts = default_parts(
@@ -202,6 +214,7 @@ class Trainer:
             log_every=log_every,
             record_samples=record_samples,
             on_nonfinite=on_nonfinite,
+            gradient_compression=gradient_compression,
         )
         self._compose(parts, steps_per_call, accumulation_steps, checkpoint_every)
 
@@ -285,6 +298,7 @@ class Trainer:
         self.state = TrainState()
         self._stop = StopAgreement(self.strategy, self.info.num_workers)
         self._resume = RunCheckpoints(self.checkpoints, accumulation_steps, self.logs)
+        self._peer_loss = PeerLoss(self.train_step, self._resume, self.state, accumulation_steps)
         self._loop = EpochLoop(
             self.train_step,
             self.evaluator,
@@ -431,6 +445,7 @@ class Trainer:
             return calls[group, n]
 
         cbs.on_train_begin()
+        watch = self._peer_loss.watch()
         try:
             self._loop.run(
                 FitRun(
@@ -444,6 +459,11 @@ class Trainer:
                     call=call,
                 )
             )
+        except tf.errors.OpError as exc:  # a lost peer: one clear error, the last step kept
+            lost = self._peer_loss.lost(train_input, exc, watch)
+            if lost is None:
+                raise
+            raise lost from exc
         finally:
             # No frame holds the iterator but this list: it dies here, even when an exception
             # kept by the caller (a NonFiniteError) outlives fit. Left alive, iterators pile up

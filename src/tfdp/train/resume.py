@@ -6,8 +6,9 @@ counts (epoch, optimizer step in it, global step) and a
 in the sampler epoch (optimizer steps times ``accumulation_steps``) and the
 input's configuration (:func:`tfdp.checkpoint.input_config`); a restore checks
 that configuration, deals the rest of an epoch saved at another world size over
-this input's replicas (:meth:`tfdp.DistributedInput.resume_from`), and keeps
-``metrics.jsonl`` to the lines up to the restored step.
+this input's replicas (:meth:`tfdp.DistributedInput.resume_from`), keeps
+``metrics.jsonl`` to the lines up to the restored step, and says where the run
+resumes (:func:`where`: epochs counted from 1, as in the epoch lines).
 
 Example:
     >>> import tempfile, keras, numpy as np
@@ -32,7 +33,26 @@ from typing import Any
 from tfdp.errors import StateError
 from tfdp.train.parts import Checkpoints, RunLog
 
-__all__ = ["RunCheckpoints"]
+__all__ = ["RunCheckpoints", "where"]
+
+
+def where(epoch: int, step: int, global_step: int) -> str:
+    """Where training stands, for the console: epochs counted from 1, as in the epoch lines.
+
+    ``epoch`` counts from 0 and ``step`` is the optimizer steps done in it.
+
+    Example:
+        >>> where(1, 4, 20)
+        'in epoch 2, after its step 4 (global step 20)'
+        >>> where(2, 0, 30)
+        'at the start of epoch 3 (global step 30)'
+    """
+    at = (
+        f"in epoch {epoch + 1}, after its step {step}"
+        if step
+        else f"at the start of epoch {epoch + 1}"
+    )
+    return f"{at} (global step {int(global_step)})"
 
 
 class RunCheckpoints:
@@ -72,22 +92,30 @@ class RunCheckpoints:
             train_input, accumulation_steps=self.accumulation_steps, seed=train_input.seed
         )
 
-    def save(self, train_input: Any, *, epoch: int, step: int, global_step: int) -> None:
-        """Save after optimizer step ``step`` of ``epoch`` (``global_step`` in all)."""
-        checkpoints = self.ready()
-        if checkpoints is None:
-            return
+    def position(self, train_input: Any, epoch: int, step: int) -> Any:
+        """The data position saved after optimizer step ``step`` of ``epoch``.
+
+        A :class:`tfdp.checkpoint.DataPosition` holding the batch position in
+        the sampler epoch (optimizer steps times ``accumulation_steps``, at most
+        the epoch's batches).
+        """
         from tfdp.checkpoint import DataPosition
 
         k = self.accumulation_steps
-        position = DataPosition.from_input(  # the batch position in the sampler epoch
+        return DataPosition.from_input(  # the batch position in the sampler epoch
             train_input,
             epoch,
             min(step * k, train_input.epoch_steps(epoch)),
             accumulation_steps=k,
             seed=train_input.seed,
         )
-        checkpoints.save(position, global_step)
+
+    def save(self, train_input: Any, *, epoch: int, step: int, global_step: int) -> None:
+        """Save after optimizer step ``step`` of ``epoch`` (``global_step`` in all)."""
+        checkpoints = self.ready()
+        if checkpoints is None:
+            return
+        checkpoints.save(self.position(train_input, epoch, step), global_step)
 
     def restore(self, train_input: Any) -> tuple[int, int, int] | None:
         """``(epoch, optimizer step in it, global step)`` of the latest checkpoint, or None.
@@ -117,14 +145,13 @@ class RunCheckpoints:
         if position.step % self.accumulation_steps:
             raise StateError(
                 f"checkpoint {checkpoints.latest} stores batch {position.step} of epoch "
-                f"{position.epoch}, not the start of an optimizer step of "
+                f"{position.epoch + 1}, not the start of an optimizer step of "
                 f"accumulation_steps={self.accumulation_steps} micro-batches"
             )
+        epoch, step = position.epoch, position.step // self.accumulation_steps
         self.logs.truncate(int(global_step))
-        self.logs.print(
-            f"resumed from {checkpoints.restored}: epoch {position.epoch}, step {position.step}"
-        )
-        return position.epoch, position.step // self.accumulation_steps, int(global_step)
+        self.logs.print(f"resumed from {checkpoints.restored}: {where(epoch, step, global_step)}")
+        return epoch, step, int(global_step)
 
     def latest_note(self) -> str:
         """``"; the latest checkpoint, <path>, is from before it"`` (or that none was written).
