@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from photos import encode, photo, write_folder
 from tfdp import augment
-from tfdp.input import DistributedInput, epoch_seed_key
+from tfdp.input import DistributedInput
+from tfdp.seeding import epoch_seed_key
 from tfdp.sources import ImageFolderSource
 from tfdp.windows.contract import WindowSource
 from tfdp.windows.loader import chunk_slots
