@@ -269,7 +269,7 @@ def epoch_metric_states(step: StepRunner) -> list[Any]:
         >>> parts = default_parts(None, lambda: keras.Sequential(
         ...     [keras.Input((2,)), keras.layers.Dense(2)]), keras.optimizers.SGD, "mse",
         ...     metrics=["mae"])
-        >>> [v.name for v in epoch_metric_states(parts.step)]  # the loss's Mean, then mae's
-        ['total', 'count', 'total', 'count']
+        >>> [v.name.split(":")[0] for v in epoch_metric_states(parts.step)]  # loss, then mae
+        ['loss/total', 'loss/count', 'mean_absolute_error/total', 'mean_absolute_error/count']
     """
     return [backing_variable(v) for m in (step.train_loss, *step.metrics) for v in m.variables]
