@@ -97,16 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int_at_least(0),
         default=0,
         metavar="K",
-        help="restart the whole group up to K times after a failure or a lost node "
-        "(default 0)",
+        help="restart the whole group up to K times after a failure or a lost node (default 0)",
     )
     parser.add_argument(
         "--port-base",
         type=port,
         default=None,
         metavar="P",
-        help="worker i of this node listens on port P+i (default: free ports chosen at "
-        "each start)",
+        help="worker i of this node listens on port P+i (default: free ports chosen at each start)",
     )
     parser.add_argument(
         "--node-addr",

@@ -226,8 +226,7 @@ class PeerLoss:
         """Why this worker may not save at the fault, or None."""
         if not self.info.is_chief:
             return (
-                "only the chief writes checkpoints: it saves its last completed step if it "
-                "survives"
+                "only the chief writes checkpoints: it saves its last completed step if it survives"
             )
         if self.step.on_nonfinite == "ignore":
             return "with on_nonfinite='ignore' a failed step may have updated part of the variables"
