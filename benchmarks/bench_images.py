@@ -271,7 +271,7 @@ def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True):
             ]
         ),
     )
-    assert (inp._windows is not None) == windows
+    assert (inp.window_loader is not None) == windows
     return inp
 
 

@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from tfdp import ArraySource, DistributedInput
     from tfdp import augment as aug
-    from tfdp.datasets import load_digits
-    from tfdp.models import small_cnn
+    from tfdp.recipe.digits import load_digits
+    from tfdp.recipe.networks import small_cnn
     from tfdp.sources import TFRecordSource, write_tfrecords
     from tfdp.train import Trainer
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     state = trainer.state
     if state.stopped_early:
         print(
-            f"stopped at epoch {state.epoch}, step {state.step} (global step "
+            f"stopped in epoch {state.epoch + 1}, after its step {state.step} (global step "
             f"{state.global_step}), checkpoint saved: run the same command without --max-steps "
             "to resume"
         )

@@ -7,4 +7,5 @@ bash scripts/setup.sh
 if [ "$#" -eq 0 ] || [ "${1#-}" != "$1" ]; then
   set -- train "$@"
 fi
+echo "run-main: .venv/bin/tfdp $* (TensorFlow loads first: a few seconds)" >&2
 exec .venv/bin/tfdp "$@"

@@ -4,4 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q -n auto --doctest-modules src tests "$@"
+# Not -q: with -q and no terminal, pytest-xdist prints its placeholder status "bringing up
+# nodes..." twice (at start-up and after collection); at normal verbosity it says
+# "created: N/N workers" and "N workers [M items]" instead.
+.venv/bin/python -m pytest -n auto --doctest-modules src tests "$@"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tfdp import augment
 from tfdp.seeding import MURMUR_SALT_UNIFORM
+from tfdp.windows.plan import split_window
 
 M32 = 0xFFFFFFFF
 
@@ -646,7 +647,7 @@ def test_a_window_stage_of_ones_own_plans_in_the_graph():
 
     stage = Corner(4)
     assert not stage.plans_on_host
-    request = augment.split_window(stage).request(seeds_for(range(2)), on_host=True)
+    request = split_window(stage).request(seeds_for(range(2)), on_host=True)
     boxes = request.windows(tf.constant([[10, 12], [3, 9]])).numpy()
     assert boxes.tolist() == [[0, 0, 4, 4], [0, 0, 3, 4]]
 
@@ -663,7 +664,7 @@ def test_a_window_stage_of_ones_own_with_host_windows_plans_on_the_host():
 
     stage = Corner(4)
     assert stage.plans_on_host
-    request = augment.split_window(stage).request(seeds_for(range(2)), on_host=True)
+    request = split_window(stage).request(seeds_for(range(2)), on_host=True)
     boxes = request.windows(tf.constant([[10, 12], [3, 9]])).numpy()
     assert boxes.tolist() == [[0, 0, 5, 5], [0, 0, 3, 5]]  # the host's windows, not the graph's
 
@@ -856,16 +857,16 @@ def test_normalize_is_bit_identical_to_plain_broadcasting():
 def test_split_window_structure():
     rrc, flip, norm = augment.RandomResizedCrop(8), augment.RandomFlip(), augment.Normalize(0, 1)
     mixer = augment.Compose([augment.RandomFlip()])  # a batched callable, not an Augmentation
-    pipe = augment.split_window(augment.Compose([rrc, flip, norm, mixer, flip]))
+    pipe = split_window(augment.Compose([rrc, flip, norm, mixer, flip]))
     assert pipe.window is rrc and pipe.window_index == 0
     assert [(i, s) for i, s in pipe.image_stages] == [(1, flip), (2, norm)]
     assert [(i, s) for i, s in pipe.batch_stages] == [(3, mixer), (4, flip)]
-    bare = augment.split_window(rrc)
+    bare = split_window(rrc)
     assert bare.window is rrc and bare.window_index is None and not bare.image_stages
-    assert augment.split_window(augment.Compose([flip, rrc])) is None
-    assert augment.split_window(flip) is None
-    assert augment.split_window(augment.Compose([])) is None
-    assert augment.split_window(None) is None
+    assert split_window(augment.Compose([flip, rrc])) is None
+    assert split_window(flip) is None
+    assert split_window(augment.Compose([])) is None
+    assert split_window(None) is None
 
 
 @pytest.mark.parametrize("bare", [False, True])
@@ -879,7 +880,7 @@ def test_window_request_reproduces_the_augmentation_on_decoded_images(bare):
         augment.Compose([augment.RandomFlip(vertical=True, horizontal=False)]),
     ]
     aug = stages[0] if bare else augment.Compose(stages)
-    pipe = augment.split_window(aug)
+    pipe = split_window(aug)
     n = 9
     # Images of different sizes: each sample alone through the augmentation is the reference.
     images = [rand_images((1, 20 + 3 * i, 31 - 2 * i, 3), np.uint8, seed=i) for i in range(n)]
@@ -1022,7 +1023,7 @@ def test_host_draws_equal_the_graph_draws_bit_for_bit(seeds, pipeline):
         "bare_rrc": augment.RandomResizedCrop(8),
         "center": augment.Compose([augment.CenterCrop(8), augment.RandomFlip()]),
     }[pipeline]
-    pipe = augment.split_window(stages)
+    pipe = split_window(stages)
     s = tf.constant(seeds, tf.int64)
     graph, host = pipe.request(s), pipe.request(s, on_host=True)
     shapes = tf.constant([[375, 500], [9, 9], [500, 17]] * 3)[: len(seeds)]

@@ -478,3 +478,64 @@ def test_batch_hooks_under_an_alias_or_set_on_the_instance_are_called(mirrored_o
     assert alias.begins == [0, 8]
     trainer.fit(train, 2, callbacks=[assigned])
     assert ends == [7, 15]
+
+
+# -- one convention for epoch numbers ----------------------------------------------------------
+
+
+def test_epoch_numbers_follow_keras_console_from_1_records_from_0(mirrored_of, tmp_path, capfd):
+    """Keras's convention: what is printed counts epochs from 1; what is recorded (History,
+    callbacks, metrics.jsonl, TensorBoard steps) holds the 0-based index. A resume says the
+    epoch it continues as the epoch lines that follow it do."""
+    strategy = mirrored_of(2)
+    train, _ = inputs(strategy)
+    first = quiet_trainer(strategy, run_dir=tmp_path, checkpoint_every=4, steps_per_call=4)
+    first.fit(train, 2, max_steps=20)  # stopped in the second epoch, after its step 4
+    capfd.readouterr()
+    rec = Recorder()
+    again = Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        "sparse_categorical_crossentropy_from_logits",
+        run_dir=tmp_path,
+        steps_per_call=4,
+        log_every=8,
+        progress=False,
+        verbose=1,
+    )
+    history = again.fit(train, 3, callbacks=[rec])
+    out = capfd.readouterr().out.splitlines()
+    resumed = next(line for line in out if line.startswith("resumed from"))
+    assert resumed.endswith("ckpt-20: in epoch 2, after its step 4 (global step 20)"), resumed
+    step_lines = [line.split("  ")[0] for line in out if "global_step" in line]
+    epoch_lines = [line.split("  ")[0] for line in out if re.match(r"epoch \d+  \d", line)]
+    assert step_lines == ["epoch 2", "epoch 2", "epoch 3", "epoch 3"]  # global steps 24 .. 48
+    assert epoch_lines == ["epoch 2", "epoch 3"]
+    assert history.epoch == [1, 2]
+    assert [e[1] for e in rec.events if e[0] == "epoch_end"] == [1, 2]
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [0, 1, 2]
+    assert sorted(read_events(tmp_path / "tensorboard")["train"]["epoch_loss"]) == [0, 1, 2]
+
+
+def test_step_lines_read_the_learning_rate_without_numpy_warnings(mirrored_of, capfd):
+    """The learning rate of the step lines is read as a tensor: np.array of a Keras Variable
+    warns under NumPy 2 (the warning pytest's configuration hides for Keras's own callbacks)."""
+    strategy = mirrored_of(2)
+    train, _ = inputs(strategy)
+    tr = Trainer(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.2),
+        "sparse_categorical_crossentropy_from_logits",
+        log_every=8,
+        progress=False,
+        verbose=1,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tr.fit(train, 1)
+    assert [str(w.message) for w in caught if "copy keyword" in str(w.message)] == []
+    lines = [line for line in capfd.readouterr().out.splitlines() if "global_step" in line]
+    assert len(lines) == 2 and all("  lr 0.2  " in line for line in lines), lines

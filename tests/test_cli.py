@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from tfdp.cli import main, sampler_table
-from tfdp.job import TrainConfig, coerce, load_config_file
+from tfdp.recipe import TrainConfig, coerce, load_config_file
 from tfdp.samplers import RepeatAugSampler
 
 
@@ -152,10 +153,13 @@ def test_train_resume_evaluate_and_refusals(tmp_path):
     assert other.returncode == 2 and "cannot change on resume" in other.stderr
     assert "--batch-size (the run has 64, now 32)" in other.stderr
     more = tfdp(
-        "train", "--epochs", "2", "--run-dir", str(run), "--resume", "--no-progress", cwd=tmp_path
+        "train", "--epochs", "3", "--run-dir", str(run), "--resume", "--no-progress", cwd=tmp_path
     )
     assert more.returncode == 0 and "resumed from" in more.stdout
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    # stdout is a pipe: a step line every DEFAULT_LOG_EVERY = 50 steps (22 steps per epoch here)
+    steps = re.findall(r"^epoch (\d+)  step (\d+)/22  global_step (\d+)  loss", more.stdout, re.M)
+    assert steps == [("3", "6", "50")], more.stdout
     results = []
     for replicas in ("1", "3"):
         ev = tfdp("evaluate", str(run), "--replicas", replicas, cwd=tmp_path)

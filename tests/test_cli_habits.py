@@ -131,6 +131,60 @@ def test_bad_input_is_reported_before_tensorflow_loads(tmp_path, args, message):
     assert not (tmp_path / "r").exists()
 
 
+EVERY_REFUSAL = """
+import json, sys
+from tfdp.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse: --help, --version, a bad flag
+        code = exc.code
+    results.append([argv, code, "tensorflow" in sys.modules])
+print(json.dumps(results))
+"""
+
+
+def test_help_version_and_every_refusal_come_before_tensorflow_loads(tmp_path):
+    """`--help`, `--version` and refusals of bad flags or paths, for every command, in one
+    process: TensorFlow is still not imported after all of them (they answer at once)."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_text("x")
+    t = str(tmp_path)
+    cases = [
+        ([], 0), (["--help"], 0), (["--version"], 0), (["--bogus"], 2),
+        (["train", "--help"], 0), (["train", "--epochs", "0"], 2), (["train", "--epoch", "3"], 2),
+        (["train", "--data", f"{t}/no.npz"], 2),
+        (["train", "--eval-data", f"{t}/no/*.tfrecord"], 2),
+        (["train", "--config", f"{t}/no.toml"], 2), (["train", "--lr", "x"], 2),
+        (["train", "--resume", "--run-dir", f"{t}/empty"], 2), (["train", "--model", "nosuch"], 2),
+        (["train", "--model", "no_such_module_xyz:net"], 2),
+        (["train", "--record-samples", f"{t}/no/ids.jsonl"], 2),
+        (["train", "--run-dir", f"{t}/full/f"], 2),
+        (["evaluate", "--help"], 0), (["evaluate", f"{t}/no"], 2), (["evaluate", f"{t}/empty"], 2),
+        (["evaluate", "R", "--replicas", "0"], 2),
+        (["plot", "--help"], 0), (["plot", f"{t}/no"], 2), (["plot", f"{t}/empty"], 2),
+        (["data", "--help"], 0), (["data", "convert", "--help"], 0),
+        (["data", "convert", f"{t}/no", f"{t}/out"], 2),
+        (["data", "convert", "digits", f"{t}/out", "--to", "csv"], 2),
+        (["data", "convert", "digits", f"{t}/full"], 2),
+        (["data", "convert", "digits", f"{t}/x.npz", "--shards", "2"], 2),
+        (["data", "inspect", "--help"], 0), (["data", "inspect", f"{t}/no"], 2),
+        (["sampler", "--help"], 0), (["sampler", "--num-examples", "0"], 2),
+        (["sampler", "--num-examples", "4", "--png", f"{t}/x.unknown"], 2),
+        (["launch", "--help"], 0), (["launch", "--workers", "0"], 2),
+        (["launch", "--workers", "1"], 2),
+    ]  # fmt: skip
+    out = py(EVERY_REFUSAL, json.dumps([argv for argv, _ in cases]), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    for (argv, want), (_, code, tf_loaded) in zip(cases, results, strict=True):
+        assert (code, tf_loaded) == (want, False), (argv, code, tf_loaded)
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x.npz").exists()
+
+
 MISSING = """
 import sys
 sys.modules[sys.argv[1]] = None  # as if not installed
@@ -296,3 +350,147 @@ def test_sampler_picture_title_fits_colours_differ_padding_marked(tmp_path, monk
     assert len(hatched) == 2
     assert ax.get_legend().get_texts()[0].get_text() == "padding copy (2)"
     assert (tmp_path / "layout.svg").read_text().lstrip().startswith("<?xml")
+
+
+def _visible_ticks(axis, limits) -> list[float]:
+    low, high = sorted(limits)
+    return [t for t in axis.get_ticklocs() if low <= t <= high]
+
+
+def test_plots_have_integer_ticks_for_epochs_and_ranks():
+    """Epochs and ranks are whole numbers: no tick 1.9, 2.1 (one point) or -0.5 (a cell edge)."""
+    from tfdp.cli.plot import metrics_figure
+    from tfdp.cli.sampler import layout_figure
+
+    # Two epochs: the samples/s panel leaves out the first, so it has one point.
+    records = [{"epoch": e, "loss": 1.0 / (e + 1), "samples_per_s": 100.0 + e} for e in range(2)]
+    for epochs in (records, records[:1]):
+        fig = metrics_figure(epochs)
+        fig.canvas.draw()
+        for ax in fig.axes:
+            ticks = _visible_ticks(ax.xaxis, ax.get_xlim())
+            assert ticks and all(t == int(t) and t >= 1 for t in ticks), (ax.get_title(), ticks)
+        assert fig.axes[2].get_xlim() == fig.axes[0].get_xlim()  # the panels line up
+    for ranks, examples in ((3, 9), (2, 4), (4, 40)):
+        samplers = [tfdp.DistributedSampler(examples, ranks, r) for r in range(ranks)]
+        fig = layout_figure(samplers, 1)
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        ranks_shown = _visible_ticks(ax.yaxis, ax.get_ylim())
+        assert ranks_shown == list(range(ranks))
+        positions = _visible_ticks(ax.xaxis, ax.get_xlim())
+        assert positions and all(t == int(t) and 0 <= t < len(samplers[0]) for t in positions)
+
+
+# -- help shows the defaults the parser holds ------------------------------------------------
+
+_STATED_DEFAULT = re.compile(r"\(default:? (.*)\)$", re.S)
+#: The fewest arguments each command parses with (its required ones).
+_MINIMAL_ARGS = {
+    ("train",): [],
+    ("evaluate",): ["RUN"],
+    ("plot",): ["RUN"],
+    ("sampler",): ["--num-examples", "4"],
+    ("data", "convert"): ["SRC", "DST"],
+    ("data", "inspect"): ["SRC"],
+    ("launch",): ["--workers", "1", "--", "true"],
+}
+
+
+def _commands():
+    """``(path, parser)`` for every command and sub-command of ``tfdp``."""
+    import argparse
+
+    from tfdp.cli import build_parser
+
+    todo = [((), build_parser())]
+    while todo:
+        path, parser = todo.pop()
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield path, parser
+        for action in subs:
+            todo += [((*path, name), sub) for name, sub in action.choices.items()]
+
+
+def _same(shown: str, value, parse=None) -> bool:
+    if isinstance(value, tuple) and parse is not None:  # --nnodes 1 parses to (1, 1)
+        return parse(shown) == value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(shown) == float(value)
+        except ValueError:
+            return False
+    return shown == str(value)
+
+
+def test_every_help_default_is_the_parsed_default(tmp_path, monkeypatch):
+    """What `--help` says an option defaults to is what a command parsed without it holds."""
+    import argparse
+
+    from tfdp.cli.train import train_request
+    from tfdp.recipe.config import RUN_NAME_PATTERN, TrainConfig, default_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    checked = 0
+    commands = dict(_commands())
+    assert set(commands) == set(_MINIMAL_ARGS)
+    for path, parser in commands.items():
+        args = parser.parse_args(_MINIMAL_ARGS[path])
+        effective = vars(args)
+        if path == ("train",):  # the flags default to None: the job's options fill them in
+            effective = {**effective, **train_request(args)[0].to_dict()}
+        shown_help = "".join(parser.format_help().split())  # wrapping may split a word at "-"
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if (
+                not action.option_strings
+                or action.required
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+            ):
+                continue
+            text = " ".join(formatter._expand_help(action).split())
+            assert "".join(text.split()) in shown_help, (path, action.dest)  # what --help prints
+            assert text.count("(default") <= 1, (path, action.dest, text)
+            stated = _STATED_DEFAULT.search(text)
+            value = effective[action.dest]
+            where = (*path, action.option_strings[0], text)
+            if value is None:  # computed at run time: said in words, never as a value
+                none_is_a_choice = "None" in (action.metavar or "")  # --mixed-precision
+                assert stated is None or (stated.group(1) == "None") == none_is_a_choice, where
+                continue
+            if value is False and action.nargs == 0 and stated is None:
+                continue  # an on/off flag, off unless given
+            assert stated is not None, where
+            assert _same(stated.group(1), value, action.type), (*where, value)
+            checked += 1
+    assert checked > 30
+    # The computed defaults of the run directory say what a run is called.
+    train = commands[("train",)]
+    helps = {a.dest: " ".join(a.help.split()) for a in train._actions if a.help}
+    assert f"(default: {RUN_NAME_PATTERN})" in train._get_formatter()._expand_help(
+        next(a for a in train._actions if a.dest == "name")
+    )
+    run_dir = default_run_dir(TrainConfig())
+    name = re.escape(RUN_NAME_PATTERN)
+    for placeholder, value in (("data", "digits"), ("model", "cnn"), ("date", r"\d{8}"),
+                               ("time", r"\d{6}")):  # fmt: skip
+        name = name.replace(re.escape(f"<{placeholder}>"), value)
+    assert re.fullmatch(f"runs/{name}", run_dir), (run_dir, name)
+    assert "run directory" in helps["run_dir"]
+    assert " ".join(
+        train._get_formatter()
+        ._expand_help(next(a for a in train._actions if a.dest == "run_dir"))
+        .split()
+    ).endswith("(default: runs/<name>)")
+
+
+def test_sampler_picture_counts_epochs_from_1_as_the_console():
+    from tfdp.cli.sampler import layout_figure
+
+    samplers = [tfdp.DistributedSampler(8, 2, r) for r in range(2)]
+    for s in samplers:
+        s.set_epoch(0)  # the first epoch, as set_epoch and metrics.jsonl count it
+    title = layout_figure(samplers, 1).axes[0].get_title()
+    assert title.endswith("epoch 1"), title

@@ -125,7 +125,7 @@ def test_plot_missing_inputs(tmp_path, capsys):
 
 
 def test_round_trip_digits_npz_folder_tfrecord_npz(tmp_path, capsys):
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
 
     images, labels = load_digits("all")
 
@@ -283,7 +283,7 @@ def test_convert_argument_errors(tmp_path, capsys):
 
 
 def test_inspect_digits_prints_size_and_classes(capsys):
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
 
     _, labels = load_digits("all")
     code, out, err = _run(capsys, "data", "inspect", "digits", "--examples", "3")
@@ -320,18 +320,11 @@ def test_inspect_npz_folder_and_tfrecord(tmp_path):
 
 
 def test_manifest_suffix_matches_the_writer():
-    from tfdp import dataspec
+    """The reader (recipe.dataspec, cli.convert) and the writer share one name (tfdp._names)."""
+    from tfdp import _names
     from tfdp.sources import tfrecord
 
-    assert dataspec.MANIFEST_SUFFIX == tfrecord.MANIFEST_SUFFIX
-
-
-def test_old_module_names_still_work():
-    from tfdp import cli_tools, job, recipe
-
-    assert cli_tools.convert_data is convert_data
-    assert cli_tools.plot_metrics is cli_plot.plot_metrics
-    assert job.TrainConfig is recipe.TrainConfig and job.run_train is recipe.run_train
+    assert _names.MANIFEST_SUFFIX == tfrecord.MANIFEST_SUFFIX
 
 
 def test_register_adds_plot_and_data():
@@ -383,3 +376,35 @@ def test_plot_axes_use_integer_epochs_and_skip_epoch_one_speed(tmp_path, monkeyp
     ys = line.get_ydata()
     assert np.isnan(ys[0]) and list(ys[1:]) == [1010.0, 1020.0]
     assert "epoch 1 left out" in speed.get_title()
+
+
+def test_convert_of_a_jpeg_folder_stores_the_files_byte_for_byte(tmp_path, capsys):
+    """As the README says: TFRecord shards of a JPEG folder hold the files as they are."""
+    import tensorflow as tf
+
+    from photos import write_folder
+
+    root = write_folder(tmp_path / "jpegs", 6, classes=2, sizes=[(20, 28), (24, 16)])
+    files = {p.read_bytes(): p.parent.name for p in root.glob("*/*.JPEG")}
+    code, out, err = _run(capsys, "data", "convert", str(root), str(tmp_path / "s"), "--shards=2")
+    assert code == 0, err
+    assert "the JPEG files byte for byte" in out
+    manifest = json.loads((tmp_path / "s/data.manifest.json").read_text())
+    (image,) = [f for f in manifest["features"] if f["name"] == "image"]
+    assert image["encoding"] == "jpeg"
+    stored = {}
+    for shard in manifest["files"]:
+        for record in tf.data.TFRecordDataset(str(tmp_path / "s" / shard)):
+            example = tf.train.Example.FromString(record.numpy())
+            data = example.features.feature["image"].bytes_list.value[0]
+            stored[data] = int(example.features.feature["label"].int64_list.value[0])
+    assert set(stored) == set(files)  # every record's bytes are one file's bytes, all files
+    assert all(f"c{stored[data]:02d}" == name for data, name in files.items())
+    assert "examples: 6" in inspect_data(str(tmp_path / "s"), 2)  # and they read back
+    # Resized, the images are new pixels: PNG.
+    code, out, err = _run(
+        capsys, "data", "convert", str(root), str(tmp_path / "r"), "--image-size", "8"
+    )
+    assert code == 0 and "PNG-encoded" in out, err
+    manifest = json.loads((tmp_path / "r/data.manifest.json").read_text())
+    assert [f["encoding"] for f in manifest["features"] if f["name"] == "image"] == ["png"]

@@ -107,10 +107,12 @@ def test_call_outside_strategy_creates_plain_host_variables_and_reraises():
 
 
 def test_no_private_reach_outside_compat_in_the_modules_it_serves():
-    files = [SRC / "checkpoint.py", *(SRC / "train").glob("*.py")]
+    files = [*(SRC / "checkpoint").glob("*.py"), *(SRC / "train").glob("*.py")]
     private = re.compile(
         r"_compile_metrics|\.ATTRIBUTES/|__internal__|\"seed_generator\"|_call_flat"
         r"|_all_reduce_sum_gradients|function_type"
+        r"|\.train_function\b|model\.train_step\s*=[^=]|\.apply_gradients\s*=[^=]"
+        r"|setattr\((model|optimizer)"
     )
     found = [
         f"{f.name}:{i}"
@@ -235,3 +237,96 @@ def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_
     assert not config_pb2.ConfigProto.FromString(
         after
     ).graph_options.rewrite_options.disable_tfg_optimizer
+
+
+def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradients(mirrored_of):
+    """model.fit traces the instance's train_step; Keras's train_step calls the instance's
+    apply_gradients once per replica, in its replica context, with that replica's own gradient;
+    outside, fit traces the class's methods again."""
+    strategy = mirrored_of(2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+        model.compile(keras.optimizers.SGD(0.0), "mse")
+        calls = tf.Variable(
+            0.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
+        grad_sum = tf.Variable(
+            0.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
+    x = np.array([[1.0], [2.0]], "float32")  # one row per replica: distinct gradients
+    y = np.zeros((2, 1), "float32")
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)  # a cached train function
+    traced = []
+
+    def step(original):
+        def wrapped(data):
+            traced.append("step")
+            return original(data)
+
+        return wrapped
+
+    def apply(original):
+        def wrapped(grads_and_vars, *args, **kwargs):
+            grads_and_vars = list(grads_and_vars)
+            assert not tf.distribute.in_cross_replica_context()  # a replica context
+            calls.assign_add(1.0)
+            grad_sum.assign_add(tf.reduce_sum(grads_and_vars[0][0]))
+            return original(grads_and_vars, *args, **kwargs)
+
+        return wrapped
+
+    with _compat.fit_step_overrides(model, train_step=step, apply_gradients=apply):
+        model.fit(x, y, batch_size=2, epochs=2, verbose=0, shuffle=False)
+    assert traced == ["step", "step"]  # traced once, inside: once per replica
+    assert float(calls.numpy()) == 2 * 2  # 2 replicas x 2 steps
+    w = float(model.layers[0].kernel.numpy()[0, 0])  # lr 0: the kernel never moves
+    # mse's gradient for the one row x of a replica: 2 * (w x - 0) * x, divided by the 2 replicas
+    # (Keras scales a replica's mean loss so that the sum is the global mean); per step, the sum
+    # of the two replicas' own gradients (not all-reduced: each is added once):
+    per_step = sum(2 * w * v * v / 2 for v in (1.0, 2.0))
+    np.testing.assert_allclose(float(grad_sum.numpy()), 2 * per_step, rtol=1e-5)
+    assert "train_step" not in vars(model) and "apply_gradients" not in vars(model.optimizer)
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
+    assert len(traced) == 2 and float(calls.numpy()) == 4  # outside: the class's methods
+
+
+def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):
+    """In a fresh process: the coordination service configured before MWMS is the one it uses."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import json, tensorflow as tf\n"
+        "from tensorflow.python.eager import context\n"
+        "from tfdp._compat import configure_heartbeat\n"
+        "cluster = json.loads(__import__('os').environ['TF_CONFIG'])['cluster']\n"
+        "print('SET', configure_heartbeat(cluster, 'worker', 42.5))\n"
+        "print('AGAIN', configure_heartbeat(cluster, 'worker', 1.0))\n"
+        "tf.distribute.MultiWorkerMirroredStrategy()\n"
+        "c = context.context().coordination_service\n"
+        "print('CONFIG', c.heartbeat_timeout_in_ms, c.service_leader, c.service_type,\n"
+        "      [(j.name, j.num_tasks) for j in c.coordinated_job_list])\n"
+    )
+    tf_config = {
+        "cluster": {"worker": [f"127.0.0.1:{port}"]},
+        "task": {"type": "worker", "index": 0},
+    }
+    env = {
+        **os.environ,
+        "TF_CONFIG": json.dumps(tf_config),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300, check=True).stdout  # fmt: skip
+    assert "SET True" in out and "AGAIN False" in out  # set once; a second call changes nothing
+    assert "CONFIG 42500 /job:worker/replica:0/task:0 standalone [('worker', 1)]" in out, out

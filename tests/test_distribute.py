@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tfdp.distribute import make_strategy, parse_tf_config, worker_info
+from tfdp.errors import ConfigError
 
 GOOD = {
     "cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]},
@@ -83,6 +84,17 @@ def test_make_strategy_kinds(mirrored4):
     with pytest.raises(ValueError, match="strategy kind must be one of"):
         make_strategy("horovod")
     with pytest.raises(ValueError, match="needs TF_CONFIG"):
+        make_strategy("multi_worker")
+    with pytest.raises(ConfigError, match=r"bytes_per_pack must be an integer >= 0") as bad:
+        make_strategy("multi_worker", bytes_per_pack=-1)  # refused before the cluster is read
+    assert bad.value.argument == "bytes_per_pack"
+    with pytest.raises(ConfigError, match=r"heartbeat_timeout must be a number of seconds > 0"):
+        make_strategy("multi_worker", heartbeat_timeout=0)
+
+
+def test_a_bad_heartbeat_timeout_from_the_environment_is_named(monkeypatch):
+    monkeypatch.setenv("TFDP_HEARTBEAT_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match=r"TFDP_HEARTBEAT_TIMEOUT must be a number .* 'soon'"):
         make_strategy("multi_worker")
 
 

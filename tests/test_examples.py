@@ -65,11 +65,12 @@ def test_tfrecord_custom_loop_resumes(tmp_path):
         "tfrecord_custom_loop", "--quick", "--out", str(out_dir), "--max-steps", "5", cwd=tmp_path
     )
     assert "wrote 8 TFRecord shards of 1437 digits" in first
-    assert "stopped at epoch 0, step 5 (global step 5), checkpoint saved" in first
+    assert "stopped in epoch 1, after its step 5 (global step 5), checkpoint saved" in first
     assert "resumed from" not in first
     second = example("tfrecord_custom_loop", "--quick", "--out", str(out_dir), cwd=tmp_path)
     assert "reusing the TFRecord shards" in second
-    assert re.search(r"resumed from \S+ckpt-5: epoch 0, step 5", second)
+    resumed = r"resumed from \S+ckpt-5: in epoch 1, after its step 5 \(global step 5\)"
+    assert re.search(resumed, second)
     assert re.search(r"epoch 1 +[\d.]+s +loss", second)  # the seed's per-epoch time and loss
     assert "done: 1 epoch(s), global step 22" in second
 

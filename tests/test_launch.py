@@ -63,7 +63,8 @@ def test_plan_env_vars_and_parent_env():
     assert plan(["x"], [1], env={})[0].env["PYTHONUNBUFFERED"] == "1"
 
 
-TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+            "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
@@ -78,6 +79,8 @@ def test_plan_sets_torchruns_variables_beside_tf_config(host):
             "WORLD_SIZE": "3",
             "LOCAL_RANK": str(i),  # one host: local rank = rank
             "LOCAL_WORLD_SIZE": "3",
+            "GROUP_RANK": "0",  # one node
+            "GROUP_WORLD_SIZE": "1",
             "MASTER_ADDR": host,  # unbracketed, as torch wants it
             "MASTER_PORT": "6000",  # the chief's port
         }
@@ -480,6 +483,70 @@ def test_second_signal_kills_at_once(tmp_path):
     assert b"another signal: sending SIGKILL to worker(s) 0, 1" in err
     for i in (0, 1):
         assert wait_gone(int((tmp_path / f"pid-{i}").read_text()))
+
+
+@pytest.mark.slow
+def test_every_line_is_printed_although_stdout_is_read_late(tmp_path):
+    """Issue 23, item 7: worker 1 prints (100 KB) and exits at once, worker 0 prints later;
+    the launcher's stdout is read only after 7 s -- longer than any fixed wait for the
+    output -- and still every line of both arrives (a launcher that stops waiting loses
+    what its pipes still hold)."""
+    proc = subprocess.Popen(
+        launcher_cmd("--workers", "2", "--", PY, str(WORKERS / "launch_drain.py"), "burst",
+                     str(tmp_path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 7
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode(errors="replace")
+    lines = prefixed(out)
+    burst = [t for i, t in lines if i == 1 and t.startswith(b"burst")]
+    assert burst == [f"burst {k:04d} {'x' * 88}".encode() for k in range(1000)]
+    assert [t for i, t in lines if i == 0 and t.startswith(b"late")] == [
+        f"late {k:03d}".encode() for k in range(200)
+    ]
+    assert (0, b"worker 0 exits") in lines and (1, b"worker 1 exits") in lines
+
+
+def test_a_child_left_behind_is_printed_to_its_end():
+    result = run_launcher("--workers", "1", "--", PY, str(WORKERS / "launch_drain.py"), "child",
+                          ".")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert prefixed(result.stdout)[-2:] == [(0, b"worker 0 exits"), (0, b"child line")]
+
+
+def test_a_child_that_lingers_after_success_is_stopped_after_the_grace_period(tmp_path):
+    result = run_launcher("--workers", "1", "--grace-seconds", "0.5", "--", PY,
+                          str(WORKERS / "launch_drain.py"), "linger", str(tmp_path))  # fmt: skip
+    err = result.stderr.decode(errors="replace")
+    assert result.returncode == 0, err
+    assert "worker(s) 0 exited, but process(es) they started still run" in err
+    assert "stopping the processes left by worker(s) 0" in err
+    assert wait_gone(int((tmp_path / "child-0").read_text()))
+
+
+def test_output_held_by_a_process_outside_the_group_is_given_up(tmp_path, capsys, monkeypatch):
+    """A process that left the worker's process group (setsid) and holds its output: the
+    launcher says so and ends instead of waiting for it."""
+    from tfdp.launch import supervise
+
+    monkeypatch.setattr(supervise, "_ORPHAN_PIPE_SECONDS", 0.5)
+    try:
+        status = main(["--workers", "1", "--", PY, str(WORKERS / "launch_drain.py"), "escape",
+                       str(tmp_path)])  # fmt: skip
+    finally:
+        escaped = int((tmp_path / "escaped-0").read_text())
+        os.kill(escaped, signal.SIGKILL)
+    captured = capsys.readouterr()
+    assert status == 0 and "[worker 0] worker 0 exits" in captured.out
+    assert "worker 0's output is held open by a process outside its process group" in (captured.err)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -13,9 +13,9 @@ OWNED = [
     SRC / "seeding.py",
     SRC / "indices.py",
     SRC / "input.py",
-    SRC / "windowed_input.py",
-    SRC / "augment.py",
-    SRC / "rundir.py",
+    *sorted((SRC / "windows").rglob("*.py")),
+    *sorted((SRC / "augment").rglob("*.py")),
+    SRC / "recipe" / "rundir.py",
     *sorted((SRC / "sources").rglob("*.py")),
 ]
 

@@ -82,6 +82,8 @@ def test_two_workers_train_to_identical_weights(uninterrupted):
     assert "[worker 0] LOCK holder" in out and "[worker 0] LOCK holder None" not in out
     assert re.search(r"\[worker 0\] LOCK holder \d+ is me True", out)
     assert re.search(r"\[worker 1\] LOCK holder \d+ is me False", out)
+    # No TensorFlow warning caused by tfdp: the first collective runs in a tf.function.
+    assert "eagerly has significant overhead" not in out
 
 
 def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, uninterrupted):
@@ -89,7 +91,12 @@ def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, unint
     assert code == 0, out[-3000:]
     assert "FAULT kill worker 1 at step 7" in out  # the kill really happened ...
     assert "killed by SIGKILL" in out and "restart 1 of 1" in out  # ... and was recovered from
-    assert re.search(r"resumed from .*ckpt-6: epoch 0, step 6", out)  # last checkpoint before
+    # The chief saves its last completed step when it sees the peer lost (ckpt-7), unless the
+    # launcher stopped it first: then the last periodic checkpoint before the kill (ckpt-6).
+    resumed = re.search(r"resumed from .*ckpt-(\d+): in epoch 1, after its step (\d+) ", out)
+    assert resumed and resumed[1] == resumed[2] in ("6", "7"), out[-3000:]
+    if resumed[1] == "7":
+        assert "saved by this worker at the fault (no completed step lost)" in out
     fps = fingerprints(out)
     assert fps == {0: uninterrupted[0], 1: uninterrupted[0]}
 
@@ -103,7 +110,7 @@ def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, u
     # there, and worker 0 never reports another outcome. (Its own RESULT line was missing once
     # in CI: the launcher SIGTERMs it as soon as worker 1 exits, most likely landing after its
     # run ended -- handlers restored -- but before the line was printed.)
-    assert re.search(r"resumed from .*ckpt-7: epoch 0, step 7", out), out[-3000:]
+    assert re.search(r"resumed from .*ckpt-7: in epoch 1, after its step 7 ", out), out[-3000:]
     first_run = out.split("resumed from")[0]  # stdout: the restart's lines come after
     results = re.findall(r"\[worker 0\] RESULT (.*)", first_run)
     assert results in ([], ["stopped_early=True reason=peer step=7"]), out[-3000:]
@@ -160,3 +167,21 @@ def test_default_progress_bar_and_metrics_under_two_workers():
     assert re.search(r"step 12/12  global_step 12  loss \d", outs[0])  # the chief's ...
     assert "step 12/12" not in outs[1]  # ... the other worker wrote none
     assert "epoch 2" in outs[0]
+
+
+def test_workers_with_different_permutations_are_stopped_naming_the_epoch():
+    """A user permutation= that differs between workers (here from epoch 1 on, as one shared
+    generator would) is refused at that epoch's start, on every worker, before it trains."""
+    from mw import run_workers
+
+    script = Path(__file__).parent / "workers" / "permutation_worker.py"
+    outs = run_workers(script, 2, [], timeout=300)
+    for out in outs:
+        assert "AGREED 0" in out, out[-3000:]
+        refused = re.search(r"REFUSED after (\d) epoch\(s\): (.*)", out)
+        assert refused, out[-3000:]
+        assert refused.group(1) == "1"  # the first epoch trained, the second was refused
+        message = refused.group(2)
+        assert "the workers got different permutations for epoch 2 (permutation(1)" in message
+        assert re.search(r"worker 0: [0-9a-f]{16}, worker 1: [0-9a-f]{16}", message)
+        assert "manual_seed(seed + epoch)" in message

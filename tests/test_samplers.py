@@ -1061,3 +1061,77 @@ def test_tiny_selected_ratio_is_capped_or_refused_by_name():
 def test_huge_num_repeats_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^num_repeats"):
         RepeatAugSampler(1000, 4, 0, num_repeats=10**400)
+
+
+# == a user permutation: one call per epoch per process ==========================================
+
+
+class SharedGenerator:
+    """The trap of the old porting recipe: one generator for every call, so every call of
+    ``permutation(epoch)`` returns another order (as ``torch.randperm(n, generator=g)``)."""
+
+    def __init__(self, n):
+        self.n, self.rng, self.calls = n, np.random.default_rng(0), []
+
+    def __call__(self, epoch):
+        self.calls.append(epoch)
+        return self.rng.permutation(self.n)
+
+
+@pytest.mark.parametrize("kind", ["distributed", "repeat_aug", "eval"])
+def test_a_process_calls_permutation_once_per_epoch_and_its_ranks_deal_one_list(kind):
+    n, w = 48, 4
+    perm = SharedGenerator(n)
+    make = {
+        "distributed": lambda: DistributedSampler(n, w, 0, permutation=perm),
+        "repeat_aug": lambda: RepeatAugSampler(n, w, 0, selected_round=0, permutation=perm),
+        "eval": lambda: DistributedEvalSampler(n, w, 0, permutation=perm),
+    }[kind]
+    template = make()
+    ranks = [template.with_rank(r) for r in range(w)]
+    for epoch in (0, 1, 2, 1):
+        for s in ranks:
+            s.set_epoch(epoch)
+        # every way of reading an epoch: whole, in slices, iterated, by global position
+        lists = [s.indices() for s in ranks]
+        for s, lst in zip(ranks, lists, strict=True):
+            assert s.indices(2, 5).tolist() == lst[2:5].tolist() and list(s) == lst.tolist()
+        global_list = ranks[0].global_indices(np.arange(ranks[0].global_length))
+        dealt = np.stack(lists, axis=1).reshape(-1)  # rank r's k-th entry is position r + k * w
+        assert dealt.tolist() == global_list.tolist()
+        half = ranks[1].replace(num_replicas=2, rank=0)  # another world size: the same order
+        assert half.global_indices(np.arange(half.global_length)).tolist() == global_list.tolist()
+    assert perm.calls == [0, 1, 2]  # once per epoch; epoch 1 again: kept, not asked again
+
+
+def test_ranks_built_on_threads_ask_for_the_permutation_once():
+    import threading
+
+    n, w = 1000, 8
+    perm = SharedGenerator(n)
+    template = DistributedSampler(n, w, 0, permutation=perm)
+    out: dict[int, list[int]] = {}
+
+    def rank(r):  # as tf.data builds each rank's epoch in its own numpy_function call
+        s = template.with_rank(r)
+        s.set_epoch(3)
+        out[r] = s.indices().tolist()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(w)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert perm.calls == [3]
+    assert sorted(i for r in range(w) for i in out[r]) == list(range(n))  # one list, dealt
+
+
+def test_permutation_fingerprint_names_the_list_a_process_deals():
+    perm = SharedGenerator(30)
+    s = RepeatAugSampler(30, 3, 0, selected_round=0, permutation=perm)
+    first = s.permutation_fingerprint(0)
+    assert first == s.with_rank(2).permutation_fingerprint(0) == s.permutation_fingerprint()
+    assert s.permutation_fingerprint(1) != first  # another epoch, another order
+    twin = RepeatAugSampler(30, 3, 0, selected_round=0, permutation=SharedGenerator(30))
+    assert twin.permutation_fingerprint(0) == first  # the same order: the same fingerprint
+    assert RepeatAugSampler(30, 3, 0, selected_round=0).permutation_fingerprint() is None

@@ -1,4 +1,5 @@
-"""The source and augmentation contracts (tfdp.sources.base) and the dispatch on them."""
+"""The source contracts (tfdp.sources.base, tfdp.windows.contract), the augmentation ones
+(tfdp.augment.contract), and the input layer's dispatch on them."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tfdp.sources import (  # noqa: E402
     base,
     write_tfrecords,
 )
+from tfdp.windows import contract as window_contract  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tfdp"
 
@@ -65,8 +67,9 @@ def test_shipped_sources_meet_their_contracts(folder, tmp_path):
         "SkipReportingSource",
         "StreamingSource",
     ]
+    protocols = {n: getattr(window_contract, n, None) or getattr(base, n) for n in names}
     for what, (src, expected) in table.items():
-        met = {n for n in names if isinstance(src, getattr(base, n))}
+        met = {n for n in names if isinstance(src, protocols[n])}
         assert met == expected, what
 
 
@@ -94,9 +97,9 @@ def test_an_object_meeting_no_contract_is_refused_naming_the_argument():
 
 
 def test_augmentations_are_told_apart_by_the_protocol():
-    assert base.is_batched_augmentation(augment.RandomFlip())
-    assert base.is_batched_augmentation(augment.Compose([augment.ToFloat()]))
-    assert not base.is_batched_augmentation(lambda example, seed: example)
+    assert augment.is_batched_augmentation(augment.RandomFlip())
+    assert augment.is_batched_augmentation(augment.Compose([augment.ToFloat()]))
+    assert not augment.is_batched_augmentation(lambda example, seed: example)
 
     class Flagged:
         batched = False
@@ -104,8 +107,8 @@ def test_augmentations_are_told_apart_by_the_protocol():
         def __call__(self, example, seed):
             return example
 
-    assert isinstance(Flagged(), base.BatchedAugmentation)  # the attribute is declared ...
-    assert not base.is_batched_augmentation(Flagged())  # ... and says per-example
+    assert isinstance(Flagged(), augment.BatchedAugmentation)  # the attribute is declared ...
+    assert not augment.is_batched_augmentation(Flagged())  # ... and says per-example
     with pytest.raises(TypeError, match="Compose stages must be batched"):
         augment.Compose([Flagged()])
 
@@ -140,8 +143,8 @@ def test_no_probing_of_sources_or_augmentations_left():
     """The input layer, sources and augmentations dispatch on the Protocols, not on hasattr."""
     files = [
         SRC / "input.py",
-        SRC / "windowed_input.py",
-        SRC / "augment.py",
+        *sorted((SRC / "windows").rglob("*.py")),
+        *sorted((SRC / "augment").rglob("*.py")),
         *sorted((SRC / "sources").rglob("*.py")),
     ]
     probe = re.compile(r"hasattr\(|getattr\((?:self\.)?(?:source|data|fn|stage|augment)\b")

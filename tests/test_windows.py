@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 from photos import encode, photo, write_folder
 from tfdp import augment
-from tfdp.input import DistributedInput, epoch_seed_key
+from tfdp.input import DistributedInput
+from tfdp.seeding import epoch_seed_key
 from tfdp.sources import ImageFolderSource
-from tfdp.sources.windows import WindowSource
-from tfdp.windowed_input import chunk_slots
+from tfdp.windows.contract import WindowSource
+from tfdp.windows.loader import chunk_slots
+from tfdp.windows.plan import split_window
 
 SIZES = ((45, 60), (60, 45), (33, 50), (50, 33), (37, 50), (40, 52))
 MEAN, STD = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)
@@ -94,7 +96,7 @@ def _assert_same(a, b) -> None:
 def _pair(strategy, source, **kwargs):
     windowed = DistributedInput(strategy, source, **kwargs)
     plain = DistributedInput(strategy, _NoWindows(source), **kwargs)
-    assert windowed._windows is not None and plain._windows is None
+    assert windowed.window_loader is not None and plain.window_loader is None
     return windowed, plain
 
 
@@ -157,9 +159,9 @@ def test_steps_of_several_chunks_with_batch_stages_equal_the_per_example_path(
         return_ids=True,
         seed=5,
     )
-    windowed._windows.chunk_entries = 4
-    assert windowed._windows._functions((0, 1)).per_step == 3
-    assert windowed._windows.pipeline.batch_stages
+    windowed.window_loader.chunk_entries = 4
+    assert windowed.window_loader._functions((0, 1)).per_step == 3
+    assert windowed.window_loader.pipeline.batch_stages
     got, want = _elements(mirrored2, windowed.epoch(1)), _elements(mirrored2, plain.epoch(1))
     assert len(got) == len(want) == windowed.steps_per_epoch == (1 if drop_remainder else 2)
     _assert_same(got, want)
@@ -265,14 +267,14 @@ def test_a_new_epochs_dataset_reuses_the_traced_stream_functions(folder):
         None, ImageFolderSource(folder), batch_size=4, augment=_train_augment(64), seed=2
     )
     first = [x.numpy() for x, _ in inp.rank_dataset(0, 0).take(2)]
-    fns = inp._windows._functions((0,))
+    fns = inp.window_loader._functions((0,))
     for epoch in (1, 2, 0):
         again = [x.numpy() for x, _ in inp.rank_dataset(0, epoch).take(2)]
-    assert inp._windows._functions((0,)) is fns
+    assert inp.window_loader._functions((0,)) is fns
     for fn in (fns.epoch_rows, fns.load, fns.emit):
         assert fn.experimental_get_tracing_count() == 1
     _assert_same(again, first)  # epoch 0 again: the same batches
-    loader = inp._windows._load_chunk.get_concrete_function().graph.as_graph_def()
+    loader = inp.window_loader._load_chunk.get_concrete_function().graph.as_graph_def()
     nodes = [*loader.node, *(n for f in loader.library.function for n in f.node_def)]
     biggest = max(n.ByteSize() for n in nodes if n.op == "Const")
     assert biggest < 16 * 1024  # no whole-image constant: every iterator would copy it
@@ -413,7 +415,7 @@ def test_jpeg_windows_are_the_full_decode_pixels(tmp_path_factory, sampling, sha
     for group in (range(n), range(1), range(5, 7)):  # one file, several windows: one union
         group = list(group)
         seeds = tf.constant([[0, p] for p in group], tf.int64)
-        request = augment.split_window(aug).request(seeds)
+        request = split_window(aug).request(seeds)
         (out, _), _ = src.load_windows(tf.zeros([len(group)], tf.int64), request)
         for j, p in enumerate(group):
             t, x, hh, ww = table[p]
@@ -432,7 +434,7 @@ def test_window_source_protocol_and_plain_sources(folder):
         batch_size=4,
         augment=_train_augment(),
     )
-    assert inp._windows is None
+    assert inp.window_loader is None
     assert next(iter(inp.epoch(0))).shape == (4, 16, 16, 3)
 
 
@@ -498,16 +500,16 @@ def test_train_resnet_on_an_image_folder_end_to_end(tmp_path):
 
 
 def test_build_augment_picks_the_window_recipe_for_image_sizes():
-    from tfdp.job import TrainConfig, build_augment
+    from tfdp.recipe import TrainConfig, build_augment
 
     cfg = TrainConfig(data="some/folder", image_size=32)
-    train = augment.split_window(build_augment(cfg, (32, 32, 3), 1 / 255, True))
-    held_out = augment.split_window(build_augment(cfg, (32, 32, 3), 1 / 255, False))
+    train = split_window(build_augment(cfg, (32, 32, 3), 1 / 255, True))
+    held_out = split_window(build_augment(cfg, (32, 32, 3), 1 / 255, False))
     assert isinstance(train.window, augment.RandomResizedCrop) and train.window.size == (32, 32)
     assert [type(s).__name__ for _, s in train.image_stages] == ["RandomFlip", "ToFloat"]
     assert isinstance(held_out.window, augment.CenterCrop)
     digits = build_augment(TrainConfig(), (8, 8, 1), 1 / 16, True)
-    assert augment.split_window(digits) is None
+    assert split_window(digits) is None
 
 
 # ------------------------------------------------------------------ TFRecord shards of JPEGs
@@ -574,7 +576,7 @@ def test_jpeg_encoding_refuses_other_formats_and_encodes_arrays(tmp_path):
 
 
 def test_encoded_images_through_a_window_stage_equal_decoded_ones(folder):
-    from tfdp.sources.windows import encoded_windows
+    from tfdp.windows.decode import encoded_windows
 
     src = ImageFolderSource(folder)
     data = tf.stack([tf.io.read_file(src.path(i)) for i in range(src.num_examples)])

@@ -32,19 +32,17 @@ _SUBMODULES = {
     "augment",
     "checkpoint",
     "cli",
-    "datasets",
-    "dataspec",
     "distribute",
     "errors",
     "indices",
     "input",
     "launch",
-    "models",
+    "random",
     "recipe",
-    "rundir",
     "samplers",
     "sources",
     "train",
+    "windows",
 }
 
 __all__ = [

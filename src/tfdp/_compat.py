@@ -26,6 +26,10 @@ call_outside_strategy         a strategy scope (its variable creator) is thread-
 gradients_reduced             Keras's TensorFlow optimizer all-reduces the gradients it gets in a
                               replica context in ``_all_reduce_sum_gradients`` (an instance
                               attribute of that name replaces it)
+fit_step_overrides            ``model.fit`` traces ``model.train_step`` (an instance attribute
+                              shadows the method) once, into ``model.train_function`` (None: traced
+                              again); Keras's ``train_step`` hands ``optimizer.apply_gradients``
+                              (likewise) each replica's own gradients, in the replica context
 bound_call                    ``ConcreteFunction._call_flat`` and ``function_type.bind`` /
                               ``unpack_inputs``: what ``tf.function`` itself runs per call, after
                               looking the trace up
@@ -34,6 +38,10 @@ lightly_optimized_map         tf.data instantiates a function with ``experimenta
                               prefetch-to-device functions carry); a call op's ``config_proto``
                               (set from the thread's ``function_call_options`` when it is traced)
                               is the Grappler configuration of the called function
+configure_heartbeat           ``context.configure_coordination_service`` before
+                              MultiWorkerMirroredStrategy is built: the strategy then keeps it
+                              (it configures its own only when none is set); its
+                              ``heartbeat_timeout_in_ms`` is when a silent task is declared lost
 ============================  ===================================================================
 
 Example:
@@ -56,6 +64,8 @@ __all__ = [
     "call_outside_strategy",
     "checkpoint_value_key",
     "compiled_metrics_container",
+    "configure_heartbeat",
+    "fit_step_overrides",
     "gradients_reduced",
     "lightly_optimized_map",
     "seed_generator_states",
@@ -237,6 +247,58 @@ def gradients_reduced(optimizer: Any) -> Iterator[None]:
                 object.__delattr__(optimizer, name)
 
 
+#: A wrapper of a method: ``wrap(original) -> replacement``.
+Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+@contextmanager
+def fit_step_overrides(
+    model: Any, *, train_step: Wrapper | None = None, apply_gradients: Wrapper | None = None
+) -> Iterator[None]:
+    """Inside, ``model.fit`` runs a step that ``train_step`` / ``apply_gradients`` wrap.
+
+    Keras 3 (TensorFlow backend) traces ``model.train_step`` into
+    ``model.train_function`` the first time ``fit`` needs it, and its
+    ``train_step`` updates through ``model.optimizer.apply_gradients``, handing
+    it the replica's own gradients (in the replica context; the optimizer
+    all-reduces them itself). Each wrapper gets the original method and returns
+    its replacement, set on the instance; the cached train function is dropped
+    on entry and on exit, so that ``fit`` traces the step with the replacements
+    inside and without them afterwards. A custom ``train_step`` that updates
+    through ``optimizer.apply`` does not reach ``apply_gradients``.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> calls = []
+        >>> def counted(original):
+        ...     def step(data):
+        ...         calls.append("traced")
+        ...         return original(data)
+        ...     return step
+        >>> with fit_step_overrides(model, train_step=counted):
+        ...     _ = model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=2, verbose=0)
+        >>> calls, "train_step" in vars(model), model.train_function is None
+        (['traced'], False, True)
+    """
+    installed: list[tuple[Any, str]] = []
+    for obj, name, wrap in (
+        (model, "train_step", train_step),
+        (model.optimizer, "apply_gradients", apply_gradients),
+    ):
+        if wrap is not None:
+            setattr(obj, name, wrap(getattr(obj, name)))
+            installed.append((obj, name))
+    model.train_function = None  # traced again, with the replacements
+    try:
+        yield
+    finally:
+        for obj, name in reversed(installed):
+            delattr(obj, name)  # the class's method again
+        model.train_function = None
+
+
 def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:
     """A call of the ``tf.function`` ``fn`` on ``args``, bound once: ``() -> fn(*args)``.
 
@@ -373,3 +435,37 @@ def lightly_optimized_map(
             return self._map_func.output_structure
 
     return _LightMapDataset()
+
+
+def configure_heartbeat(cluster: dict[str, Any], task_type: str, timeout: float) -> bool:
+    """Set the coordination service's heartbeat timeout for the MultiWorkerMirroredStrategy to come.
+
+    TensorFlow declares a task lost when the job's coordination service (hosted
+    by the chief, else worker 0) hears no heartbeat from it for this long (its
+    own default: 10 s), and then aborts every collective of the job. Call before
+    the strategy is built: it configures the service the way the strategy would
+    (standalone, the same leader and coordinated jobs), with this timeout.
+    Returns False, changing nothing, for a task the service does not coordinate
+    (not ``chief`` or ``worker``) or when the service is configured already.
+
+    Example:
+        >>> configure_heartbeat({"ps": ["h:1"]}, "ps", 30.0)  # not coordinated: nothing set
+        False
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.eager import context
+
+    jobs = [j for j in ("chief", "worker") if cluster.get(j)]
+    ctx = context.context()
+    if task_type not in jobs or ctx.coordination_service is not None:
+        return False
+    leader = "chief" if "chief" in jobs else "worker"
+    ctx.configure_coordination_service(
+        service_type="standalone",
+        service_leader=f"/job:{leader}/replica:0/task:0",
+        coordinated_jobs=[
+            coordination_config_pb2.CoordinatedJob(name=j, num_tasks=len(cluster[j])) for j in jobs
+        ],
+        heartbeat_timeout_in_ms=int(timeout * 1000),
+    )
+    return True

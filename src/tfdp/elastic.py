@@ -94,7 +94,7 @@ def epoch_plan(inp: ElasticInput, state: dict[str, Any] | None, step: int) -> Sa
         raise StateError(
             f"a streaming source ({type(inp.source).__name__}) cannot change the world size "
             f"in the middle of an epoch (its epoch's stream depends on it): the checkpoint "
-            f"stopped after step {step} of epoch {epoch} on {config.get('num_replicas')} "
+            f"stopped after step {step} of epoch {epoch + 1} on {config.get('num_replicas')} "
             "replica(s). Resume on that world size until the epoch ends (a checkpoint is saved "
             "at every epoch end), then on the new one; or convert the records to a "
             "random-access source (arrays, an image folder, ArrayRecord), which can change it "
@@ -108,7 +108,7 @@ def epoch_plan(inp: ElasticInput, state: dict[str, Any] | None, step: int) -> Sa
     reached = sampler.state_dict(position=0)["global_position"]
     if reached != step * inp.global_batch_size:
         raise StateError(
-            f"the sampler state is at global position {reached} of epoch {epoch}, not at step "
+            f"the sampler state is at global position {reached} of epoch {epoch + 1}, not at step "
             f"{step} of {inp.global_batch_size} (the global batch): a state saved with another "
             "global batch size cannot continue here"
         )
@@ -118,7 +118,7 @@ def epoch_plan(inp: ElasticInput, state: dict[str, Any] | None, step: int) -> Sa
         )
         if last < inp.num_replicas:
             raise StateError(
-                f"the last step of epoch {epoch} holds {last} sample(s), fewer than the "
+                f"the last step of epoch {epoch + 1} holds {last} sample(s), fewer than the "
                 f"{inp.num_replicas} replicas: resume on at most {last} replica(s) until the "
                 "epoch ends, or use drop_remainder=True"
             )

@@ -16,16 +16,23 @@ OneDeviceStrategy and the default strategy; tf.data auto-sharding is off (the
 sampler shards).
 
 Augmentation seeds are ``[key(seed, epoch), position]`` (the key is
-:func:`tfdp.seeding.epoch_seed_key`, re-exported here), where ``position``
+:func:`tfdp.seeding.epoch_seed_key`), where ``position``
 is the entry's place in the sampler's padded global list: the R copies of a
 sample (Repeated Augmentation) get different augmentations, while a rerun or
 a run resumed mid-epoch gets identical ones.
 
-A source that decodes windows (:class:`tfdp.sources.windows.WindowSource`,
+A sampler's ``permutation=`` (a user's ``epoch -> permutation``) is called once
+per epoch in each process (see :mod:`tfdp.samplers`); every worker calls it for
+itself, so under several workers :meth:`DistributedInput.check_permutation_agreement`
+compares the workers' permutations at an epoch's start (one all-gather of a
+fingerprint) and refuses an epoch they disagree on. :meth:`DistributedInput.epoch`
+and the :class:`~tfdp.train.Trainer` call it.
+
+A source that decodes windows (:class:`tfdp.windows.contract.WindowSource`,
 e.g. a JPEG image folder) with an augmentation that starts by cutting one
-(:func:`tfdp.augment.split_window`) is loaded by
-:class:`tfdp.windowed_input.WindowedBatches` instead: the same elements, but
-each file is read and decoded once per chunk of a step, over its windows only.
+is loaded by the window loader instead (:func:`tfdp.windows.loader.window_loader`
+says when): the same elements, but each file is read and decoded once per
+chunk of a step, over its windows only.
 
 Example:
     >>> import numpy as np, tensorflow as tf
@@ -50,22 +57,17 @@ import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
 from tfdp._util import deterministic_unsharded
-from tfdp.augment import split_window
+from tfdp.augment.contract import is_batched_augmentation
+from tfdp.distribute import worker_info
 from tfdp.elastic import epoch_plan, plan_steps
 from tfdp.errors import ConfigError
+from tfdp.random import sample_seeds
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 from tfdp.seeding import epoch_seed_key
-from tfdp.sources.base import (
-    BatchSource,
-    RandomAccessSource,
-    StreamingSource,
-    WeightedSource,
-    WindowSource,
-    is_batched_augmentation,
-)
-from tfdp.windowed_input import WindowedBatches
+from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource, WeightedSource
+from tfdp.windows.loader import window_loader
 
-__all__ = ["DistributedInput", "epoch_seed_key"]
+__all__ = ["DistributedInput"]
 
 SamplerSpec = str | Sampler | Callable[[int, int, int], Sampler]
 _SAMPLER_NAMES = {
@@ -126,10 +128,10 @@ class DistributedInput:
         global_batch_size: Alternatively, examples per step over all replicas
             (must be a multiple of the replica count).
         augment: ``None``; a batched augmentation
-            (:class:`tfdp.sources.base.BatchedAugmentation`: ``batched = True``,
+            (:class:`tfdp.augment.BatchedAugmentation`: ``batched = True``,
             called as ``aug(batch, seeds[B, 2])``, see :mod:`tfdp.augment`); or a
             per-example function ``fn(example, seed[2]) -> example`` using
-            stateless random ops (:class:`~tfdp.sources.base.PerExampleAugmentation`).
+            stateless random ops (:class:`~tfdp.augment.PerExampleAugmentation`).
         seed: Keys the sampler's shuffle (for named samplers) and the
             augmentation seeds.
         sampler_options: Keyword arguments for a named sampler (e.g.
@@ -196,6 +198,7 @@ class DistributedInput:
         # Elastic resume (see resume_from): epoch -> the rank-0 sampler of another world size
         # whose global list that epoch deals over this input's ranks.
         self._plans: dict[int, Sampler] = {}
+        self._gather_fingerprints: Any = None  # the compiled all-gather, built on first use
         # A stream is indexed by its position in the epoch's stream (see
         # tfdp.sources.TFRecordSource): the samplers run on the stream's length.
         if self.streaming:
@@ -226,18 +229,15 @@ class DistributedInput:
                 f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
                 "drop_remainder=False"
             )
-        pipeline = split_window(augment)
-        self._windows = None
-        if not self.streaming and pipeline is not None and isinstance(source, WindowSource):
-            self._windows = WindowedBatches(
-                source,
-                pipeline,
-                batch_size=self.batch_size,
-                drop_remainder=self.drop_remainder,
-                epoch_arrays=self._epoch_arrays,
-                finish=self._finish,
-                num_parallel_calls=num_parallel_calls,
-            )
+        #: The window loader when the window path applies (tfdp.windows), else None.
+        self.window_loader = window_loader(
+            source,
+            augment,
+            self,
+            batch_size=self.batch_size,
+            drop_remainder=self.drop_remainder,
+            num_parallel_calls=num_parallel_calls,
+        )
 
     # -- configuration --------------------------------------------------------
     def _resolve_batch_size(self, batch_size: int | None, global_batch_size: int | None) -> int:
@@ -383,8 +383,80 @@ class DistributedInput:
             sampler.follow(plan)
         return sampler
 
+    # -- a user permutation, the same on every worker ------------------------------------
+    def check_permutation_agreement(self, epoch: int) -> None:
+        """Refuse ``epoch`` when the workers' ``permutation(epoch)`` results differ.
+
+        Only with a user ``permutation=`` under several workers (otherwise every
+        rank is in this process and deals the one permutation it computed):
+        every worker's fingerprint of the epoch's permutation
+        (:meth:`tfdp.Sampler.permutation_fingerprint`) is all-gathered -- one
+        small collective, which every worker must join -- and compared.
+
+        Raises:
+            ConfigError: naming the epoch and each worker's fingerprint
+                (``argument="permutation"``).
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.samplers import DistributedSampler
+            >>> from tfdp.sources import ArraySource
+            >>> s = DistributedSampler(8, 1, 0, permutation=lambda e: np.roll(np.arange(8), e))
+            >>> DistributedInput(None, ArraySource(np.arange(8)), sampler=s,
+            ...                  batch_size=4).check_permutation_agreement(0)  # one worker: ok
+        """
+        fingerprint = self.sampler.permutation_fingerprint(int(epoch))
+        if fingerprint is None:
+            return
+        info = worker_info(self.strategy)
+        if info.num_workers < 2:
+            return
+        if self._gather_fingerprints is None:
+            strategy = self.strategy
+
+            @tf.function(autograph=False)
+            def gather(value: tf.Tensor) -> tf.Tensor:
+                def replica(v: tf.Tensor) -> tf.Tensor:
+                    ctx = tf.distribute.get_replica_context()
+                    return ctx.all_gather(v[tf.newaxis], axis=0)
+
+                rows = strategy.run(replica, args=(value,))
+                return strategy.experimental_local_results(rows)[0]
+
+            self._gather_fingerprints = gather
+        halves = [fingerprint & 0xFFFFFFFF, fingerprint >> 32]  # int64 holds either half
+        rows = self._gather_fingerprints(tf.constant(halves, tf.int64)).numpy().tolist()
+        firsts = rows[:: info.replicas_per_worker]  # a row per replica, a worker's in a run
+        per_worker = [low | high << 32 for low, high in firsts]
+        if len(set(per_worker)) > 1:
+            shown = ", ".join(f"worker {w}: {fp:016x}" for w, fp in enumerate(per_worker))
+            raise ConfigError(
+                f"permutation: the workers got different permutations for epoch {epoch + 1} "
+                f"(permutation({epoch}) fingerprints {shown}), so they would deal different "
+                "lists. permutation= must depend on the epoch alone, e.g. torch.randperm(N, "
+                "generator=torch.Generator().manual_seed(seed + epoch)), not one generator "
+                "shared by every call (see docs/guide.md, Porting from torch / timm)",
+                argument="permutation",
+            )
+
     # -- per-rank pipelines -----------------------------------------------------
-    def _epoch_arrays(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
+    def rank_entries(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
+        """Global rank ``rank``'s entries of ``epoch`` from entry ``start`` on.
+
+        Returns ``(indices, positions, keys, weights)``: the example indices
+        (int64), their positions in the sampler's global list (int64), the
+        augmentation keys (int64; an entry's seed is ``[key, position]``) and
+        the sample weights (float32: the evaluation sampler's mask, else 1).
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.sources import ArraySource
+            >>> src = ArraySource(np.arange(6))
+            >>> inp = DistributedInput(None, src, sampler="eval", batch_size=4)
+            >>> idx, pos, key, weight = inp.rank_entries(0, 0, 2)
+            >>> idx.tolist(), pos.tolist(), weight.tolist()
+            ([2, 3, 4, 5, 0, 1], [2, 3, 4, 5, 6, 7], [1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+        """
         sampler = self.rank_sampler(rank, int(epoch))
         stop = None  # an elastic epoch: every rank's share of the plan's whole steps
         if sampler.plan is not None and self.drop_remainder:
@@ -410,7 +482,7 @@ class DistributedInput:
         def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
             arrays = tf.numpy_function(
-                lambda e, s: self._epoch_arrays(rank, int(e), int(s)),
+                lambda e, s: self.rank_entries(rank, int(e), int(s)),
                 [epoch, first],
                 [tf.int64, tf.int64, tf.int64, tf.float32],
                 stateful=False,
@@ -442,7 +514,21 @@ class DistributedInput:
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         return tf.data.Dataset.range(first_epoch, last).flat_map(plain(per_epoch))
 
-    def _finish(self, example: Any, idx: Any, pos: Any, weight: Any) -> Any:
+    def finish_element(self, example: Any, idx: Any, pos: Any, weight: Any) -> Any:
+        """The element this input yields for a loaded ``example``: its weight and ids added.
+
+        ``with_weights`` appends ``weight`` (to a tuple, or as a dict's
+        ``"sample_weight"``); ``return_ids`` pairs the element with
+        ``{"index": idx, "position": pos}``.
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.sources import ArraySource
+            >>> inp = DistributedInput(None, ArraySource(np.arange(4)), batch_size=2,
+            ...                        with_weights=True, return_ids=True)
+            >>> inp.finish_element((10, 20), 1, 5, 0.5)
+            ((10, 20, 0.5), {'index': 1, 'position': 5})
+        """
         if self.with_weights:
             if isinstance(example, dict):
                 example = {**example, "sample_weight": weight}
@@ -457,8 +543,8 @@ class DistributedInput:
     def _load_batch(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         example = user_code(self.source.gather)(idx)
         if self._augment is not None:
-            example = self._augment(example, tf.stack([key, pos], axis=1))
-        return self._finish(example, idx, pos, weight)
+            example = self._augment(example, sample_seeds(key, pos))
+        return self.finish_element(example, idx, pos, weight)
 
     def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         if isinstance(self.source, WeightedSource):
@@ -466,7 +552,7 @@ class DistributedInput:
             weight = weight * tf.cast(ok, tf.float32)
         else:
             example = user_code(self.source.load)(idx)
-        return self._finish(self._augment_one(example, key, pos), idx, pos, weight)
+        return self.finish_element(self._augment_one(example, key, pos), idx, pos, weight)
 
     def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
         if self._augment is None:
@@ -537,7 +623,7 @@ class DistributedInput:
 
     def _stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         example = self._augment_one(example, key, pos)
-        return self._finish(example, idx, pos, tf.constant(1.0))
+        return self.finish_element(example, idx, pos, tf.constant(1.0))
 
     def _check_start_step(self, start_step: int, epoch: int | None = None) -> None:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
@@ -570,8 +656,8 @@ class DistributedInput:
         self._check_start_step(start_step, first_epoch)
         if self.streaming:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)
-        elif self._windows is not None:
-            ds = self._windows.dataset([rank], first_epoch, num_epochs, start_step)
+        elif self.window_loader is not None:
+            ds = self.window_loader.dataset([rank], first_epoch, num_epochs, start_step)
         else:
             ds = self._index_dataset(rank, first_epoch, num_epochs, start_step)
         return deterministic_unsharded(ds)
@@ -595,9 +681,9 @@ class DistributedInput:
             worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
         local = self.num_replicas // workers
         ranks = [worker * local + j for j in range(local)]
-        if self._windows is not None:  # all local ranks together: one read per file per chunk
+        if self.window_loader is not None:  # all local ranks together: one read per file per chunk
             self._check_start_step(start_step, first_epoch)
-            ds = self._windows.dataset(ranks, first_epoch, num_epochs, start_step)
+            ds = self.window_loader.dataset(ranks, first_epoch, num_epochs, start_step)
             return deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
         parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
         if len(parts) == 1:
@@ -632,10 +718,15 @@ class DistributedInput:
 
         The dataset of epoch ``e`` is the same whatever ran before in the process.
 
+        Under several workers, with a user ``permutation=``, every worker must
+        call it: it first checks that the workers agree on the epoch's
+        permutation (:meth:`check_permutation_agreement`).
+
         Args:
             epoch: Sampler epoch.
             start_step: Steps already done in this epoch (mid-epoch resume).
         """
+        self.check_permutation_agreement(epoch)
         return self.epochs(epoch, 1, start_step)
 
     def __repr__(self) -> str:

@@ -19,6 +19,10 @@ next epoch follows ``W'``'s own plan.
 Every sampler accepts ``permutation=`` -- a callable ``epoch -> permutation of
 range(num_examples)`` that replaces the built-in shuffle -- so its output can
 be checked element for element against PyTorch given torch's own permutation.
+It is called once per epoch per process and its result kept (shared by the
+sampler's :meth:`~Sampler.with_rank` and :meth:`~Sampler.replace` copies), so
+every rank of a process deals the same list; :meth:`Sampler.permutation_fingerprint`
+lets workers compare theirs (``DistributedInput`` does, under several workers).
 
 Example:
     >>> s = RepeatAugSampler(1000, num_replicas=4, rank=1, selected_round=0)
@@ -29,24 +33,54 @@ Example:
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 
 from tfdp import indices as _ix
-from tfdp._util import check_int
+from tfdp._util import check_int, config_diffs
 from tfdp.errors import StateError
 
 __all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "Sampler"]
 
-# Version 2 adds "global_position" (entries of the epoch's global list consumed, a prefix) and
-# "plan_replicas" (the world size whose global list the epoch follows); version 1 still loads.
+# The state format: "global_position" is the prefix of the epoch's global list consumed, and
+# "plan_replicas" the world size whose global list the epoch follows. One version is read.
 _STATE_VERSION = 2
-_READS_VERSIONS = (1, 2)
+_STATE_FIELDS = frozenset(
+    {"sampler", "version", "config", "epoch", "position", "global_position", "plan_replicas"}
+)
 PermutationCallable = Callable[[int], Any]
+
+
+class _PermutationCache:
+    """A user permutation's result for the latest epochs: one call per epoch per process.
+
+    Shared by a sampler and its copies (every rank of a process), and locked, so
+    that ranks built on different threads (``tf.data``) deal one list even when
+    the callable returns another order at every call (a shared generator).
+    """
+
+    KEEP = 3  # epochs kept: the one training, the next one prefetched, the previous one
+
+    def __init__(self, fn: PermutationCallable, n: int) -> None:
+        self.fn, self.n = fn, n
+        self._lock = threading.Lock()
+        self._perms: dict[int, np.ndarray] = {}  # least recently used first
+
+    def get(self, epoch: int) -> np.ndarray:
+        with self._lock:
+            perm = self._perms.pop(epoch, None)
+            if perm is None:
+                perm = _ix.validate_permutation(self.fn(epoch), self.n, "permutation(epoch)")
+                perm.setflags(write=False)
+            self._perms[epoch] = perm
+            while len(self._perms) > self.KEEP:
+                del self._perms[next(iter(self._perms))]
+            return perm
 
 
 def _is_positive_number(value: Any) -> bool:
@@ -61,18 +95,6 @@ def _is_positive_number(value: Any) -> bool:
 def _plain_number(value: Any) -> int | float:
     """A Python int when integer-valued, else a Python float (JSON-safe, NumPy-free)."""
     return int(value) if float(value).is_integer() else float(value)
-
-
-def _config_diffs(
-    saved: dict[str, Any], mine: dict[str, Any], ignore: tuple[str, ...]
-) -> list[str]:
-    """``"field: saved X, this sampler Y"`` for each differing configuration field."""
-    mine = json.loads(json.dumps(mine))
-    return [
-        f"{k}: saved {saved.get(k)!r}, this sampler {mine.get(k)!r}"
-        for k in sorted(set(mine) | set(saved))
-        if k not in ignore and saved.get(k) != mine.get(k)
-    ]
 
 
 class Sampler:
@@ -104,6 +126,9 @@ class Sampler:
                 f"range(num_examples), got {type(permutation).__name__}"
             )
         self.permutation = permutation
+        self._perm_cache = (
+            None if permutation is None else _PermutationCache(permutation, self.num_examples)
+        )
         self.epoch = 0
         self._resume_position = 0
         self._yielded = 0
@@ -174,14 +199,31 @@ class Sampler:
 
     # -- the permutation of the current epoch --------------------------------
     def _epoch_permutation(self, shuffle: bool = True) -> _ix.PermutationFn:
-        if self.permutation is not None:
-            perm = _ix.validate_permutation(
-                self.permutation(self.epoch), self.num_examples, "permutation(epoch)"
-            )
-            return _ix.array_permutation(perm)
+        if self._perm_cache is not None:
+            return _ix.array_permutation(self._perm_cache.get(self.epoch))
         if not shuffle:
             return _ix.identity_permutation
         return _ix.KeyedPermutation(self.num_examples, self.seed, self.epoch)
+
+    def permutation_fingerprint(self, epoch: int | None = None) -> int | None:
+        """A 64-bit fingerprint of ``permutation(epoch)``'s result; None without ``permutation=``.
+
+        The permutation is the one this process's ranks deal (computed once per
+        epoch and kept), so equal fingerprints on every worker mean every worker
+        deals the same list. ``epoch`` defaults to the current one.
+
+        Example:
+            >>> s = DistributedSampler(4, 2, 0, permutation=lambda epoch: [3, 1, 0, 2])
+            >>> s.permutation_fingerprint() == s.with_rank(1).permutation_fingerprint(0)
+            True
+            >>> DistributedSampler(4, 2, 0).permutation_fingerprint() is None
+            True
+        """
+        if self._perm_cache is None:
+            return None
+        epoch = self.epoch if epoch is None else check_int("epoch", epoch, 0, 2**63 - 1)
+        digest = hashlib.blake2b(self._perm_cache.get(epoch).tobytes(), digest_size=8).digest()
+        return int.from_bytes(digest, "little")
 
     # -- public API -------------------------------------------------------------
     def with_rank(self, rank: int) -> Sampler:
@@ -231,12 +273,7 @@ class Sampler:
             >>> s.indices().tolist(), s.positions().tolist()
             ([7, 10], [7, 10])
         """
-        if isinstance(self, DistributedEvalSampler):
-            raise StateError(
-                "a DistributedEvalSampler has no position to continue: exact evaluation "
-                "runs whole at any world size"
-            )
-        diffs = _config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
+        diffs = config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
         if type(plan) is not type(self) or diffs:
             raise StateError(
                 f"cannot follow a {plan._KIND} of another configuration: "
@@ -266,6 +303,8 @@ class Sampler:
             raise ValueError(f"{self._KIND} takes no argument(s) {unknown}")
         kwargs.update(changes)
         other = type(self)(**kwargs)
+        if other.permutation is self.permutation and other.num_examples == self.num_examples:
+            other._perm_cache = self._perm_cache  # one call of permutation(epoch) for all copies
         other.set_epoch(self.epoch)
         return other
 
@@ -386,8 +425,7 @@ class Sampler:
         (``num_replicas``) is refused too unless ``allow_world_size_change``:
         then the rest of the saved epoch's global list is dealt over this
         sampler's ranks (:meth:`follow`), every remaining entry exactly once;
-        the next epoch follows this world size's own plan. States of version 1
-        (before elastic resume) load as before.
+        the next epoch follows this world size's own plan.
 
         Raises:
             StateError: naming each field that differs, or a malformed state.
@@ -404,23 +442,23 @@ class Sampler:
         """
         if not isinstance(state, dict):
             raise StateError(f"sampler state must be a dict, got {type(state).__name__}")
-        missing = {"sampler", "version", "config", "epoch", "position"} - set(state)
+        if "version" in state and state["version"] != _STATE_VERSION:
+            raise StateError(
+                f"sampler state version {state['version']!r} is not supported "
+                f"(this tfdp reads version {_STATE_VERSION})"
+            )
+        missing = _STATE_FIELDS - set(state)
         if missing:
             raise StateError(f"sampler state is missing field(s) {sorted(missing)}")
         if state["sampler"] != self._KIND:
             raise StateError(
                 f"sampler state was saved by a {state['sampler']}, cannot load into a {self._KIND}"
             )
-        if state["version"] not in _READS_VERSIONS:
-            raise StateError(
-                f"sampler state version {state['version']!r} is not supported "
-                f"(this tfdp reads versions {list(_READS_VERSIONS)})"
-            )
         theirs = state["config"]
         if not isinstance(theirs, dict):
             raise StateError(f"sampler state's config must be a dict, got {theirs!r}")
         ignore = ("num_replicas",) if allow_world_size_change else ()
-        diffs = _config_diffs(theirs, self._config(), ignore=ignore)
+        diffs = config_diffs(theirs, self._config(), ignore=ignore)
         if diffs:
             hint = ""
             if any(d.startswith("num_replicas:") for d in diffs):
@@ -435,21 +473,18 @@ class Sampler:
         saved_w = theirs.get("num_replicas")
         try:
             saved_w = check_int("state['config']['num_replicas']", saved_w, 1)
-            plan_w = check_int("state['plan_replicas']", state.get("plan_replicas", saved_w), 1)
+            plan_w = check_int("state['plan_replicas']", state["plan_replicas"], 1)
             epoch = check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
         except ValueError as e:
             raise StateError(str(e)) from None
         plan = self if plan_w == self.num_replicas else self.replace(num_replicas=plan_w, rank=0)
         total = plan.global_length
         try:
-            # Ranks of an uneven sampler (padding=None) differ in length by one: a position
-            # saved by a longer rank at its end means "epoch done" for a shorter one.
-            limit = -(-total // saved_w)
-            position = check_int("state['position']", state["position"], 0, limit)
-            if "global_position" in state:
-                reached = check_int("state['global_position']", state["global_position"], 0, total)
-            else:  # version 1: every rank at the same position of a list of saved_w ranks
-                reached = min(position * saved_w, total)
+            # Checked, though the global position is what resumes. Ranks of an uneven sampler
+            # (padding=None) differ in length by one: a position saved by a longer rank at its
+            # end means "epoch done" for a shorter one.
+            check_int("state['position']", state["position"], 0, -(-total // saved_w))
+            reached = check_int("state['global_position']", state["global_position"], 0, total)
         except ValueError as e:
             raise StateError(str(e)) from None
         self._plan, self._deal_start = None, 0
@@ -761,6 +796,23 @@ class DistributedEvalSampler(Sampler):
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
         return self.indices_and_mask(start, stop)[0]
+
+    def follow(self, plan: Sampler, start: int = 0) -> None:
+        """Refused: exact evaluation has no position to continue, it runs whole at any world size.
+
+        Raises:
+            StateError: always.
+
+        Example:
+            >>> DistributedEvalSampler(4, 2, 0).follow(DistributedEvalSampler(4, 1, 0))
+            Traceback (most recent call last):
+            ...
+            tfdp.errors.StateError: a DistributedEvalSampler has no position to continue: exact evaluation runs whole at any world size
+        """  # noqa: E501
+        raise StateError(
+            "a DistributedEvalSampler has no position to continue: exact evaluation "
+            "runs whole at any world size"
+        )
 
     def indices_and_mask(
         self, start: int = 0, stop: int | None = None

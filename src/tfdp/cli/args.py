@@ -27,9 +27,10 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from tfdp.errors import TfdpError
+from tfdp.errors import TfdpError, said_as
 
 __all__ = [
+    "DefaultsHelpFormatter",
     "MissingExtraError",
     "Parser",
     "in_flags",
@@ -41,8 +42,35 @@ __all__ = [
 ]
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default as the parser holds it: ``(default: X)``.
+
+    Generated from the code, so help and behaviour agree. An option whose
+    help already says ``(default...`` (a default computed at run time, e.g.
+    ``(default: the run's)``) keeps its words; a ``None`` default that the
+    help does not describe, and the ``False`` of an on/off flag, show nothing.
+
+    Example:
+        >>> p = Parser(prog="demo")
+        >>> _ = p.add_argument("--workers", type=int, default=4, help="how many")
+        >>> " ".join(p.format_help().split()).endswith("--workers WORKERS how many (default: 4)")
+        True
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text is None or "(default" in text or "%(default)" in text:
+            return text
+        default = action.default
+        if default is None or default is argparse.SUPPRESS or action.nargs == 0:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with "did you mean" for unknown flags, and no silent abbreviations.
+
+    Help shows every default from the code (:class:`DefaultsHelpFormatter`).
 
     Example:
         >>> p = Parser(prog="tfdp")
@@ -53,6 +81,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
         self.commands: dict[str, argparse.ArgumentParser] = {}
         self.argv: Sequence[str] = ()
@@ -101,11 +130,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def in_flags(exc: BaseException) -> str:
-    """The message of ``exc`` with its leading argument name said as the flag.
+    """The message of ``exc`` with its argument said as the flag.
 
     Library errors name the Python argument (:class:`tfdp.errors.TfdpError`'s
     ``argument``: ``port_base``); the command line names its flag
-    (``--port-base``), which is the argument's name with dashes.
+    (``--port-base``), which is the argument's name with dashes
+    (:func:`tfdp.errors.said_as`).
 
     Example:
         >>> from tfdp.errors import ConfigError
@@ -114,10 +144,9 @@ def in_flags(exc: BaseException) -> str:
         >>> in_flags(ValueError("anything else"))
         'anything else'
     """
-    text = str(exc)
-    if isinstance(exc, TfdpError) and exc.argument and text.startswith(exc.argument):
-        return "--" + exc.argument.replace("_", "-") + text[len(exc.argument) :]
-    return text
+    if isinstance(exc, TfdpError) and exc.argument:
+        return str(said_as(exc, {exc.argument: "--" + exc.argument.replace("_", "-")}))
+    return str(exc)
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

@@ -2,7 +2,7 @@
 
 This module owns :func:`convert_data` and its writers. The formats:
 
-* ``digits``: :func:`tfdp.datasets.load_digits` ``("all")``, 1,797 grey 8x8
+* ``digits``: :func:`tfdp.recipe.digits.load_digits` ``("all")``, 1,797 grey 8x8
   images (levels 0..16), classes ``"0"``..``"9"``.
 * ``.npz``: arrays ``images`` uint8 ``[N, H, W, C]`` (``[N, H, W]`` is read
   as one channel; ``x``/``image`` are accepted too) and ``labels`` int ``[N]``
@@ -15,15 +15,18 @@ This module owns :func:`convert_data` and its writers. The formats:
   order, and ``<class>`` is its class name or, without names, its label
   zero-padded to the width of the largest label.
 * TFRecord: a directory (or a ``*.manifest.json`` path) written by
-  :func:`tfdp.sources.write_tfrecords`, features ``image`` (PNG) and
-  ``label`` (int64). Records are written in ``write_tfrecords``'s seeded
-  shuffled order (so that class-sorted sources give mixed shards). ``tfdp
-  data convert`` adds ``classes`` (names or null), ``num_classes`` and
-  ``label_counts`` to the manifest, so that ``tfdp train`` knows the classes
+  :func:`tfdp.sources.write_tfrecords`, features ``image`` and ``label``
+  (int64). The images of a folder of JPEG files are the files byte for byte
+  (encoding ``jpeg``, as ``write_tfrecords`` stores them), unless
+  ``--image-size`` resizes them; every other image is PNG-encoded. Records
+  are written in ``write_tfrecords``'s seeded shuffled order (so that
+  class-sorted sources give mixed shards). ``tfdp data convert`` adds
+  ``classes`` (names or null), ``num_classes`` and ``label_counts`` to the
+  manifest, so that ``tfdp train`` knows the classes
   without reading every label. Reading checks every shard's record count
   against the manifest; a difference is an error naming the shard.
 
-Data is opened and checked by :func:`tfdp.dataspec.open_source`, the same
+Data is opened and checked by :func:`tfdp.recipe.dataspec.open_source`, the same
 as ``tfdp train`` does: what training refuses (non-integral or stray labels,
 non-finite pixels, floats outside [0, 1]) is refused here too. Output is
 written under a temporary name and renamed when complete.
@@ -44,18 +47,19 @@ from typing import Any
 
 import numpy as np
 
+from tfdp._names import MANIFEST_SUFFIX
 from tfdp._util import replaced_atomically, temp_name, write_text_atomic
 from tfdp.cli.progress import Progress
-from tfdp.dataspec import (
-    MANIFEST_SUFFIX,
+from tfdp.errors import ConfigError, DataError
+from tfdp.recipe.data import data_errors
+from tfdp.recipe.dataspec import (
     OpenedData,
     open_source,
     read_error,
     read_labels,
     resize_uint8,
 )
-from tfdp.errors import ConfigError, DataError
-from tfdp.recipe.data import data_errors
+from tfdp.sources.base import EncodedImageSource
 
 __all__ = ["FORMATS", "convert_data"]
 
@@ -105,6 +109,38 @@ class _Feed:
         return image, label
 
 
+class _JpegFiles:
+    """A folder of JPEGs for write_tfrecords: the files as they are (byte for byte), counted.
+
+    Meets :class:`tfdp.sources.base.EncodedImageSource` (and the random-access contract) by
+    handing over ``source``'s own methods, each ``load_encoded`` counting one example done.
+    """
+
+    streaming = False
+    jpeg_files = True
+
+    def __init__(self, source: Any, progress: Progress) -> None:
+        self._source = source
+        self._progress = progress
+        self.num_examples = source.num_examples
+        self.element_spec = source.element_spec
+        self.load = source.load
+        self.path = source.path
+
+    def _tick(self, index: Any) -> np.int64:
+        self._progress.update(1)
+        return np.int64(0)
+
+    def load_encoded(self, index: Any) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        example, problem = self._source.load_encoded(index)
+        token = tf.numpy_function(self._tick, [index], tf.int64, stateful=True)
+        with tf.control_dependencies([token]):
+            problem = tf.identity(problem)
+        return example, problem
+
+
 def _list_loader(images: list[np.ndarray], labels: list[int]) -> Callable[[Any], Any]:
     import tensorflow as tf
 
@@ -130,7 +166,8 @@ def _dst_format(dst: str, to: str | None) -> str:
     return "npz" if dst.endswith(".npz") else "tfrecord"
 
 
-def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
+def _check_dst(dst: str, fmt: str) -> None:
+    """Refuse a destination of the wrong kind or not empty (before any data is opened)."""
     if os.path.isdir(dst):
         if fmt == "npz":
             raise ConfigError(f"DST {dst!r} is a directory; a .npz output needs a file name")
@@ -147,6 +184,10 @@ def _check_dst(dst: str, fmt: str, data: OpenedData) -> None:
                 f"DST {dst!r} exists and is not empty; remove it or choose another path "
                 "(tfdp data convert never overwrites)"
             )
+
+
+def _check_dst_outside(dst: str, data: OpenedData) -> None:
+    """Refuse a destination that is the source or lies inside it."""
     if data.kind != "digits":
         where = os.path.abspath(data.where)
         src_real = os.path.realpath(os.path.dirname(where) if data.kind == "tfrecord" else where)
@@ -309,7 +350,11 @@ def _write_tfrecord(
         shape = images[0].shape if same else (None, None, images[0].shape[-1])
         load = _list_loader(images, label_list)
         n = len(images)
-    feed = _Feed(load, n, tuple(shape), image_size, progress)
+    feed: Any = _Feed(load, n, tuple(shape), image_size, progress)
+    stored = "images PNG-encoded"
+    source = data.source
+    if image_size is None and isinstance(source, EncodedImageSource) and source.jpeg_files:
+        feed, stored = _JpegFiles(source, progress), "images: the JPEG files byte for byte"
     tmp = _temp_sibling(dst)
     try:
         write_tfrecords(feed, tmp, num_shards=shards)
@@ -323,7 +368,7 @@ def _write_tfrecord(
         written = int(sum(json.load(fh)["counts"]))
     return written, [
         f"{shards} shard(s) with a manifest (data.manifest.json: files, record counts, classes), "
-        "records in shuffled order"
+        f"records in shuffled order, {stored}"
     ]
 
 
@@ -371,16 +416,15 @@ def convert_data(
             (bilinear, antialiased; images of that size are untouched).
             Needed for .npz output when the images differ in size.
         num_classes: The number of classes, when the labels do not use them
-            all (see :func:`tfdp.dataspec.check_labels`).
+            all (see :func:`tfdp.recipe.dataspec.check_labels`).
         progress: Show a progress bar on stderr (when it is a terminal).
 
     Returns:
         What was written: one summary line, then notes (shards, renumbered classes) if any.
 
     Raises:
-        FileNotFoundError: ``src`` does not exist.
         ConfigError: bad arguments, a non-empty ``dst``.
-        DataError: an unreadable ``src``, differing image sizes for .npz
+        DataError: a missing or unreadable ``src``, differing image sizes for .npz
             without ``image_size``, a corrupt image (naming the file).
 
     Example:
@@ -400,9 +444,10 @@ def convert_data(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-    with data_errors():
-        data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
-    _check_dst(dst, fmt, data)
+    _check_dst(dst, fmt)  # before open_source: bad paths are refused before TensorFlow loads
+    with data_errors(spec="SRC", num_classes="--num-classes"):
+        data = open_source(src, num_classes=num_classes)
+    _check_dst_outside(dst, data)
     if data.dtype != "uint8":
         raise DataError(
             f"{data.where}: holds {data.dtype} images; tfdp data convert writes 8-bit images: "
@@ -413,8 +458,8 @@ def convert_data(
     import tensorflow as tf
 
     if data.labels is None:  # TFRecord without a class list: read and check the labels first
-        with data_errors():
-            read_labels(data, num_classes=num_classes, num_classes_option="--num-classes")
+        with data_errors(num_classes="--num-classes"):
+            read_labels(data, num_classes=num_classes)
 
     bar = Progress(data.num_examples, f"{fmt} <- {data.kind}", progress)
     try:

@@ -62,7 +62,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int_at_least(1),
         default=None,
         metavar="S",
-        help="stretch every image to S x S (needed for .npz when sizes differ)",
+        help="stretch every image to S x S (needed for .npz when sizes differ; TFRecord shards "
+        "of a JPEG folder then hold PNGs instead of the JPEG files byte for byte)",
     )
     cp.add_argument("--no-progress", action="store_true", help="no progress bar")
     cp.add_argument(
@@ -83,7 +84,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int_at_least(0),
         default=5,
         metavar="K",
-        help="examples to show (default 5)",
+        help="examples to show",
     )
     ip.add_argument(
         "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP

@@ -29,6 +29,7 @@ __all__ = [
     "PLOT_FIGSIZE",
     "add_parser",
     "image_format",
+    "metrics_figure",
     "plot_metrics",
     "read_metrics",
     "run",
@@ -135,6 +136,75 @@ def _train_first(keys: list[str]) -> list[str]:
     return sorted(keys, key=lambda k: (k.startswith("val_"), k))
 
 
+def metrics_figure(records: list[dict[str, Any]], title: str = "", where: str = "metrics") -> Any:
+    r"""The figure :func:`plot_metrics` draws: loss, accuracy and samples/s per epoch.
+
+    Every panel's x axis spans the same epochs (1-based) with integer ticks
+    only, also when a panel has a single point.
+
+    Args:
+        records: ``metrics.jsonl``'s records (:func:`read_metrics`).
+        title: The figure's title.
+        where: What the records came from, for error messages.
+
+    Returns:
+        A ``matplotlib.figure.Figure`` (on an Agg canvas).
+
+    Raises:
+        DataError: nothing to plot, or a record's ``epoch`` is not a number.
+
+    Example:
+        >>> fig = metrics_figure([{"epoch": 0, "loss": 2.0}, {"epoch": 1, "loss": 1.0}])
+        >>> [t.get_text() for t in fig.axes[0].get_xticklabels()] != []
+        True
+    """
+    x, values = _series(records, where)
+    speed_note = ""
+    if "samples_per_s" in values and len(x) > 1:  # epoch 1 includes tracing the step functions
+        values["samples_per_s"] = [math.nan, *values["samples_per_s"][1:]]
+        speed_note = " (epoch 1 left out: it includes tracing)"
+
+    def present(keys: list[str]) -> list[str]:
+        return [k for k in keys if any(not math.isnan(v) for v in values[k])]
+
+    losses = present(_train_first([k for k in values if k.endswith("loss")]))
+    accuracies = present(_train_first([k for k in values if k.endswith("accuracy")]))
+    speed = present(["samples_per_s"] if "samples_per_s" in values else [])
+    if not (losses or accuracies or speed):
+        raise DataError(
+            f"{where}: no loss, accuracy or samples_per_s values to plot (keys: {sorted(values)})"
+        )
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=PLOT_FIGSIZE, dpi=PLOT_DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 3)
+    marker = "o" if len(x) <= 50 else None
+    panels = [(axes[0], "loss", losses), (axes[1], "accuracy", accuracies)]
+    panels.append((axes[2], "samples/s" + speed_note, speed))
+    for ax, name, keys in panels:
+        ax.set_title(name)
+        ax.set_xlabel("epoch")
+        # Whole epochs only, on every panel alike (one point would get ticks 1.9 .. 2.1).
+        ax.set_xlim(x[0] - 0.5, x[-1] + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        ax.grid(True, alpha=0.3)
+        if not keys:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+            continue
+        for key in keys:
+            style = "--" if key.startswith("val_") else "-"
+            ax.plot(x, values[key], style, marker=marker, markersize=3, label=key)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def plot_metrics(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> str:
     r"""Draw a run's loss, accuracy and samples/s per epoch into one image.
 
@@ -188,48 +258,11 @@ def plot_metrics(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | 
         raise ConfigError(f"--out {target!r} is a directory; give a file name")
     fmt = image_format(target, "--out")
     import_extra("matplotlib", "plot", "tfdp plot")
-    x, values = _series(read_metrics(metrics_path), metrics_path)
-    speed_note = ""
-    if "samples_per_s" in values and len(x) > 1:  # epoch 1 includes tracing the step functions
-        values["samples_per_s"] = [math.nan, *values["samples_per_s"][1:]]
-        speed_note = " (epoch 1 left out: it includes tracing)"
-
-    def present(keys: list[str]) -> list[str]:
-        return [k for k in keys if any(not math.isnan(v) for v in values[k])]
-
-    losses = present(_train_first([k for k in values if k.endswith("loss")]))
-    accuracies = present(_train_first([k for k in values if k.endswith("accuracy")]))
-    speed = present(["samples_per_s"] if "samples_per_s" in values else [])
-    if not (losses or accuracies or speed):
-        raise DataError(
-            f"{metrics_path}: no loss, accuracy or samples_per_s values to plot "
-            f"(keys: {sorted(values)})"
-        )
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    fig = Figure(figsize=PLOT_FIGSIZE, dpi=PLOT_DPI)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 3)
-    marker = "o" if len(x) <= 50 else None
-    panels = [(axes[0], "loss", losses), (axes[1], "accuracy", accuracies)]
-    panels.append((axes[2], "samples/s" + speed_note, speed))
-    for ax, title, keys in panels:
-        ax.set_title(title)
-        ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, alpha=0.3)
-        if not keys:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
-            continue
-        for key in keys:
-            style = "--" if key.startswith("val_") else "-"
-            ax.plot(x, values[key], style, marker=marker, markersize=3, label=key)
-        ax.legend(fontsize=8)
-    fig.suptitle(os.path.basename(os.path.normpath(os.path.abspath(run))))
-    fig.tight_layout()
+    fig = metrics_figure(
+        read_metrics(metrics_path),
+        title=os.path.basename(os.path.normpath(os.path.abspath(run))),
+        where=metrics_path,
+    )
     with replaced_atomically(target) as tmp:
         fig.savefig(tmp, format=fmt, dpi=PLOT_DPI)
     return target
@@ -247,7 +280,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     pp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by tfdp train")
     pp.add_argument(
-        "--out", metavar="PATH", default=None, help="image to write (default RUN_DIR/curves.png)"
+        "--out", metavar="PATH", default=None, help="image to write (default: RUN_DIR/curves.png)"
     )
     pp.set_defaults(func=run)
     return pp

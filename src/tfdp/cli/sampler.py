@@ -27,7 +27,15 @@ from tfdp.errors import ConfigError, TfdpError
 from tfdp.recipe.config import TrainConfig
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 
-__all__ = ["add_parser", "build_samplers", "draw_layout", "padding_mask", "run", "sampler_table"]
+__all__ = [
+    "add_parser",
+    "build_samplers",
+    "draw_layout",
+    "layout_figure",
+    "padding_mask",
+    "run",
+    "sampler_table",
+]
 
 _GOLDEN = (math.sqrt(5) - 1) / 2  # hue step: consecutive ids land far apart on the colour wheel
 
@@ -45,32 +53,32 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "The options and their defaults are tfdp train's.",
     )
     sp.add_argument("--num-examples", type=int_at_least(1), required=True, help="data set size N")
-    sp.add_argument("--replicas", type=int_at_least(1), default=4, help="world size W (default 4)")
+    sp.add_argument("--replicas", type=int_at_least(1), default=4, help="world size W")
     sp.add_argument(
         "--sampler",
         type=lambda text: text.replace("_", "-"),
         choices=["repeat-aug", "distributed", "eval"],
         default=_default("sampler"),
-        help=f"which sampler (default {_default('sampler')}; repeat_aug is the same)",
+        help="which sampler (repeat_aug is the same as repeat-aug)",
     )
     sp.add_argument(
         "--repeats",
         type=float,
         default=_default("repeats"),
-        help=f"repeat-aug: copies per sample (default {_default('repeats'):g})",
+        help="repeat-aug: copies per sample",
     )
     sp.add_argument(
         "--selected-round",
         type=int_at_least(0),
         default=_default("selected_round"),
         help="repeat-aug: round the per-epoch count down to a multiple of this (DeiT: 256; "
-        f"default {_default('selected_round')}: off, as in tfdp train)",
+        "0: off, as in tfdp train)",
     )
     sp.add_argument(
         "--selected-ratio",
         type=float,
         default=None,
-        help="repeat-aug: divide N by this for the per-rank count (default W)",
+        help="repeat-aug: divide N by this for the per-rank count (default: W)",
     )
     sp.add_argument(
         "--padding",
@@ -80,15 +88,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     sp.add_argument("--drop-last", action="store_true", help="distributed: drop the tail")
     sp.add_argument("--no-shuffle", action="store_true", help="keep the data set order")
+    sp.add_argument("--seed", type=int_at_least(0), default=_default("seed"), help="shuffle seed")
     sp.add_argument(
-        "--seed", type=int_at_least(0), default=_default("seed"), help="shuffle seed (default 0)"
+        "--epoch",
+        type=int_at_least(0),
+        default=0,
+        help="the epoch to show as sampler.set_epoch and metrics.jsonl count it: 0 is the "
+        "first (the picture's title counts from 1, as the console does)",
     )
-    sp.add_argument("--epoch", type=int_at_least(0), default=0, help="epoch to show (default 0)")
     sp.add_argument(
         "--batch-size",
         type=int_at_least(1),
         default=1,
-        help="samples per replica per step (default 1)",
+        help="samples per replica per step",
     )
     sp.add_argument("--max-steps", type=int_at_least(1), default=20, help="rows to print")
     sp.add_argument(
@@ -217,18 +229,34 @@ def id_colour(sample_id: int) -> tuple[float, float, float]:
 def draw_layout(samplers: Sequence[Sampler], batch_size: int, path: str) -> str:
     """Draw one epoch's layout (ranks x positions) to ``path``; the format from its extension.
 
-    Each cell holds the sample id, coloured by :func:`id_colour`; padding
-    copies are hatched and said so in the legend; step boundaries are lines.
+    The picture is :func:`layout_figure`'s.
 
     Returns:
         The path written.
     """
     import_extra("matplotlib", "plot", "--png")
+    fmt = image_format(path, "--png")
+    layout_figure(samplers, batch_size).savefig(path, format=fmt, dpi=120)
+    return path
+
+
+def layout_figure(samplers: Sequence[Sampler], batch_size: int) -> Any:
+    """One epoch's layout (ranks x positions) as a matplotlib figure.
+
+    Each cell holds the sample id, coloured by :func:`id_colour`; padding
+    copies are hatched and said so in the legend; step boundaries are lines.
+    Both axes have integer ticks only: ranks, and positions in a rank's epoch.
+
+    Example:
+        >>> fig = layout_figure([DistributedSampler(6, 2, r) for r in range(2)], 1)
+        >>> fig.axes[0].get_ylabel()
+        'rank'
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import MaxNLocator
 
-    fmt = image_format(path, "--png")
     idx = np.stack([s.indices() for s in samplers])  # [W, K]
     pad = np.stack([padding_mask(s) for s in samplers])
     w, k = idx.shape
@@ -257,8 +285,10 @@ def draw_layout(samplers: Sequence[Sampler], batch_size: int, path: str) -> str:
     ax.set_xlabel(f"position in the rank's epoch (steps of {batch_size})")
     ax.set_ylabel("rank")
     ax.set_yticks(range(w))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     s = samplers[0]
-    title = f"{type(s).__name__}: {w} ranks x {k} samples, epoch {s.epoch}"
+    # Epochs are counted from 1 where a person reads them (set_epoch takes the 0-based index).
+    title = f"{type(s).__name__}: {w} ranks x {k} samples, epoch {s.epoch + 1}"
     if isinstance(s, RepeatAugSampler):
         title += f", {s.num_repeats:g} repeats"
     chars = max(20, int(width * 72 / 7.5))  # what fits at 10-point type
@@ -272,8 +302,7 @@ def draw_layout(samplers: Sequence[Sampler], batch_size: int, path: str) -> str:
             fontsize=8,
         )
     fig.tight_layout()
-    fig.savefig(path, format=fmt, dpi=120)
-    return path
+    return fig
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,8 +10,10 @@ config file and a data path that does not exist are reported before
 TensorFlow loads.
 
 Exit status: 0 done; 2 bad input; 3 training diverged (non-finite loss or
-gradient); 130 stopped by SIGINT, 143 by SIGTERM (a checkpoint was saved;
-``tfdp train --resume --run-dir R`` continues).
+gradient); 4 a peer was lost (another worker crashed, was killed or stopped, or
+the network to it failed: the message names it and the checkpoint kept); 130
+stopped by SIGINT, 143 by SIGTERM (a checkpoint was saved; ``tfdp train
+--resume --run-dir R`` continues).
 
 Example:
     $ tfdp train --epochs 2 --name quickstart
@@ -31,11 +33,13 @@ from typing import Any
 
 from tfdp.cli.args import quiet_tf, require
 from tfdp.errors import ConfigError
-from tfdp.recipe.config import TrainConfig, coerce, flag, load_config_file
+from tfdp.recipe.config import TrainConfig, coerce, default_help, flag, load_config_file
 
 __all__ = ["add_parser", "run", "stop_on_signals", "train", "train_request"]
 
 PREFIX = "tfdp train"
+#: Exit status when another worker of a multi-worker job was lost (see PeerLostError).
+PEER_LOST_STATUS = 4
 _EXCLUSIVE = ("batch_size", "batch_size_per_replica")
 _DESCRIPTION = (
     "Train with Repeated Augmentation on MirroredStrategy (logical CPU replicas without a "
@@ -83,7 +87,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     batch = p.add_mutually_exclusive_group()
     for name, f in TrainConfig.fields().items():
         type_name = str(f.type).replace("'", "")
-        help_text = f"{f.metadata['help']} (default: {f.default})"
+        shown = default_help(name)  # the value, or how a None default is computed
+        help_text = f.metadata["help"] + (f" (default: {shown})" if shown is not None else "")
         target = batch if name in _EXCLUSIVE else p
         if type_name.startswith("bool"):
             target.add_argument(
@@ -217,8 +222,9 @@ def train(
 ) -> tuple[int, dict[str, Any]]:
     """Run the job with the command's messages and signal handling; returns (status, result).
 
-    Status: 0 done, 3 diverged, 130 stopped by SIGINT, 143 by SIGTERM (or a
-    peer's stop). Bad input raises :class:`tfdp.errors.TfdpError`.
+    Status: 0 done, 3 diverged, 4 a peer lost (:data:`PEER_LOST_STATUS`), 130
+    stopped by SIGINT, 143 by SIGTERM (or a peer's stop). Bad input raises
+    :class:`tfdp.errors.TfdpError`.
     """
     from tfdp.recipe.config import check_config, check_paths
 
@@ -236,6 +242,12 @@ def train(
             reinstall.append(install)
             result = run_train(cfg, given=given, on_step=on_step, stop=stop, report=_say)
     except Exception as exc:
+        if _peer_lost(exc):
+            from tfdp.recipe.config import default_run_dir
+
+            hint = _resume_hint(default_run_dir(cfg))
+            print(f"{PREFIX}: error: {exc}. Resume with: {hint}", file=sys.stderr, flush=True)
+            return PEER_LOST_STATUS, {}
         if not _diverged(exc):
             raise
         print(f"{PREFIX}: error: {exc}", file=sys.stderr, flush=True)
@@ -247,6 +259,15 @@ def train(
     if result.get("stopped_early") and reason:
         return (130 if reason == "SIGINT" else 143), result
     return 0, result
+
+
+def _peer_lost(exc: Exception) -> bool:
+    """Whether ``exc`` says another worker of the job was lost mid-training."""
+    if "tfdp.train" not in sys.modules:
+        return False
+    from tfdp.train import PeerLostError
+
+    return isinstance(exc, PeerLostError)
 
 
 def _diverged(exc: Exception) -> bool:

@@ -5,8 +5,9 @@ in :mod:`~tfdp.distribute.strategy`), TF_CONFIG validated by
 :func:`parse_tf_config` (:mod:`~tfdp.distribute.tf_config`, pure Python), the
 questions every other part asks of a strategy -- how many workers, which one
 is this, is it the chief -- (:func:`worker_info`, :mod:`~tfdp.distribute.cluster`)
-and the start-up watchdog process (:mod:`~tfdp.distribute.watchdog`, run as
-``python -m tfdp.distribute.watchdog``). Names load lazily: importing the
+the start-up watchdog process (:mod:`~tfdp.distribute.watchdog`, run as
+``python -m tfdp.distribute.watchdog``) and the reading of a lost peer from
+TensorFlow's error (:mod:`~tfdp.distribute.faults`, pure Python). Names load lazily: importing the
 package (as the watchdog process does) loads no TensorFlow.
 
 Example:

@@ -33,18 +33,22 @@ from pathlib import Path
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError
-from tfdp.models import check_model_ref
+from tfdp.recipe.networks import check_model_module, check_model_ref
 
 __all__ = [
+    "DEFAULT_LOG_EVERY",
     "OPTIONS_HELP",
     "RESUME_POLICIES",
+    "RUN_NAME_PATTERN",
     "TrainConfig",
     "check_config",
     "check_paths",
     "coerce",
+    "default_help",
     "default_run_dir",
     "flag",
     "load_config_file",
+    "step_lines_every",
 ]
 
 OPTIONS_HELP = "see `tfdp train --help`"
@@ -54,12 +58,49 @@ OPTIONS_HELP = "see `tfdp train --help`"
 RESUME_POLICIES = ("refuse", "record", "locate")
 
 
+#: ``--log-every``'s default when stdout is not a terminal (a batch job's log, a pipe): a step
+#: line every 50 optimizer steps, as timm's ``--log-interval``. At 0.05 to 1 s a step (a small
+#: model on a CPU to an ImageNet model on a GPU) that is a line every 2.5 to 50 s, within an
+#: epoch as long as a day's; a shorter epoch's progress shows in its epoch line. The same number
+#: as ``--checkpoint-every``'s default, so the two cut the same compiled calls (calls are cut to
+#: land on both), and no third call length is compiled.
+DEFAULT_LOG_EVERY = 50
+
+#: What a run is named without ``--name`` (see :func:`default_run_dir`), as help shows it.
+RUN_NAME_PATTERN = "<data>-<model>-<date>-<time>"
+
+
 def _opt(
-    default: Any, help: str, choices: tuple[Any, ...] | None = None, *, resume: str = "refuse"
+    default: Any,
+    help: str,
+    choices: tuple[Any, ...] | None = None,
+    *,
+    resume: str = "refuse",
+    computed: str | None = None,
 ) -> Any:
+    """An option: its default, help, choices, resume policy, and how a ``None`` default is computed.
+
+    ``computed`` says in words what a ``None`` default becomes (help shows it as the default).
+    """
     if resume not in RESUME_POLICIES:
         raise ValueError(f"resume policy must be one of {RESUME_POLICIES}, got {resume!r}")
-    return field(default=default, metadata={"help": help, "choices": choices, "resume": resume})
+    if computed is not None and default is not None:
+        raise ValueError("only a None default is computed")
+    metadata = {"help": help, "choices": choices, "resume": resume, "computed": computed}
+    return field(default=default, metadata=metadata)
+
+
+def default_help(name: str) -> str | None:
+    """What help shows as option ``name``'s default: the value, or how it is computed, or None.
+
+    Example:
+        >>> default_help("epochs"), default_help("run_dir")
+        ('15', 'runs/<name>')
+    """
+    f = TrainConfig.fields()[name]
+    if f.default is None and None not in (f.metadata.get("choices") or ()):
+        return f.metadata.get("computed")
+    return str(f.default)
 
 
 @dataclass
@@ -79,8 +120,8 @@ class TrainConfig:
     )
     eval_data: str | None = _opt(
         None,
-        "held-out data in the same forms (default: the digits' "
-        "held-out split, or --eval-fraction of --data)",
+        "held-out data in the same forms",
+        computed="the digits' held-out split, or --eval-fraction of --data",
     )
     eval_fraction: float = _opt(
         0.1,
@@ -95,8 +136,9 @@ class TrainConfig:
     )
     num_classes: int | None = _opt(
         None,
-        "number of classes (default: the data's class names, else the largest label + 1, and "
-        "then every label below it must occur: a stray label is refused)",
+        "number of classes",
+        computed="the data's class names, else the largest label + 1, and then every label "
+        "below it must occur: a stray label is refused",
     )
     on_bad_file: str = _opt(
         "error",
@@ -166,8 +208,14 @@ class TrainConfig:
         ("auto", "shift", "crop-flip", "resized-crop", "none"),
     )
     seed: int = _opt(0, "seed of the sampler, the augmentation and the model's initial weights")
-    run_dir: str | None = _opt(None, "run directory (default runs/<name>)", resume="locate")
-    name: str | None = _opt(None, "run name (default: <data>-<model>)", resume="locate")
+    run_dir: str | None = _opt(None, "run directory", resume="locate", computed="runs/<name>")
+    name: str | None = _opt(
+        None,
+        "run name: a new run directory per run (multi-worker jobs drop the date and time, so "
+        "that every worker names the same; --resume without a name continues the newest)",
+        resume="locate",
+        computed=RUN_NAME_PATTERN,
+    )
     resume: bool = _opt(
         False,
         "continue the run in --run-dir from its last checkpoint; its config.json supplies every "
@@ -192,11 +240,12 @@ class TrainConfig:
         None, "mixed precision policy", (None, "mixed_float16", "mixed_bfloat16")
     )
     progress: bool = _opt(True, "show a progress bar (chief only)", resume="record")
-    log_every: int = _opt(
-        0,
+    log_every: int | None = _opt(
+        None,
         "print a plain line every N steps (step, loss, lr, samples/s) when the output is not a "
-        "terminal, like timm's --log-interval; 0: the progress bar on a terminal only",
+        "terminal, like timm's --log-interval; 0: none (a terminal shows the progress bar)",
         resume="record",
+        computed=f"{DEFAULT_LOG_EVERY} when stdout is not a terminal, else 0",
     )
 
     def __post_init__(self) -> None:
@@ -339,7 +388,7 @@ def check_config(cfg: TrainConfig) -> None:
         if value is not None and value < 1:
             raise ConfigError(f"{flag(name)} must be an integer >= 1, got {value}")
     for name in ("seed", "selected_round", "log_every"):
-        if getattr(cfg, name) < 0:
+        if (getattr(cfg, name) or 0) < 0:
             raise ConfigError(f"{flag(name)} must be an integer >= 0, got {getattr(cfg, name)}")
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
         raise ConfigError(f"--lr must be a finite number > 0, got {cfg.lr}")
@@ -356,6 +405,24 @@ def check_config(cfg: TrainConfig) -> None:
     check_model_ref(cfg.model)
 
 
+def step_lines_every(cfg: TrainConfig, stdout: Any) -> int:
+    """The run's ``--log-every``: as given, else :data:`DEFAULT_LOG_EVERY` off a terminal, else 0.
+
+    Example:
+        >>> import io
+        >>> step_lines_every(TrainConfig(), io.StringIO()), step_lines_every(
+        ...     TrainConfig(log_every=0), io.StringIO())
+        (50, 0)
+    """
+    if cfg.log_every is not None:
+        return cfg.log_every
+    try:
+        terminal = bool(stdout.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        terminal = False
+    return 0 if terminal else DEFAULT_LOG_EVERY
+
+
 def flag(name: str) -> str:
     """The command-line spelling of option ``name``.
 
@@ -367,12 +434,16 @@ def flag(name: str) -> str:
 
 
 def check_paths(cfg: TrainConfig) -> None:
-    """Refuse a ``data`` / ``eval_data`` path that does not exist (cheap: no TensorFlow).
+    """Refuse a path or module the job cannot use (cheap: before TensorFlow loads).
 
-    ``"digits"`` is the bundled data set; a glob must match at least one file.
+    A ``data`` / ``eval_data`` path that does not exist (``"digits"`` is the
+    bundled data set; a glob must match at least one file), a ``run_dir``
+    that is a file, a ``record_samples`` file whose folder does not exist (or
+    that is a folder), a ``model`` module that cannot be found.
 
     Raises:
         DataError: naming the option and the path.
+        ConfigError: naming the option (a run directory, a samples file, a model).
 
     Example:
         >>> check_paths(TrainConfig(data="/no/such/data.npz"))
@@ -390,13 +461,25 @@ def check_paths(cfg: TrainConfig) -> None:
                 raise DataError(f"{flag(name)} {spec!r} matches no file")
         elif not os.path.exists(path):
             raise DataError(f"{flag(name)} {spec!r} does not exist")
+    if cfg.run_dir and os.path.exists(cfg.run_dir) and not os.path.isdir(cfg.run_dir):
+        raise ConfigError(f"--run-dir {cfg.run_dir!r} is a file; give a directory")
+    if cfg.record_samples:
+        path = cfg.record_samples
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise ConfigError(f"--record-samples {cfg.record_samples!r} is a folder; give a file")
+        if not os.path.isdir(folder):
+            raise ConfigError(
+                f"--record-samples {cfg.record_samples!r}: folder {folder!r} does not exist"
+            )
+    check_model_module(cfg.model)
 
 
 def default_run_dir(cfg: TrainConfig, now: str | None = None) -> str:
     """The run directory: ``--run-dir``, else ``runs/<name>``.
 
-    The name defaults to ``<data>-<model>-<date-time>`` (a new directory per
-    run, like timm's output folders). With ``--resume`` and no name, the
+    The name defaults to :data:`RUN_NAME_PATTERN`, ``<data>-<model>-<date>-<time>``
+    (a new directory per run, like timm's output folders). With ``--resume`` and no name, the
     newest ``runs/<data>-<model>-*`` is continued. Multi-worker jobs (TF_CONFIG
     set) need the same directory on every worker, so they drop the time stamp.
 

@@ -30,7 +30,14 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError, StateError
-from tfdp.recipe.config import TrainConfig, check_config, check_paths, default_run_dir, flag
+from tfdp.recipe.config import (
+    TrainConfig,
+    check_config,
+    check_paths,
+    default_run_dir,
+    flag,
+    step_lines_every,
+)
 from tfdp.recipe.data import build_augment, build_data, check_one_step, eval_input
 from tfdp.recipe.model import build_optimizer, model_factory, save_model, weights_fingerprint
 from tfdp.recipe.resume import (
@@ -208,7 +215,7 @@ def run_train(
     if resumed is None:
         cfg = _global_batch(cfg, strategy.num_replicas_in_sync)
     info = worker_info(strategy)
-    from tfdp.rundir import RunLock
+    from tfdp.recipe.rundir import RunLock
 
     lock = RunLock(run_dir) if info.is_chief else None
     if lock is not None:
@@ -294,7 +301,8 @@ def _train(
         checkpoint_every=cfg.checkpoint_every,
         progress=cfg.progress and sys.stdout.isatty(),
         record_samples=cfg.record_samples,
-        log_every=cfg.log_every,  # forwarded as is: the Trainer decides what a line holds
+        # A line every N steps off a terminal (the Trainer decides what a line holds).
+        log_every=step_lines_every(cfg, sys.stdout),
     )
     if resumed is not None:
         trainer.restore(train_in)  # before config.json records the resume: it may be refused

@@ -3,7 +3,9 @@
 This package owns the sources tfdp ships -- in-memory arrays, image folders
 (ImageNet layout), ArrayRecord files (random access) and TFRecord shards
 (streaming, with a writer) -- and, in :mod:`tfdp.sources.base`, the
-contracts the input layer dispatches on (re-exported here).
+contracts the input layer dispatches on (re-exported here). A source that
+decodes only the windows a sample keeps meets
+:class:`tfdp.windows.contract.WindowSource` as well.
 
 A random-access source (:class:`RandomAccessSource`) has ``num_examples``,
 ``element_spec`` (one example), ``load(index) -> example`` (graph-compatible,
@@ -29,27 +31,21 @@ from typing import Any
 
 from tfdp.sources.arrays import ArraySource
 from tfdp.sources.base import (
-    BatchedAugmentation,
     BatchSource,
-    PerExampleAugmentation,
     RandomAccessSource,
     StreamingSource,
     WeightedSource,
-    WindowSource,
 )
 
 __all__ = [
     "ArrayRecordSource",
     "ArraySource",
     "BatchSource",
-    "BatchedAugmentation",
     "ImageFolderSource",
-    "PerExampleAugmentation",
     "RandomAccessSource",
     "StreamingSource",
     "TFRecordSource",
     "WeightedSource",
-    "WindowSource",
     "write_tfrecords",
 ]
 

@@ -1,7 +1,7 @@
-"""The contracts of the input layer: what a source and an augmentation must offer, as Protocols.
+"""The contracts of the sources: what a source must offer the input layer, as Protocols.
 
 This module owns the interfaces :class:`tfdp.DistributedInput`,
-:func:`tfdp.sources.write_tfrecords` and the Trainer dispatch on. Each is a
+:func:`tfdp.sources.write_tfrecords` and the Trainer dispatch a source on. Each is a
 ``typing.Protocol`` (``runtime_checkable``, so ``isinstance`` says which
 contract an object meets); a source needs no base class, only the members.
 
@@ -13,8 +13,6 @@ RandomAccessSource     ``num_examples``, ``element_spec``, ``load(index)``: the 
 BatchSource            + ``gather(indices)``: a whole batch at once (``ArraySource``)
 WeightedSource         + ``load_with_weight(index) -> (example, weight)``: weight 0 marks a
                        placeholder for an unreadable file (``ImageFolderSource``)
-WindowSource           ``load_windows(indices, request)``: decodes only the window each
-                       sample keeps (JPEG image folders; see :mod:`tfdp.sources.windows`)
 EncodedImageSource     ``jpeg_files``, ``load_encoded(index)``: the image files as they are,
                        which ``write_tfrecords`` stores byte for byte
 PathSource             ``path(index)``: the file behind an example (named in errors)
@@ -23,9 +21,11 @@ StreamingSource        ``num_examples``, ``element_spec``, ``stream_length(num_r
                        ``stream(indices, *, num_replicas, seed, epoch, shuffle)``: no random
                        access; the sampler picks positions in an epoch's stream
                        (``TFRecordSource``)
-BatchedAugmentation    ``batched`` (True) and ``__call__(batch, seeds[B, 2])``
-PerExampleAugmentation ``__call__(example, seed[2])``, stateless random ops
 =====================  ======================================================================
+
+A source that can decode only the window each sample keeps (a JPEG image
+folder) also meets :class:`tfdp.windows.contract.WindowSource`; the
+augmentations' contracts are :mod:`tfdp.augment.contract`'s.
 
 A random-access source may also declare ``streaming = False`` and a
 streaming one ``streaming = True`` (informative: the dispatch is on the
@@ -39,8 +39,6 @@ Example:
     (True, True)
     >>> isinstance(src, StreamingSource), isinstance(src, WeightedSource)
     (False, False)
-    >>> is_batched_augmentation(lambda example, seed: example)
-    False
 """
 
 from __future__ import annotations
@@ -51,19 +49,13 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     import tensorflow as tf
 
 __all__ = [
-    "AugmentationFn",
     "BatchSource",
-    "BatchedAugmentation",
     "EncodedImageSource",
     "PathSource",
-    "PerExampleAugmentation",
     "RandomAccessSource",
     "SkipReportingSource",
     "StreamingSource",
     "WeightedSource",
-    "WindowPlan",
-    "WindowSource",
-    "is_batched_augmentation",
 ]
 
 
@@ -127,54 +119,6 @@ class WeightedSource(RandomAccessSource, Protocol):
 
     def load_with_weight(self, index: Any) -> tuple[Any, Any]:
         """``(example, weight)``: weight float32, 0.0 for a placeholder, else 1.0."""
-        ...
-
-
-class WindowPlan(Protocol):
-    """What a window source needs from the augmentation side for ``N`` entries.
-
-    The request :meth:`WindowSource.load_windows` and
-    :func:`tfdp.sources.windows.decode_windows` take.
-
-    :class:`tfdp.augment.WindowRequest` is one: ``windows(shapes [N, 2])``
-    plans every entry's window, ``finish(window, j)`` makes entry ``j``'s
-    output from its window's pixels, ``output_spec(window_spec)`` is that
-    output's spec.
-    """
-
-    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
-        """The windows ``[N, 4]`` ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
-        ...
-
-    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
-        """Entry ``j``'s output from its window's pixels."""
-        ...
-
-    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
-        """The spec of :meth:`finish`'s output."""
-        ...
-
-
-@runtime_checkable
-class WindowSource(Protocol):
-    """A random-access source that can decode just the window each sample needs.
-
-    ``load_windows(indices, request)`` returns ``(example, weights)`` for the
-    ``N`` entries of ``indices`` (int64 ``[N]``, ``N >= 1``, repeats
-    allowed): ``example`` is the source's example structure batched, its
-    images replaced by ``request.finish`` of each entry's window, and
-    ``weights`` float32 ``[N]`` (0 for a file skipped as unreadable).
-    See :mod:`tfdp.sources.windows`.
-
-    Example:
-        >>> import numpy as np
-        >>> from tfdp.sources import ArraySource
-        >>> isinstance(ArraySource(np.zeros((2, 4, 4, 3))), WindowSource)
-        False
-    """
-
-    def load_windows(self, indices: tf.Tensor, request: WindowPlan) -> tuple[Any, tf.Tensor]:
-        """Load the entries' windows (see the class docstring)."""
         ...
 
 
@@ -281,61 +225,3 @@ class StreamingSource(Protocol):
     ) -> tf.data.Dataset:
         """The examples at stream positions ``indices`` of ``epoch``, in order."""
         ...
-
-
-@runtime_checkable
-class BatchedAugmentation(Protocol):
-    """An augmentation of whole batches: ``aug(batch, seeds[B, 2]) -> batch``, ``batched = True``.
-
-    Every random decision for sample ``b`` must depend on ``seeds[b]`` only
-    (so a sample's augmentation is the same whatever batch it lands in). The
-    ``batched`` attribute must be ``True``: it is the explicit statement that
-    the callable takes a batch (see :func:`is_batched_augmentation`). All of
-    :mod:`tfdp.augment` meets this contract.
-
-    Example:
-        >>> from tfdp import augment
-        >>> isinstance(augment.RandomFlip(), BatchedAugmentation)
-        True
-    """
-
-    batched: bool
-
-    def __call__(self, example: Any, seeds: Any) -> Any:
-        """The augmented batch ``example`` with per-sample ``seeds`` int64 ``[B, 2]``."""
-        ...
-
-
-@runtime_checkable
-class PerExampleAugmentation(Protocol):
-    """An augmentation of one example: ``fn(example, seed[2]) -> example`` (no ``batched``).
-
-    Stateless random ops only (``tf.random.stateless_*`` with ``seed``), so a
-    rerun or a resumed run augments alike.
-
-    Example:
-        >>> isinstance(lambda example, seed: example, PerExampleAugmentation)
-        True
-    """
-
-    def __call__(self, example: Any, seed: Any) -> Any:
-        """The augmented ``example`` with its ``seed`` int64 ``[2]``."""
-        ...
-
-
-#: Either kind of augmentation, as :class:`tfdp.DistributedInput` accepts it (not to be confused
-#: with :class:`tfdp.augment.Augmentation`, the base class of tfdp's batched augmentations).
-AugmentationFn = BatchedAugmentation | PerExampleAugmentation
-
-
-def is_batched_augmentation(fn: Any) -> bool:
-    """Whether ``fn`` is a :class:`BatchedAugmentation` (its ``batched`` attribute is true).
-
-    Anything else callable is a per-example augmentation.
-
-    Example:
-        >>> from tfdp import augment
-        >>> is_batched_augmentation(augment.RandomFlip()), is_batched_augmentation(print)
-        (True, False)
-    """
-    return isinstance(fn, BatchedAugmentation) and bool(fn.batched)

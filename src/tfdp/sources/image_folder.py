@@ -4,7 +4,7 @@ This module owns :class:`ImageFolderSource`: the file list (built once, with
 ``os.scandir``), the class ids, a graph-compatible ``load(index)`` that
 reads and decodes one file with TensorFlow ops -- no per-sample Python --
 and ``load_windows(indices, request)``, which decodes only the window each
-sample's augmentation keeps (see :mod:`tfdp.sources.windows`).
+sample's augmentation keeps (see :mod:`tfdp.windows`).
 
 Order and class ids match ``torchvision.datasets.ImageFolder``: classes are
 the sorted sub-folder names of ``root``; files are collected per class, the
@@ -59,9 +59,9 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._autograph import plain
-from tfdp.augment import WindowRequest
 from tfdp.errors import ConfigError
-from tfdp.sources.windows import Decoded, decode_windows, read_files
+from tfdp.windows.contract import WindowPlan
+from tfdp.windows.decode import Decoded, decode_windows, read_files
 
 __all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
 
@@ -317,7 +317,7 @@ class ImageFolderSource:
     ``(image, label)``: ``image`` uint8 ``[H, W, channels]`` (static rank 3;
     sizes vary), ``label`` int64. :meth:`load_windows` reads a batch of
     files and decodes only the windows an augmentation keeps (a
-    :class:`tfdp.sources.windows.WindowSource`); :class:`tfdp.DistributedInput`
+    :class:`tfdp.windows.contract.WindowSource`); :class:`tfdp.DistributedInput`
     uses it whenever the augmentation starts with a window stage
     (:class:`tfdp.augment.RandomResizedCrop`, :class:`tfdp.augment.CenterCrop`).
 
@@ -529,21 +529,21 @@ class ImageFolderSource:
         return image, problem
 
     def load_windows(
-        self, indices: Any, request: WindowRequest
+        self, indices: Any, request: WindowPlan
     ) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
         """Read the files at ``indices`` and decode only the windows ``request`` plans.
 
         Each distinct file is read and decoded once, however often it occurs
         in ``indices`` (the copies of Repeated Augmentation); a JPEG is
         decoded only over the union of its windows, other formats in full
-        (see :mod:`tfdp.sources.windows`). The result for every entry equals
+        (see :mod:`tfdp.windows.decode`). The result for every entry equals
         ``request``'s augmentation of the fully decoded image, bit for bit.
         Errors as in :meth:`load_with_weight` (``on_error``).
 
         Args:
             indices: int ``[N]``, ``N >= 1``: file indices, repeats allowed.
-            request: The augmentation's :class:`tfdp.augment.WindowRequest`
-                for these ``N`` samples.
+            request: The augmentation's plan for these ``N`` samples (a
+                :class:`tfdp.windows.plan.WindowRequest`).
 
         Returns:
             ``((images [N, ...], labels int64 [N]), weights float32 [N])``;
@@ -551,7 +551,8 @@ class ImageFolderSource:
 
         Example:
             >>> import os, tempfile, tensorflow as tf
-            >>> from tfdp.augment import CenterCrop, split_window
+            >>> from tfdp.augment import CenterCrop
+            >>> from tfdp.windows.plan import split_window
             >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
             >>> tf.io.write_file(os.path.join(root, "a", "1.jpg"),
             ...                  tf.io.encode_jpeg(tf.zeros([40, 60, 3], tf.uint8)))

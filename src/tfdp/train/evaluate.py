@@ -209,9 +209,13 @@ class Evaluator:
             step = plain(self._replica_step)
 
             @tf.function
-            def run(iterator: Any, n: tf.Tensor) -> None:
+            def run(iterator: Any, n: tf.Tensor) -> tf.Tensor:
                 for _ in tf.range(n):
                     self.strategy.run(step, args=(next(iterator),))
+                # Read to the end: a multi-device iterator dropped while a replica's prefetch is
+                # still fetching "the end" cancels that fetch, and TensorFlow logs "Local
+                # rendezvous is aborting with status: CANCELLED" (at random, up to every epoch).
+                return iterator.get_next_as_optional().has_value()
 
             self._fn = run
         self.loss_metric.reset_state()
@@ -220,7 +224,12 @@ class Evaluator:
         # The distributed dataset is built once per input; each evaluation iterates it anew.
         if self._dataset is None or self._dataset[0] is not eval_input:
             self._dataset = (eval_input, eval_input.epoch(0))
-        self._fn(iter(self._dataset[1]), tf.constant(eval_input.steps_per_epoch, tf.int64))
+        steps = eval_input.steps_per_epoch
+        if bool(self._fn(iter(self._dataset[1]), tf.constant(steps, tf.int64))):
+            raise RuntimeError(
+                f"tfdp: the evaluation input holds more than its steps_per_epoch={steps} "
+                "batches: the evaluation would not cover it exactly (a bug of tfdp's input)"
+            )
         out = {"loss": float(self.loss_metric.result())}
         for m in self.metrics:
             out[m.name] = float(m.result())

@@ -37,6 +37,7 @@ import tensorflow as tf
 
 from tfdp._autograph import plain
 from tfdp._compat import bound_call, gradients_reduced
+from tfdp.train.compression import compressed_all_reduce
 from tfdp.train.evaluate import PerExampleLoss, unpack_batch
 from tfdp.train.guard import (
     apply_if_finite,
@@ -64,6 +65,9 @@ class TrainStep:
             :class:`tfdp.train.Trainer`).
         jit_compile: Compile the forward/backward pass with XLA.
         multi_worker: Whether the strategy spans several workers.
+        gradient_compression: ``None`` (exact float32 all-reduce) or ``"fp16"`` /
+            ``"bf16"``: gradients rounded to that type before the sum (see
+            :mod:`tfdp.train.compression`).
 
     Example:
         >>> import keras, numpy as np, tensorflow as tf
@@ -97,6 +101,7 @@ class TrainStep:
         on_nonfinite: str = "stop",
         jit_compile: bool = False,
         multi_worker: bool = False,
+        gradient_compression: str | None = None,
     ) -> None:
         self.strategy = strategy
         self.model = model
@@ -108,6 +113,7 @@ class TrainStep:
         self.on_nonfinite = check_policy(on_nonfinite)
         self.jit_compile = jit_compile
         self.multi_worker = multi_worker
+        self.gradient_compression = gradient_compression
         self._fns: dict[tuple[Any, ...], Any] = {}
         self._counts: dict[int, tf.Tensor] = {}
         self._grad_fn: Any = None
@@ -244,8 +250,12 @@ class TrainStep:
     def _reduced_update(self, grads: list[Any], loss: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """All-reduce gradients and loss together, clip, check once and apply (replica context)."""
         ctx = tf.distribute.get_replica_context()
-        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [*grads, loss])
-        grads, loss = list(reduced[:-1]), reduced[-1]
+        if self.gradient_compression is None:
+            reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [*grads, loss])
+            grads, loss = list(reduced[:-1]), reduced[-1]
+        else:  # 16-bit gradients cannot share a pack with the float32 loss
+            grads = compressed_all_reduce(ctx, grads, self.gradient_compression)
+            loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
         checked = None
         if self.clip_global_norm is not None:
             norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads])

@@ -1,17 +1,20 @@
-"""The window path of the input layer: a worker's replicas' batches, loaded by windows in chunks.
+"""The window loader: a worker's replicas' batches, loaded by windows in chunks.
 
-This module owns :class:`WindowedBatches`, which :class:`tfdp.DistributedInput`
-uses instead of its per-example path when the source can decode windows
-(:class:`tfdp.sources.windows.WindowSource`, e.g. a JPEG image folder) and
-the augmentation starts with a window stage (:func:`tfdp.augment.split_window`:
-:class:`~tfdp.augment.RandomResizedCrop`, :class:`~tfdp.augment.CenterCrop`).
+This module owns :class:`WindowedBatches` and :func:`window_loader`, the one
+factory :class:`tfdp.DistributedInput` calls: it returns the loader when the
+source can decode windows (:class:`tfdp.windows.contract.WindowSource`, e.g.
+a JPEG image folder) and the augmentation starts with a window stage
+(:func:`tfdp.windows.plan.split_window`: :class:`~tfdp.augment.RandomResizedCrop`,
+:class:`~tfdp.augment.CenterCrop`), else None (the input's per-rank path).
+The loader knows the input layer through
+:class:`tfdp.windows.contract.EpochEntries` only.
 
 How a step of a worker with ``L`` local replicas and ``B`` examples per
 replica is loaded: the step's ``L * B`` entries are cut into chunks of ``k``
 consecutive slots of *all* ``L`` replicas (``L * k`` entries, about
-``CHUNK_ENTRIES``). Each chunk is one element of a parallel, order-keeping
-``tf.data`` map: the random draws of all its entries are made at once, then
-the source reads and decodes each distinct file of the chunk once and
+:data:`~tfdp.windows.parallelism.CHUNK_ENTRIES`). Each chunk is one element of
+a parallel, order-keeping ``tf.data`` map: the random draws of all its
+entries are made at once, then the source reads and decodes each distinct file of the chunk once and
 finishes every entry's window. Repeated Augmentation puts the ``R`` copies
 of a sample at consecutive global positions, i.e. on consecutive ranks in
 the same slot (or the next), so they share a chunk and one read and decode.
@@ -28,8 +31,9 @@ instantiates the loader's graph, with only the Grappler passes that pay for it
 (:func:`tfdp._compat.lightly_optimized_map`), and that graph is kept small: the
 random draws and the windows are planned by NumPy on the host (one node each),
 other formats are decoded by a function called only when a chunk holds one
-(:func:`tfdp.sources.windows.decode_windows`), and no large constant sits in it
-(a 224x224 one cost every iterator 70 ms).
+(:func:`tfdp.windows.decode.decode_windows`), and no large constant sits in it
+(a 224x224 one cost every iterator 70 ms). How wide it runs:
+:mod:`tfdp.windows.parallelism`.
 
 Example:
     >>> import os, tempfile, tensorflow as tf
@@ -43,7 +47,7 @@ Example:
     ...                          tf.io.encode_jpeg(tf.zeros([30, 40, 3], tf.uint8)))
     >>> inp = DistributedInput(None, ImageFolderSource(root), batch_size=2,
     ...                        augment=augment.RandomResizedCrop(8))
-    >>> type(inp._windows).__name__
+    >>> type(inp.window_loader).__name__
     'WindowedBatches'
     >>> [tuple(x.shape) for x, y in inp.epoch(0)]
     [(2, 8, 8, 3), (2, 8, 8, 3), (2, 8, 8, 3)]
@@ -51,7 +55,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,17 +63,15 @@ import tensorflow as tf
 
 from tfdp._autograph import plain
 from tfdp._compat import lightly_optimized_map
-from tfdp.augment import WindowPipeline
-from tfdp.sources.windows import WindowSource
+from tfdp.random import sample_seeds
+from tfdp.sources.base import StreamingSource
+from tfdp.windows.contract import EpochEntries, WindowSource
+from tfdp.windows.parallelism import CHUNK_ENTRIES, INITIAL_CHUNK_CALLS
+from tfdp.windows.plan import WindowPipeline, split_window
 
-__all__ = ["CHUNK_ENTRIES", "WindowedBatches", "chunk_slots"]
+__all__ = ["WindowedBatches", "chunk_slots", "window_loader"]
 
-#: Entries per chunk to aim for: enough to amortise the per-chunk draws and to keep the
-#: copies of a sample together, few enough for a step to spread over the cores.
-CHUNK_ENTRIES = 128
 _INF_EPOCHS = 2**62
-
-EpochArrays = Callable[[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
 class _StreamFunctions(NamedTuple):
@@ -101,15 +103,15 @@ def chunk_slots(batch_size: int, replicas: int, target: int = CHUNK_ENTRIES) -> 
 class WindowedBatches:
     """Per-replica batches of a window-decoding source, loaded in chunks across replicas.
 
+    Made by :func:`window_loader` (which says when the window path applies).
+
     Args:
-        source: A :class:`tfdp.sources.windows.WindowSource`.
-        pipeline: The augmentation split by :func:`tfdp.augment.split_window`.
+        source: A :class:`tfdp.windows.contract.WindowSource`.
+        pipeline: The augmentation split by :func:`tfdp.windows.plan.split_window`.
+        entries: The input layer's side (:class:`tfdp.windows.contract.EpochEntries`):
+            each rank's entries of an epoch, and each element's last touch.
         batch_size: Examples per replica per step.
         drop_remainder: Drop the last partial batch of an epoch.
-        epoch_arrays: ``(rank, epoch, start) -> (indices, positions, keys, weights)``
-            of a rank's epoch from entry ``start`` on (the input layer's sampler arrays).
-        finish: ``(example, indices, positions, weights) -> element``: the input
-            layer's last touch (weights, ids).
         num_parallel_calls: Parallelism of the chunk map.
         chunk_entries: Entries per chunk to aim for (see :func:`chunk_slots`).
     """
@@ -118,21 +120,19 @@ class WindowedBatches:
         self,
         source: WindowSource,
         pipeline: WindowPipeline,
+        entries: EpochEntries,
         *,
         batch_size: int,
         drop_remainder: bool,
-        epoch_arrays: EpochArrays,
-        finish: Callable[[Any, Any, Any, Any], Any],
         num_parallel_calls: int = tf.data.AUTOTUNE,
         chunk_entries: int = CHUNK_ENTRIES,
     ) -> None:
         self.source = source
         self.chunk_entries = int(chunk_entries)
         self.pipeline = pipeline
+        self.entries = entries
         self.batch_size = int(batch_size)
         self.drop_remainder = bool(drop_remainder)
-        self._epoch_arrays = epoch_arrays
-        self._finish = finish
         self.num_parallel_calls = num_parallel_calls
         spec = tf.TensorSpec([None], tf.int64)
         self._load_chunk = tf.function(
@@ -146,13 +146,13 @@ class WindowedBatches:
         """One chunk's entries: every draw at once, each distinct file read and decoded once."""
         # The draws by NumPy (same bits): the hash's graph nodes would be instantiated anew by
         # every iterator, delaying a new dataset's first step (bench_images: its iterator column).
-        request = self.pipeline.request(tf.stack([key, pos], axis=1), on_host=True)
+        request = self.pipeline.request(sample_seeds(key, pos), on_host=True)
         example, ok = self.source.load_windows(idx, request)
         return example, idx, pos, key, weight * ok
 
     def _finish_batch(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        example = self.pipeline.finish_batch(example, tf.stack([key, pos], axis=1))
-        return self._finish(example, idx, pos, weight)
+        example = self.pipeline.finish_batch(example, sample_seeds(key, pos))
+        return self.entries.finish_element(example, idx, pos, weight)
 
     def _functions(self, ranks: tuple[int, ...]) -> _StreamFunctions:
         """The per-element functions of the ``ranks``' stream, traced once and kept.
@@ -180,7 +180,7 @@ class WindowedBatches:
             step with copies of its first entry (the same file: decoded once)
             and cut back to its size when emitted.
             """
-            parts = [self._epoch_arrays(r, int(epoch), int(start)) for r in ranks]
+            parts = [self.entries.rank_entries(r, int(epoch), int(start)) for r in ranks]
             columns = [np.stack(column) for column in zip(*parts, strict=True)]  # [L, n]
             n = columns[0].shape[1]
             steps, rest = divmod(n, b)
@@ -293,13 +293,57 @@ class WindowedBatches:
             ds = ds.batch(fns.per_step, drop_remainder=True)
         ds = ds.flat_map(plain(fns.emit))
         options = tf.data.Options()
-        # tf.data starts AUTOTUNE maps 16 calls wide: chunks racing for the cores delay the
-        # first step (the first batch) several times over. A chunk decodes its files on every
-        # core (tfdp.sources.windows.PARALLEL_DECODES): start with one chunk at a time, the
-        # first, and let AUTOTUNE widen (measured: first batch 1.6-1.7x Model Garden's instead
-        # of 2.5-3.8x starting one chunk per core, the same images/s after it).
-        options.autotune.initial_parallelism = 1
+        # One chunk at first, then AUTOTUNE widens (why: tfdp.windows.parallelism).
+        options.autotune.initial_parallelism = INITIAL_CHUNK_CALLS
         ds = ds.with_options(options)
         if fns.finish is None:
             return ds
         return ds.map(plain(fns.finish), self.num_parallel_calls, deterministic=True)
+
+
+def window_loader(
+    source: Any,
+    augment: Any,
+    entries: EpochEntries,
+    *,
+    batch_size: int,
+    drop_remainder: bool,
+    num_parallel_calls: int = tf.data.AUTOTUNE,
+) -> WindowedBatches | None:
+    """The window loader of ``source`` and ``augment``, or None when the window path does not apply.
+
+    It applies to a random-access :class:`~tfdp.windows.contract.WindowSource`
+    with an augmentation that starts with a window stage
+    (:func:`tfdp.windows.plan.split_window`); the input layer's per-rank
+    path loads everything else.
+
+    Args:
+        source: The input's source.
+        augment: The input's augmentation (or None).
+        entries: The input layer's side (:class:`~tfdp.windows.contract.EpochEntries`).
+        batch_size: Examples per replica per step.
+        drop_remainder: Drop the last partial batch of an epoch.
+        num_parallel_calls: Parallelism of the chunk map.
+
+    Example:
+        >>> import numpy as np
+        >>> from tfdp import DistributedInput, augment
+        >>> from tfdp.sources import ArraySource
+        >>> inp = DistributedInput(None, ArraySource(np.zeros((4, 8, 8, 3))), batch_size=2)
+        >>> window_loader(inp.source, augment.RandomResizedCrop(4), inp, batch_size=2,
+        ...               drop_remainder=True) is None  # arrays: nothing to decode
+        True
+    """
+    if isinstance(source, StreamingSource) or not isinstance(source, WindowSource):
+        return None
+    pipeline = split_window(augment)
+    if pipeline is None:
+        return None
+    return WindowedBatches(
+        source,
+        pipeline,
+        entries,
+        batch_size=batch_size,
+        drop_remainder=drop_remainder,
+        num_parallel_calls=num_parallel_calls,
+    )

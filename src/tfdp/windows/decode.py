@@ -1,12 +1,12 @@
-"""Window decoding: sources that decode only the window of an image an augmentation keeps.
+"""Window decoding: decode only the window of an image that each entry keeps.
 
-This module owns the decoding side of the contract between a window-decoding source and
-the input layer (:class:`WindowSource`, defined in :mod:`tfdp.sources.base` and
-re-exported here) and the decoding loop such sources share
-(:func:`decode_windows`). The augmentation side of the contract is
-:class:`tfdp.augment.WindowRequest`: it plans each sample's window from the
-image's shape and the sample's seed, and finishes a decoded window into the
-sample's output.
+This module owns the decoding loop that window-decoding sources share
+(:func:`decode_windows`, called by :meth:`tfdp.sources.ImageFolderSource.load_windows`)
+and its use on a batch of encoded images (:func:`encoded_windows`, what a
+window stage does with ``TFRecordSource(images="encoded")``). It knows the
+augmentation only through :class:`tfdp.windows.contract.WindowPlan`: the
+plan says where each entry's window is, given the images' shapes, and
+finishes a decoded window into the entry's output.
 
 How a batch of ``N`` entries (file indices, repeats allowed) is loaded:
 
@@ -31,14 +31,13 @@ batch share one read and one decode.
 
 Example:
     >>> import os, tempfile, tensorflow as tf
-    >>> from tfdp.augment import RandomResizedCrop, split_window
+    >>> from tfdp.augment import RandomResizedCrop
     >>> from tfdp.sources import ImageFolderSource
+    >>> from tfdp.windows.plan import split_window
     >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
     >>> tf.io.write_file(os.path.join(root, "a", "x.jpg"),
     ...                  tf.io.encode_jpeg(tf.zeros([30, 40, 3], tf.uint8)))
     >>> src = ImageFolderSource(root)
-    >>> isinstance(src, WindowSource)
-    True
     >>> request = split_window(RandomResizedCrop(8)).request(tf.constant([[0, 0], [0, 1]]))
     >>> (images, labels), weights = src.load_windows(tf.constant([0, 0]), request)
     >>> images.shape, labels.numpy().tolist(), weights.numpy().tolist()
@@ -47,29 +46,22 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from tfdp.sources.base import WindowPlan, WindowSource
+from tfdp.windows.contract import WindowPlan
+from tfdp.windows.parallelism import PARALLEL_DECODES
 
 __all__ = [
     "Decoded",
-    "WindowPlan",
-    "WindowSource",
     "complete_jpegs",
     "decode_windows",
     "encoded_windows",
     "jpeg_window",
     "read_files",
 ]
-
-
-#: Files decoded (and windows finished) at once inside one batch: one per core, so a
-#: batch alone -- the first of a new iterator -- spreads over the machine.
-PARALLEL_DECODES = os.cpu_count() or 1
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _JPEG_EOI = b"\xff\xd9"
@@ -187,7 +179,7 @@ def decode_windows(
             it whole.
         entry_file: int32 ``[N]``: the file of each entry (``N >= 1``).
         request: The augmentation's plan for the ``N`` entries (a
-            :class:`tfdp.augment.WindowRequest`).
+            :class:`tfdp.windows.plan.WindowRequest`).
         channels: Channels of the decoded images.
 
     Returns:

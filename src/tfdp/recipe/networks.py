@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ __all__ = [
     "BUILTIN_MODELS",
     "IMAGENET_STEM_MIN_SIZE",
     "build_model",
+    "check_model_module",
     "check_model_ref",
     "load_factory",
     "resnet",
@@ -134,6 +136,39 @@ def check_model_ref(ref: str) -> str:
     return ref
 
 
+def check_model_module(ref: str) -> None:
+    """Refuse a ``"module:function"`` reference whose module cannot be found (no import).
+
+    The module is looked up without being imported (a dotted name's parent
+    packages are imported), so a misspelt module is refused before TensorFlow
+    loads; whether it has the function is known only once it is imported
+    (:func:`load_factory`). Built-in names pass.
+
+    Raises:
+        ConfigError: naming the reference and the module.
+
+    Example:
+        >>> check_model_module("tfdp.recipe.networks:small_cnn")
+        >>> check_model_module("no_such_module_xyz:net")
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: model 'no_such_module_xyz:net': cannot import module 'no_such_module_xyz' (No module named 'no_such_module_xyz')
+    """  # noqa: E501
+    if check_model_ref(ref) in BUILTIN_MODELS:
+        return
+    module_name = ref.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        found = False
+    if not found:
+        raise ConfigError(
+            f"model {ref!r}: cannot import module {module_name!r} (No module named "
+            f"{module_name!r})",
+            argument="model",
+        )
+
+
 def load_factory(ref: str) -> Callable[..., keras.Model]:
     """Resolve ``"package.module:function"`` to the function (a model factory).
 
@@ -142,7 +177,7 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
             :func:`check_model_ref`) or the module or function is missing.
 
     Example:
-        >>> load_factory("tfdp.models:small_cnn").__name__
+        >>> load_factory("tfdp.recipe.networks:small_cnn").__name__
         'small_cnn'
     """
     module_name, _, attr = check_model_ref(ref).partition(":")

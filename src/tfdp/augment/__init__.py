@@ -1,0 +1,107 @@
+"""Seeded, stateless, per-sample image augmentations that run on whole batches.
+
+This package owns tfdp's batched augmentations, one per module, and the
+contracts an augmentation meets. An augmentation is a callable
+``aug(example, seeds)``:
+
+* ``example`` is a *batch*: a tuple/list whose first element is the image
+  batch ``[B, H, W, C]``, a dict holding the images under ``image_key``
+  (default ``"image"``), or a bare image tensor;
+* ``seeds`` is an integer tensor ``[B, 2]`` (cast to int64), one stateless
+  seed per sample, conventionally ``[epoch_key, position]``, handed in by the
+  input layer (:mod:`tfdp.random`: where the numbers come from).
+
+It returns the example with the same structure and the images replaced, and
+carries the class attribute ``batched = True``. Every random decision for
+sample ``b`` is a function of ``seeds[b]`` only, never of the batch size or of
+the other samples: augmenting a batch equals augmenting each sample alone as a
+batch of one. All work is vectorised over the batch (gathers on per-sample
+index grids, per-sample selects, per-sample windows); there is no per-example
+``tf.map_fn`` or ``tf.while_loop`` but for the windows' resize. Everything
+runs eagerly, inside ``tf.function`` and inside ``tf.data.Dataset.map`` with
+unknown (``None``) batch and image sizes.
+
+Every built-in stage separates its random *draws* from their *application*:
+``aug.augment(images, seeds) == aug.apply(images, aug.draw(seeds))``, where
+``draw`` is vectorised over the whole batch of seeds and ``apply`` acts on
+images with the drawn parameters (row ``b`` for sample ``b``). A loader can
+therefore draw for many samples at once and apply sample by sample.
+
+===========================  ===================================================================
+module                       owns
+===========================  ===================================================================
+``contract``                 the Protocols the input layer dispatches on:
+                             :class:`BatchedAugmentation`, :class:`PerExampleAugmentation`
+``base``                     :class:`Augmentation`: example structure, seeds, draw / apply
+``compose``                  :class:`Compose`: stages in order, stage ``i`` seeded
+                             ``fold_in(seeds, i)``
+``crop``, ``shift``,         :class:`RandomCrop`, :class:`RandomShift`, :class:`RandomFlip`,
+``flip``, ``brightness``     :class:`RandomBrightness` (data-moving stages keep the dtype)
+``to_float``, ``normalize``  :class:`ToFloat`, :class:`Normalize` (deterministic, float32)
+``window``                   :class:`WindowAugmentation`: one window per image, planned from its
+                             shape and draws, then resized (float32)
+``resized_crop``,            :class:`RandomResizedCrop`, :class:`CenterCrop`: the windows'
+``center_crop``              planning only, in TensorFlow or NumPy alike
+``_args``, ``_padded``,      shared argument checks; padded windows by gathers; the kernel and
+``_fast``                    graph tricks that give the same values faster (the why is there)
+===========================  ===================================================================
+
+A stage of one's own subclasses :class:`Augmentation` (``draw_count`` and
+``apply``, or ``augment``) in a module of its own. A window stage lets a
+window-decoding source decode only the window it keeps: :mod:`tfdp.windows`
+splits an augmentation that starts with one (the stages after it are applied
+per image, and from the first callable that is not an :class:`Augmentation`
+on -- a stage that mixes the samples of a batch -- to each replica's assembled
+batch).
+
+Example:
+    >>> import tensorflow as tf
+    >>> aug = Compose([ToFloat(), RandomCrop(32, padding=4), RandomFlip()])
+    >>> images = tf.zeros([8, 32, 32, 3], tf.uint8)
+    >>> labels = tf.range(8)
+    >>> seeds = tf.stack([tf.zeros([8], tf.int64), tf.range(8, dtype=tf.int64)], axis=1)
+    >>> out_images, out_labels = aug((images, labels), seeds)
+    >>> tuple(out_images.shape), out_images.dtype.name
+    ((8, 32, 32, 3), 'float32')
+"""
+
+from __future__ import annotations
+
+from tfdp.augment.base import Augmentation
+from tfdp.augment.brightness import RandomBrightness
+from tfdp.augment.center_crop import CenterCrop
+from tfdp.augment.compose import Compose
+from tfdp.augment.contract import (
+    AugmentationFn,
+    BatchedAugmentation,
+    PerExampleAugmentation,
+    is_batched_augmentation,
+)
+from tfdp.augment.crop import RandomCrop
+from tfdp.augment.flip import RandomFlip
+from tfdp.augment.normalize import Normalize
+from tfdp.augment.resized_crop import RandomResizedCrop
+from tfdp.augment.shift import RandomShift
+from tfdp.augment.to_float import ToFloat
+from tfdp.augment.window import WindowAugmentation
+from tfdp.random import fold_in, per_sample_uniform
+
+__all__ = [
+    "Augmentation",
+    "AugmentationFn",
+    "BatchedAugmentation",
+    "CenterCrop",
+    "Compose",
+    "Normalize",
+    "PerExampleAugmentation",
+    "RandomBrightness",
+    "RandomCrop",
+    "RandomFlip",
+    "RandomResizedCrop",
+    "RandomShift",
+    "ToFloat",
+    "WindowAugmentation",
+    "fold_in",
+    "is_batched_augmentation",
+    "per_sample_uniform",
+]

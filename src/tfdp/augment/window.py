@@ -1,0 +1,167 @@
+"""WindowAugmentation: the base of the stages that cut one window per image and resize it.
+
+This module owns the contract of a window stage (plan every sample's window
+from the image's shape and the sample's draws, before any pixel is decoded;
+then resize each window on its own) and its application to a batch of
+decoded images, or of encoded ones (then only each window is decoded:
+:func:`tfdp.windows.decode.encoded_windows`). The stages themselves --
+:class:`~tfdp.augment.RandomResizedCrop`, :class:`~tfdp.augment.CenterCrop`
+-- only plan. A window-decoding source plans with the same stage
+(:mod:`tfdp.windows`), so the window path and the plain batched path give
+bit-identical results.
+
+Example:
+    >>> import tensorflow as tf
+    >>> from tfdp.augment import CenterCrop
+    >>> CenterCrop(4)(tf.zeros([2, 10, 12, 3], tf.uint8), [[0, 0], [0, 1]]).shape
+    TensorShape([2, 4, 4, 3])
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import tensorflow as tf
+
+from tfdp._arrays import NUMPY, TENSORFLOW, ArrayOps
+from tfdp.augment._args import pair
+from tfdp.augment.base import Augmentation
+from tfdp.errors import ConfigError
+from tfdp.windows.decode import encoded_windows
+
+__all__ = ["INTERPOLATIONS", "WindowAugmentation"]
+
+#: The resize methods of a window stage (``tf.image.resize``'s names).
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic")
+
+
+class WindowAugmentation(Augmentation):
+    """Base class of the stages that cut one window per image and resize it to ``size``.
+
+    The contract a window-decoding source relies on:
+
+    * :meth:`windows` plans every sample's window from the image's shape and
+      the sample's drawn parameters alone (vectorised over samples), before
+      any pixel is decoded;
+    * :meth:`resize` turns one window's pixels into the output, sample by sample.
+
+    ``apply`` on a batch is exactly that: plan, slice each window, resize
+    it. So the output for a sample does not depend on whether the source
+    decoded the whole image or only the window.
+
+    The resize is ``tf.image.resize`` of the window alone (half-pixel
+    centres, as torchvision and TF Model Garden; pixels outside the window
+    never leak in; ``antialias`` as in ``tf.image.resize``). Output float32
+    in the input's value units.
+
+    Args:
+        size: Output ``(height, width)``, or one int for a square output.
+        interpolation: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
+        antialias: Low-pass filter when downsampling (``tf.image.resize``'s
+            ``antialias``; like PIL's resize, slower).
+        image_key: Key of the images when the example is a dict.
+    """
+
+    accepts_encoded: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        interpolation: str = "bilinear",
+        antialias: bool = False,
+        *,
+        image_key: str = "image",
+    ) -> None:
+        super().__init__(image_key=image_key)
+        self.size = pair(size, "size", 1)
+        if interpolation not in INTERPOLATIONS:
+            raise ConfigError(
+                f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}"
+            )
+        self.interpolation = interpolation
+        self.antialias = bool(antialias)
+
+    def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` of images of ``shapes``.
+
+        Args:
+            shapes: int32 ``[N, 2]``, each image's ``(height, width)``.
+            params: The drawn parameters of the ``N`` samples (:meth:`draw`).
+        """
+        return self._windows(TENSORFLOW, shapes, params)
+
+    def host_windows(self, shapes: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """:meth:`windows` computed by NumPy: for a loader that plans its windows on the host.
+
+        The built-in stages compute both with one implementation. A stage of
+        one's own that overrides :meth:`windows` alone is planned in the
+        graph (:attr:`plans_on_host` is False); it may override this method
+        too, returning the same int32 ``[N, 4]`` windows.
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.augment import CenterCrop
+            >>> crop = CenterCrop(224)
+            >>> crop.host_windows(np.array([[375, 500]]), np.zeros([1, 0], np.float32)).tolist()
+            [[24, 86, 328, 328]]
+        """
+        out = self._windows(NUMPY, np.asarray(shapes), np.asarray(params))
+        return np.ascontiguousarray(out, dtype=np.int32)
+
+    @property
+    def plans_on_host(self) -> bool:
+        """Whether :meth:`host_windows` can plan this stage's windows.
+
+        Example:
+            >>> from tfdp.augment import RandomResizedCrop
+            >>> RandomResizedCrop(224).plans_on_host
+            True
+        """
+        cls = type(self)
+        return (
+            cls._windows is not WindowAugmentation._windows
+            or cls.host_windows is not WindowAugmentation.host_windows
+        )
+
+    def _windows(self, xp: ArrayOps, shapes: Any, params: Any) -> Any:
+        """The windows of :meth:`windows`, in the array library ``xp`` (TensorFlow or NumPy)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither windows nor _windows")
+
+    def resize(self, window: tf.Tensor) -> tf.Tensor:
+        """Resize one window ``[h, w, C]`` (any real dtype) to float32 ``[size_h, size_w, C]``.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> from tfdp.augment import CenterCrop
+            >>> CenterCrop(4).resize(tf.zeros([7, 9, 3], tf.uint8)).shape
+            TensorShape([4, 4, 3])
+        """
+        out = tf.image.resize(
+            window, self.size, method=self.interpolation, antialias=self.antialias
+        )
+        return tf.cast(out, tf.float32)
+
+    def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """Plan each sample's window on the batch's image size, slice it and resize it.
+
+        ``images`` may also be a batch ``[B]`` of encoded images (JPEG, PNG,
+        ...; e.g. ``TFRecordSource(images="encoded")``): each JPEG then has
+        only its window decoded (:func:`tfdp.windows.decode.encoded_windows`,
+        RGB), with the same result as on the decoded images.
+        """
+        if images.dtype == tf.string:
+            return encoded_windows(images, self, params)
+        shape = tf.shape(images)
+        batch = shape[0]
+        shapes = tf.tile(shape[tf.newaxis, 1:3], tf.stack([batch, 1]))
+        boxes = self.windows(shapes, params)
+
+        def one(b: tf.Tensor | int) -> tf.Tensor:
+            top, left, height, width = tf.unstack(boxes[b])
+            return self.resize(images[b, top : top + height, left : left + width])
+
+        if images.shape[0] == 1:  # a batch of one (per-example pipelines): no loop
+            return one(0)[tf.newaxis]
+        spec = tf.TensorSpec([*self.size, images.shape[-1]], tf.float32)
+        return tf.map_fn(one, tf.range(batch), fn_output_signature=spec)

@@ -1,0 +1,514 @@
+"""One node of a multi-node launch: meet the others at the master, run this node's workers.
+
+This module owns a node's launcher in a job of several nodes, torchrun's shape: every node
+runs ``launch_nodes`` with the same command, the master's address and port, and its own node
+rank. Node 0 also hosts the rendezvous (:class:`tfdp.launch.rendezvous.Rendezvous`) on the
+master's address. Every node connects there (retrying until the rendezvous timeout), says its
+address (``node_addr``, or the address its connection to the master leaves from) and its
+workers' ports, and waits for the round's ordered cluster. Then it starts its workers with
+:func:`tfdp.launch.plan.plan_node`'s environment under the :class:`~tfdp.launch.supervise.
+Supervisor`, reports how they ended, and follows the master: ``stop`` (stop the workers,
+report ``ready`` with fresh ports for the next round), ``start`` (the next round: a restart,
+``TFDP_RESTART`` incremented), ``end`` (exit with the job's status, printing its summary).
+
+A node that loses the master stops its workers and reconnects for up to the rendezvous
+timeout (a cut link that comes back: the node rejoins at the next round); a master that
+refuses connections is gone, and the job with it. SIGINT / SIGTERM to a node's launcher are
+forwarded to its workers and the node leaves the job (node 0 leaving ends the job: the
+others forward the same signal to their workers).
+
+Example:
+    $ tfdp launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc-per-node 2 -- cmd
+    $ tfdp launch --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --nproc-per-node 2 -- cmd
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfdp.launch.plan import (
+    LaunchError,
+    NodeSlot,
+    bare_host,
+    check_host,
+    check_workers,
+    default_rdzv_id,
+    nnodes_text,
+    plan_node,
+    ports_from_base,
+)
+from tfdp.launch.protocol import Channel, ChannelClosedError
+from tfdp.launch.rendezvous import (
+    DEFAULT_LAST_CALL,
+    DEFAULT_RDZV_TIMEOUT,
+    DEFAULT_SILENCE,
+    Rendezvous,
+)
+from tfdp.launch.supervise import (
+    DEFAULT_GRACE_SECONDS,
+    Outcome,
+    Output,
+    StartError,
+    StopRequest,
+    Supervisor,
+    check_launch_options,
+    describe_exit,
+    forwarded_signals,
+    free_ports,
+    signal_name,
+)
+
+__all__ = ["DEFAULT_MASTER_PORT", "launch_nodes"]
+
+DEFAULT_MASTER_PORT = 29400
+
+
+class _MasterGoneError(Exception):
+    """The master cannot be reached again: the job is over for this node."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _connect_error(exc: OSError) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer"
+    return exc.strerror or str(exc)
+
+
+class _Node:
+    """The state of one node's launcher across the job's rounds."""
+
+    def __init__(
+        self,
+        command: list[str],
+        nproc: int,
+        *,
+        node_rank: int,
+        nnodes: tuple[int, int],
+        master: tuple[str, int],
+        node_addr: str | None,
+        job: str,
+        rdzv_timeout: float,
+        heartbeat: float,
+        silence: float,
+        env: dict[str, str],
+        resume_hint: str | None,
+        sup: Supervisor,
+        instance: str,
+        port_base: int | None = None,
+    ) -> None:
+        self.command, self.nproc, self.rank, self.nnodes = command, nproc, node_rank, nnodes
+        self.master, self.node_addr, self.job = master, node_addr, job
+        self.rdzv_timeout, self.heartbeat, self.silence = rdzv_timeout, heartbeat, silence
+        self.env, self.resume_hint, self.sup, self.instance = env, resume_hint, sup, instance
+        self.out = sup.out
+        self.port_base = port_base
+        self.chan: Channel | None = None
+        self.addr = node_addr or ""
+        self.round = -1
+        self.announced = False  # a signal to this launcher was told to the master
+        self.pending: dict[str, Any] | None = None  # a message read early (during the join)
+        self.stop_message: dict[str, Any] | None = None  # what stopped the running round
+
+    # -- the master connection -----------------------------------------------------------
+    @property
+    def where(self) -> str:
+        host, port = self.master
+        return f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+
+    def _dial(self, deadline: float, first: bool) -> socket.socket:
+        """Connect to the master, retrying until ``deadline``."""
+        said = False
+        last = ""
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                source = (bare_host(self.node_addr), 0) if self.node_addr else None
+                return socket.create_connection(
+                    self.master, timeout=max(min(remaining, 5.0), 0.1), source_address=source
+                )
+            except OSError as exc:
+                if self.node_addr and exc.errno == errno.EADDRNOTAVAIL:
+                    raise LaunchError(
+                        f"node_addr {self.node_addr!r} is not an address of this machine",
+                        argument="node_addr",
+                    ) from None
+                last = _connect_error(exc)
+                refused = isinstance(exc, ConnectionRefusedError)
+                if refused and not first:
+                    raise _MasterGoneError(
+                        f"the master node 0 at {self.where} is gone (connection refused): "
+                        "the job ends with it (node 0 hosts the rendezvous)"
+                    ) from None
+            if time.monotonic() >= deadline:
+                if first:
+                    raise LaunchError(
+                        f"master_addr {self.where}: no rendezvous there within "
+                        f"{self.rdzv_timeout:g}s ({last}). Node 0's launcher hosts it: check "
+                        "that it runs with this master address and port, and the firewall",
+                        argument="master_addr",
+                    )
+                raise _MasterGoneError(
+                    f"the master node 0 at {self.where} stayed unreachable for "
+                    f"{self.rdzv_timeout:g}s ({last}): the job ends for this node"
+                )
+            if not said:
+                said = True
+                self.out.message(
+                    f"waiting for the master at {self.where} ({last}): retrying for up to "
+                    f"{self.rdzv_timeout:g}s"
+                )
+            if self.sup.signals:
+                raise _InterruptedError()
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+
+    def join(self, first: bool) -> None:
+        """Connect to the master and join (again); raises LaunchError if refused."""
+        deadline = time.monotonic() + self.rdzv_timeout
+        sock = self._dial(deadline, first)
+        if not self.node_addr:
+            self.addr = sock.getsockname()[0]
+        self.chan = Channel(sock, self.job, heartbeat=self.heartbeat, silence=self.silence)
+        low, high = self.nnodes
+        self.chan.send({
+            "type": "join", "node_rank": self.rank, "min_nodes": low, "max_nodes": high,
+            "nproc": self.nproc, "addr": self.addr, "ports": self._ports(),
+            "instance": self.instance, "host": socket.gethostname()[:255],
+        })  # fmt: skip
+        try:
+            reply = self.chan.receive(timeout=self.silence)
+        except ChannelClosedError as exc:
+            raise LaunchError(
+                f"master_addr {self.where}: no answer to this node's join ({exc})",
+                argument="master_addr",
+            ) from None
+        if reply is None:
+            raise LaunchError(
+                f"master_addr {self.where}: no answer to this node's join (no message for "
+                f"{self.silence:g}s)",
+                argument="master_addr",
+            )
+        if reply["type"] == "error":
+            raise LaunchError(reply["message"], argument=reply["argument"])
+        if reply["type"] == "ack":
+            self.out.message(
+                f"node {self.rank} ({self.addr}) joined the rendezvous at {self.where}: "
+                f"{reply['message']}"
+            )
+        else:  # a start or end that crossed the ack: handle it as the next message
+            self.pending = reply
+
+    def _ports(self) -> list[int]:
+        if self.port_base is not None:
+            return ports_from_base(self.port_base, self.nproc)
+        return free_ports(self.nproc, self.addr or "0.0.0.0")
+
+    def _receive(self, timeout: float) -> dict[str, Any] | None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            return pending
+        assert self.chan is not None
+        return self.chan.receive(timeout)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self.chan is not None:
+            with contextlib.suppress(ChannelClosedError):
+                self.chan.send(message)
+
+    # -- the rounds ----------------------------------------------------------------------
+    def run(self) -> int:
+        """Join, then follow the master round after round; returns the exit status."""
+        self.join(first=True)
+        while True:
+            try:
+                status = self._follow()
+            except ChannelClosedError as exc:
+                status = self._lost(str(exc))
+            if status is not None:
+                return status
+
+    def _follow(self) -> int | None:
+        """Wait for the master's next word and act on it; a status ends the launch."""
+        while True:
+            if self.sup.signals:
+                return self._leave(self.sup.signals[0])
+            msg = self._receive(timeout=0.1)
+            if msg is None:
+                continue
+            if msg["type"] == "end":
+                return self._end(msg)
+            if msg["type"] == "note":
+                self.out.message(msg["message"])
+            elif msg["type"] == "stop":
+                self._send({"type": "ready", "ports": self._ports()})
+            elif msg["type"] == "start":
+                status = self._round(msg)
+                if status is not None:
+                    return status
+
+    def _round(self, msg: dict[str, Any]) -> int | None:
+        nodes = [NodeSlot(n["addr"], tuple(n["ports"]), n["node_rank"]) for n in msg["nodes"]]
+        mine = [i for i, n in enumerate(nodes) if n.node_rank == self.rank]
+        self.round = msg["round"]
+        if not mine:  # not in this round (the master never does this): wait for the next
+            return None
+        group_rank = mine[0]
+        specs = plan_node(self.command, nodes, group_rank, env=self.env, restart=msg["restart"])
+        world = sum(n.workers for n in nodes)
+        ranks = f"{specs[0].index}" if len(specs) == 1 else f"{specs[0].index}-{specs[-1].index}"
+        if msg["restart"]:
+            self.out.message(
+                f"restarting the group (restart {msg['restart']} of {msg['max_restarts']}) "
+                f"after: {msg['reason']}"
+            )
+        self.out.message(
+            f"round {self.round}: {len(nodes)} node(s), {world} worker(s); this node "
+            f"(node {self.rank}, {self.addr}) runs worker(s) {ranks}"
+        )
+        self.stop_message = None
+        try:
+            outcome = self.sup.run_group(specs, poll=self._poll)
+        except StartError as exc:
+            self._send({"type": "leave", "reason": str(exc), "signal": 0})
+            raise LaunchError(str(exc)) from exc.error
+        return self._after(outcome)
+
+    def _poll(self) -> StopRequest | None:
+        """Called by the supervisor while the workers run: the master's stop, end, or loss."""
+        if self.sup.signals and not self.announced:
+            self.announced = True
+            signum = self.sup.signals[0]
+            self._send({"type": "leave", "reason": f"interrupted by {signal_name(signum)}",
+                        "signal": signum})  # fmt: skip
+        try:
+            msg = self._receive(timeout=0)
+        except ChannelClosedError as exc:
+            self.stop_message = {"type": "lost", "reason": str(exc)}
+            return StopRequest(int(signal.SIGTERM), str(exc))
+        if msg is None or msg["type"] not in ("stop", "end"):
+            return None
+        if msg["type"] == "stop" and msg["round"] != self.round:
+            return None
+        if msg["type"] == "stop":
+            self.out.message(f"stopping this node's workers: {msg['reason']}")
+        self.stop_message = msg
+        return StopRequest(msg["signal"] or int(signal.SIGTERM), msg.get("reason", ""))
+
+    def _after(self, outcome: Outcome) -> int | None:
+        if outcome.signum is not None:
+            return self._leave(outcome.signum)
+        if outcome.request is not None:
+            msg = self.stop_message or {}
+            if msg.get("type") == "end":
+                return self._end(msg)
+            if msg.get("type") == "lost":
+                raise ChannelClosedError(msg["reason"])
+            self._send({"type": "ready", "ports": self._ports()})
+            return None
+        if outcome.failed_index is None:
+            self._send({"type": "exited", "round": self.round, "returncode": 0, "detail": ""})
+        else:
+            detail = describe_exit(outcome.failed_index, outcome.returncode)
+            self._send({"type": "exited", "round": self.round,
+                        "returncode": max(min(outcome.returncode, 255), -64),
+                        "detail": detail})  # fmt: skip
+        return None
+
+    def _end(self, msg: dict[str, Any]) -> int:
+        status, text = msg["status"], msg["message"]
+        if status == 0:
+            self.out.message(text)
+        else:
+            self.out.message(f"error: {text}{'' if msg['signal'] else self._hint()}")
+        self._close()
+        return status
+
+    def _hint(self) -> str:
+        if not self.resume_hint or self.round < 0:  # no worker ever started
+            return ""
+        return (
+            ". To continue from the last checkpoint, start the launchers again on every "
+            f"node: {self.resume_hint}"
+        )
+
+    def _leave(self, signum: int) -> int:
+        if not self.announced:
+            self.announced = True
+            self._send({"type": "leave", "reason": f"interrupted by {signal_name(signum)}",
+                        "signal": signum})  # fmt: skip
+        self.out.message(f"error: interrupted by {signal_name(signum)}")
+        self._close()
+        return 128 + signum
+
+    def _close(self) -> None:
+        if self.chan is not None:
+            self.chan.close()
+            self.chan = None
+
+    def _lost(self, why: str) -> int | None:
+        """The master connection broke: reconnect for up to the timeout, or end."""
+        self._close()
+        if self.rank == 0:
+            self.out.message(f"error: this node's own rendezvous failed ({why})")
+            return 1
+        self.out.message(
+            f"lost the master node 0 at {self.where} ({why}): reconnecting for up to "
+            f"{self.rdzv_timeout:g}s"
+        )
+        try:
+            self.join(first=False)
+        except _MasterGoneError as exc:
+            self.out.message(f"error: {exc}{self._hint()}")
+            return exc.status
+        except LaunchError as exc:  # it answers no more, or refuses this node now
+            self._close()
+            why = str(exc).split(f"{self.where}: ", 1)[-1]
+            self.out.message(
+                f"error: the master node 0 at {self.where} cannot be rejoined ({why}): the job "
+                f"ends for this node{self._hint()}"
+            )
+            return 1
+        return None
+
+
+class _InterruptedError(Exception):
+    """A signal arrived while this launcher waited for the master."""
+
+
+def _worker_env(env: Mapping[str, str], silence: float) -> dict[str, str]:
+    """The base environment of the workers: TensorFlow's heartbeat timeout agrees with ours.
+
+    A machine silent for ``silence`` seconds is lost to the launchers; its workers' peers
+    declare it lost after the same time (``TFDP_HEARTBEAT_TIMEOUT``, read by
+    :func:`tfdp.distribute.make_strategy`), unless the environment sets that already.
+    """
+    out = dict(env)
+    out.setdefault("TFDP_HEARTBEAT_TIMEOUT", f"{silence:g}")
+    return out
+
+
+def launch_nodes(
+    command: Sequence[str],
+    nproc: int,
+    *,
+    node_rank: int,
+    nnodes: tuple[int, int],
+    master_addr: str,
+    master_port: int = DEFAULT_MASTER_PORT,
+    node_addr: str | None = None,
+    port_base: int | None = None,
+    rdzv_id: str | None = None,
+    rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT,
+    rdzv_last_call: float = DEFAULT_LAST_CALL,
+    max_restarts: int = 0,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    env: Mapping[str, str] | None = None,
+    resume_hint: str | None = None,
+    heartbeat: float = 1.0,
+    silence: float = DEFAULT_SILENCE,
+) -> int:
+    """Run this node's part of a multi-node launch; returns the launcher's exit status.
+
+    Args:
+        command: The worker command, the same on every node.
+        nproc: How many workers this node runs.
+        node_rank: This node's rank, ``0 .. MAX-1`` (0 hosts the rendezvous).
+        nnodes: ``(MIN, MAX)`` nodes (:func:`tfdp.launch.plan.parse_nnodes`); equal: static.
+        master_addr: Node 0's address, where the rendezvous listens.
+        master_port: The rendezvous port.
+        node_addr: The address this node's workers are reached at (default: the address
+            its connection to the master leaves from).
+        port_base: This node's workers listen on ``port_base + i`` (default: free ports,
+            chosen again for every round).
+        rdzv_id: The job id (default :func:`tfdp.launch.plan.default_rdzv_id` of the command).
+        rdzv_timeout: Seconds to wait for the master and for enough nodes to (re)join.
+        rdzv_last_call: Seconds an elastic job's first round waits for more nodes after MIN.
+        max_restarts: How many times the group may restart (a failure, a lost node).
+        grace_seconds: Seconds between SIGTERM and SIGKILL when stopping workers.
+        env: The base environment (default ``os.environ``).
+        resume_hint: The command that continues the job, told when it ends failing.
+        heartbeat: Seconds between heartbeats on the rendezvous connection.
+        silence: Seconds without a message after which a peer is lost (also the workers'
+            TensorFlow heartbeat timeout, ``TFDP_HEARTBEAT_TIMEOUT``, unless ``env`` sets it).
+
+    Returns:
+        0 when the job completed; the first failure's status when it ended failing (128+N
+        for a worker killed by signal N, 1 for a lost node or a rendezvous timeout); 128+N
+        when this launcher (or node 0's) was interrupted by signal N.
+
+    Raises:
+        LaunchError: Bad arguments, a join the master refused (job id, node rank, nnodes),
+            a master unreachable within ``rdzv_timeout``, or a command that cannot start.
+    """
+    command = [str(a) for a in command]
+    check_workers(nproc, "nproc")
+    check_launch_options(max_restarts, grace_seconds)
+    low, high = nnodes
+    if not 1 <= low <= high:
+        raise LaunchError(f"nnodes {nnodes!r}: expected 1 <= MIN <= MAX", argument="nnodes")
+    if isinstance(node_rank, bool) or not isinstance(node_rank, int):
+        raise LaunchError(f"node_rank must be an integer, got {node_rank!r}", argument="node_rank")
+    if not 0 <= node_rank < high:
+        raise LaunchError(
+            f"node_rank {node_rank} is not in 0..{high - 1} (nnodes {nnodes_text(low, high)})",
+            argument="node_rank",
+        )
+    check_host(master_addr, "master_addr")
+    if node_addr is not None:
+        check_host(node_addr, "node_addr")
+    for name, value in (("rdzv_timeout", rdzv_timeout), ("rdzv_last_call", rdzv_last_call)):
+        if not value >= 0:
+            raise LaunchError(f"{name} must be >= 0 seconds, got {value!r}", argument=name)
+    for name, value in (("heartbeat", heartbeat), ("silence", silence)):
+        if not value > 0:
+            raise LaunchError(f"{name} must be > 0 seconds, got {value!r}", argument=name)
+    if not command:
+        raise LaunchError("command is empty: give the program each worker runs",
+                          argument="command")  # fmt: skip
+    if port_base is not None:
+        ports_from_base(port_base, nproc)
+    job = rdzv_id if rdzv_id is not None else default_rdzv_id(command)
+    if not job or len(job) > 200:
+        raise LaunchError(f"rdzv_id {job!r}: expected 1..200 characters", argument="rdzv_id")
+
+    out = Output()
+    sup = Supervisor(grace_seconds, out)
+    instance = uuid.uuid4().hex
+    server = None
+    if node_rank == 0:
+        server = Rendezvous(
+            master_addr, master_port, job, low, high,
+            master_instance=instance, max_restarts=max_restarts, timeout=rdzv_timeout,
+            last_call=rdzv_last_call, heartbeat=heartbeat, silence=silence,
+            stop_timeout=2 * grace_seconds + 60, log=out.message,
+        )  # fmt: skip
+        server.start()
+    node = _Node(
+        command, nproc, node_rank=node_rank, nnodes=(low, high),
+        master=(bare_host(master_addr), server.address[1] if server else master_port),
+        node_addr=node_addr, job=job, rdzv_timeout=rdzv_timeout, heartbeat=heartbeat,
+        silence=silence, env=_worker_env(os.environ if env is None else env, silence),
+        resume_hint=resume_hint, sup=sup, instance=instance, port_base=port_base,
+    )  # fmt: skip
+    try:
+        with forwarded_signals(sup):
+            try:
+                return node.run()
+            except _InterruptedError:
+                signum = sup.signals[0]
+                out.message(f"error: interrupted by {signal_name(signum)}")
+                return 128 + signum
+    finally:
+        node._close()
+        if server is not None:
+            server.close()

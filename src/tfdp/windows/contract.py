@@ -1,0 +1,118 @@
+"""The contracts of the window path, as Protocols: source, plan and input layer meet here.
+
+This module owns the three interfaces the window path's parts talk through,
+so that none of them imports another's classes:
+
+====================  ==========================================================================
+Protocol              members (who offers them, who uses them)
+====================  ==========================================================================
+WindowPlan            ``windows(shapes)``, ``finish(window, j)``, ``output_spec(window_spec)``:
+                      the augmentation's side for ``N`` entries, every draw made
+                      (:class:`tfdp.windows.plan.WindowRequest`); a source calls it
+WindowSource          ``load_windows(indices, plan)``: a source that decodes only the window
+                      each entry keeps (:class:`tfdp.sources.ImageFolderSource`); the loader
+                      calls it
+EpochEntries          ``rank_entries(rank, epoch, start)``, ``finish_element(example, indices,
+                      positions, weights)``: the input layer's side
+                      (:class:`tfdp.DistributedInput`); the loader calls it
+====================  ==========================================================================
+
+This module imports no TensorFlow.
+
+Example:
+    >>> import numpy as np
+    >>> from tfdp.sources import ArraySource
+    >>> isinstance(ArraySource(np.zeros((2, 4, 4, 3))), WindowSource)
+    False
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    import numpy as np
+    import tensorflow as tf
+
+__all__ = ["EpochEntries", "WindowPlan", "WindowSource"]
+
+
+class WindowPlan(Protocol):
+    """What a window source needs from the augmentation side for ``N`` entries.
+
+    The plan :meth:`WindowSource.load_windows` and
+    :func:`tfdp.windows.decode.decode_windows` take:
+    ``windows(shapes [N, 2])`` plans every entry's window,
+    ``finish(window, j)`` makes entry ``j``'s output from its window's
+    pixels, ``output_spec(window_spec)`` is that output's spec.
+    :class:`tfdp.windows.plan.WindowRequest` is one.
+    """
+
+    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
+        """The windows ``[N, 4]`` ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``."""
+        ...
+
+    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
+        """Entry ``j``'s output from its window's pixels."""
+        ...
+
+    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
+        """The spec of :meth:`finish`'s output."""
+        ...
+
+
+@runtime_checkable
+class WindowSource(Protocol):
+    """A random-access source that can decode just the window each sample needs.
+
+    ``load_windows(indices, plan)`` returns ``(example, weights)`` for the
+    ``N`` entries of ``indices`` (int64 ``[N]``, ``N >= 1``, repeats
+    allowed): ``example`` is the source's example structure batched, its
+    images replaced by ``plan.finish`` of each entry's window, and
+    ``weights`` float32 ``[N]`` (0 for a file skipped as unreadable).
+    See :mod:`tfdp.windows.decode` for the decoding such sources share.
+
+    Example:
+        >>> import os, tempfile, tensorflow as tf
+        >>> from tfdp.sources import ImageFolderSource
+        >>> root = tempfile.mkdtemp(); os.makedirs(os.path.join(root, "a"))
+        >>> tf.io.write_file(os.path.join(root, "a", "x.jpg"),
+        ...                  tf.io.encode_jpeg(tf.zeros([4, 4, 3], tf.uint8)))
+        >>> isinstance(ImageFolderSource(root), WindowSource)
+        True
+    """
+
+    def load_windows(self, indices: tf.Tensor, request: WindowPlan) -> tuple[Any, tf.Tensor]:
+        """Load the entries' windows (see the class docstring)."""
+        ...
+
+
+@runtime_checkable
+class EpochEntries(Protocol):
+    """The input layer's side of the window loader: each rank's entries, and their last touch.
+
+    ``rank_entries(rank, epoch, start)`` gives the entries of global rank
+    ``rank`` in ``epoch`` from entry ``start`` on, as four arrays of one
+    length: file indices (int64), positions in the sampler's global list
+    (int64), augmentation keys (int64: each entry's seed is ``[key,
+    position]``) and sample weights (float32). ``finish_element(example,
+    indices, positions, weights)`` turns a loaded batch into the element the
+    input yields (e.g. with the weights appended, or the ids).
+
+    Example:
+        >>> import numpy as np
+        >>> from tfdp import DistributedInput
+        >>> from tfdp.sources import ArraySource
+        >>> isinstance(DistributedInput(None, ArraySource(np.zeros(4)), batch_size=2), EpochEntries)
+        True
+    """
+
+    def rank_entries(
+        self, rank: int, epoch: int, start: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(indices, positions, keys, weights)`` of ``rank``'s ``epoch`` from ``start`` on."""
+        ...
+
+    def finish_element(self, example: Any, indices: Any, positions: Any, weights: Any) -> Any:
+        """The element the input yields for a loaded batch ``example`` (inside the graph)."""
+        ...

@@ -1,0 +1,225 @@
+"""``tfdp launch`` across simulated machines, training for real (tests/simnet.py).
+
+Each node is a network namespace with its own address; each node runs its own launcher, as
+several machines would, and ``tfdp train`` workers under MultiWorkerMirroredStrategy. The runs
+are tiny (a 480-example slice of the digits, a one-layer model, a few steps) and op
+determinism is on, so weights can be compared bit for bit:
+
+* 2 nodes x 2 workers train to the weights of 1 node x 4 workers (the same worker order);
+* a node's link cut mid-epoch with ``--max-restarts 1``: the group stops, the node rejoins when
+  the link comes back, and the job completes with the uninterrupted run's weights;
+* ``--nnodes 2:3``, one of 3 nodes killed (launcher and workers, kill -9) mid-epoch: the job
+  goes on on 2 nodes and completes; from ``--record-samples``, the interrupted epoch consumed
+  exactly the 3-node plan's samples and the next epoch follows the 2-node plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simnet import SimNet, skip_reason
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or ""),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+WORKERS = Path(__file__).parent / "workers"  # elastic_model.py: --model elastic_model:tiny
+PORT = 29400  # every node has its own port space
+ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "3",
+    "TFDP_STARTUP_TIMEOUT": "120",
+    "TFDP_ELASTIC_SLOW": "1",  # 100 ms per forward pass: faults land mid-epoch
+    "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(WORKERS)]),
+}
+
+
+def train_args(data: Path, run: Path, batch: int, epochs: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "tfdp.cli", "train", "--data", str(data), "--eval-fraction",
+            "0.2", "--sampler", "distributed", "--batch-size", str(batch), "--epochs",
+            str(epochs), "--model", "elastic_model:tiny", "--steps-per-call", "1", "--seed",
+            "4", "--deterministic", "--no-progress", "--log-every", "1", "--run-dir", str(run),
+            *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """480 digits: 384 training examples (6 steps of 64, 8 of 48), 96 held out."""
+    from tfdp.recipe.digits import load_digits
+
+    images, labels = load_digits("all")
+    path = tmp_path_factory.mktemp("data") / "digits480.npz"
+    np.savez(path, images=images[:480], labels=labels[:480])
+    return path
+
+
+class Launcher:
+    """One node's ``tfdp launch`` (in a namespace, or on this host), its output in a file."""
+
+    def __init__(self, log: Path, argv: list[str], node=None) -> None:
+        self.log = log
+        with open(log, "wb") as fh:
+            if node is None:
+                env = {**os.environ, **ENV}
+                self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                             cwd=REPO)  # fmt: skip
+            else:
+                self.proc = node.popen(argv, env=ENV, stdout=fh, stderr=subprocess.STDOUT,
+                                       cwd=REPO)  # fmt: skip
+
+    @property
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float = 300) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if m := re.search(pattern, self.text):
+                return m
+            assert self.proc.poll() is None, f"ended before {pattern!r}:\n{self.text[-4000:]}"
+            time.sleep(0.1)
+        raise AssertionError(f"no {pattern!r} within {timeout}s:\n{self.text[-4000:]}")
+
+    def finish(self, timeout: float = 600) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def launch_argv(nnodes: str, rank: int, master: str, nproc: int, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "tfdp.launch", "--nnodes", nnodes, "--node-rank", str(rank),
+            "--master-addr", master, "--master-port", str(PORT), "--nproc-per-node", str(nproc),
+            "--grace-seconds", "20", *flags, "--"]  # fmt: skip
+
+
+def fingerprints(*texts: str) -> dict[int, str]:
+    """The final weights fingerprint every worker printed (the last one per worker)."""
+    found = {}
+    for text in texts:
+        for w, fp in re.findall(r"\[worker (\d+)\] tfdp train: worker \d+ weights sha256 (\w+)",
+                                text):  # fmt: skip
+            found[int(w)] = fp
+    return found
+
+
+@pytest.fixture(scope="module")
+def one_node_of_four(data, tmp_path_factory):
+    """The reference: 1 node x 4 workers on this host, uninterrupted (2 epochs)."""
+    tmp = tmp_path_factory.mktemp("ref")
+    argv = [sys.executable, "-m", "tfdp.launch", "--nproc-per-node", "4", "--",
+            *train_args(data, tmp / "run", 64, 2)]  # fmt: skip
+    ref = Launcher(tmp / "launch.out", argv)
+    assert ref.finish() == 0, ref.text[-4000:]
+    fps = fingerprints(ref.text)
+    assert sorted(fps) == [0, 1, 2, 3] and len(set(fps.values())) == 1, ref.text[-3000:]
+    return fps[0]
+
+
+def test_two_nodes_of_two_workers_train_to_the_weights_of_one_node_of_four(
+    data, tmp_path, one_node_of_four
+):
+    with SimNet(2) as net:
+        master = net.nodes[0].address
+        cmd = train_args(data, tmp_path / "run", 64, 2)
+        nodes = [Launcher(tmp_path / f"node{i}.out", launch_argv("2", i, master, 2) + cmd, node)
+                 for i, node in enumerate(net.nodes)]  # fmt: skip
+        assert [n.finish() for n in nodes] == [0, 0], nodes[0].text[-3000:] + nodes[1].text[-3000:]
+    texts = [n.text for n in nodes]
+    for text in texts:  # the cluster spans both machines' addresses
+        assert "round 0: 2 node(s), 4 worker(s)" in text
+    assert "[worker 0]" in texts[0] and "[worker 2]" in texts[1]
+    assert f"(node 1, {net.nodes[1].address}) runs worker(s) 2-3" in texts[1]
+    assert fingerprints(*texts) == dict.fromkeys(range(4), one_node_of_four)
+
+
+def test_a_cut_link_with_a_restart_completes_with_the_uninterrupted_weights(
+    data, tmp_path, one_node_of_four
+):
+    with SimNet(2) as net:
+        master = net.nodes[0].address
+        flags = ("--max-restarts", "1", "--heartbeat-timeout", "5")
+        cmd = train_args(data, tmp_path / "run", 64, 2)
+        nodes = [Launcher(tmp_path / f"node{i}.out", launch_argv("2", i, master, 2, *flags) + cmd,
+                          node) for i, node in enumerate(net.nodes)]  # fmt: skip
+        nodes[0].wait_for(r"\[worker 0\] .*global_step [2-8] ")  # mid-run (12 steps)
+        net.nodes[1].cut()
+        cut_at = time.monotonic()
+        assert not net.nodes[1].link_up()  # the fault happened
+        try:
+            # Whichever sees it first: the launchers' heartbeat, or the workers' own
+            # coordination service (a worker exits 4 and its launcher stops the rest).
+            nodes[0].wait_for(r"stopping this node's workers: node 1 .* lost"
+                              r"|worker \d exited with code 4; stopping")  # fmt: skip
+            print(f"the loss said {time.monotonic() - cut_at:.1f}s after the cut")
+            nodes[0].wait_for(r"waits up to 300s for node\(s\) 1 to rejoin")
+            print(f"the master's summary {time.monotonic() - cut_at:.1f}s after the cut")
+        finally:
+            net.nodes[1].restore()
+        assert [n.finish() for n in nodes] == [0, 0], nodes[0].text[-3000:] + nodes[1].text[-3000:]
+    lost = f"node 1 ({net.nodes[1].address}) lost: no heartbeat for 5s"
+    for node in nodes:
+        assert f"restarting the group (restart 1 of 1) after: {lost}" in node.text, node.text
+    resumed = r"\[worker 0\] .*resumed from .*ckpt-\d+: (in|at the start of) epoch \d"
+    assert re.search(resumed, nodes[0].text)
+    assert fingerprints(*(n.text for n in nodes)) == dict.fromkeys(range(4), one_node_of_four)
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_elastic_a_node_killed_mid_epoch_the_job_goes_on_with_the_samples_exact(data, tmp_path):
+    from tfdp.samplers import DistributedSampler
+
+    ids = tmp_path / "ids.jsonl"
+    with SimNet(3) as net:
+        master = net.nodes[0].address
+        flags = ("--max-restarts", "1")
+        cmd = train_args(data, tmp_path / "run", 48, 2, "--record-samples", str(ids))
+        nodes = [Launcher(tmp_path / f"node{i}.out", launch_argv("2:3", i, master, 1, *flags)
+                          + cmd, node) for i, node in enumerate(net.nodes)]  # fmt: skip
+        nodes[0].wait_for(r"\[worker 0\] .*global_step [2-5] ")  # epoch 1: 8 steps of 48
+        killed = net.nodes[2].signal(signal.SIGKILL)  # the machine dies: launcher and worker
+        assert nodes[2].proc.pid in killed and nodes[2].finish() == -signal.SIGKILL
+        assert [n.finish() for n in nodes[:2]] == [0, 0], nodes[0].text[-4000:]
+    text = nodes[0].text
+    lost = f"node 2 ({net.nodes[2].address}) lost: its launcher's connection closed"
+    assert f"restarting the group (restart 1 of 1) after: {lost}" in text
+    assert "round 1: 2 node(s), 2 worker(s)" in text
+    line = r"\[worker 0\] .*resumed from .*ckpt-\d+: in epoch \d+, after its step (\d+) "
+    resumed = re.search(line, text)
+    assert resumed, text[-4000:]
+    step = int(resumed.group(1))
+    assert 0 < step < 8  # resumed mid-epoch
+    n = int(re.search(r"(\d+) training /", text).group(1))
+    records = _records(ids)  # the chief's; the restart's records start at its resume step
+    epoch = records[0]["epoch"]  # the first epoch (its number as --record-samples writes it)
+    again = max(i for i, r in enumerate(records) if (r["epoch"], r["step"], r["rank"]) == (
+        epoch, step, 0))  # fmt: skip
+    before = [r for r in records[:again] if r["epoch"] == epoch and r["step"] < step]
+    after = [r for r in records[again:] if r["epoch"] == epoch]
+    assert {r["rank"] for r in before} == {0, 1, 2} and {r["rank"] for r in after} == {0, 1}
+    plan = DistributedSampler(n, 3, 0, seed=4)
+    plan.set_epoch(epoch)
+    consumed = Counter(i for r in before + after for i in r["ids"])
+    assert consumed == Counter(plan.global_indices(np.arange(8 * 48)).tolist())
+    for rank in (0, 1):  # the next epoch is the 2-node plan's own
+        own = DistributedSampler(n, 2, rank, seed=4)
+        own.set_epoch(epoch + 1)
+        got = [i for r in records[again:] if r["epoch"] == epoch + 1 and r["rank"] == rank
+               for i in r["ids"]]  # fmt: skip
+        assert got == own.indices().tolist()[: len(got)] and len(got) == 8 * 24
