@@ -96,6 +96,29 @@ PLANTS = [
         "loss += reg",
         "the regularisation loss counted once per replica and micro-batch (issue 25)",
     ),
+    # The options the issue added to the draws: a realistic bug in each.
+    Plant(
+        "sample-weights-ignored",
+        "train/step.py",
+        "weighted = per_ex if w is None else per_ex * tf.cast(w, per_ex.dtype)",
+        "weighted = per_ex",
+        "the Trainer's step ignores the training sample weights",
+    ),
+    Plant(
+        "augment-keyed-by-index",
+        "input.py",
+        "self._augment_one(example, key, pos), idx, pos, weight)",
+        "self._augment_one(example, key, idx), idx, pos, weight)",
+        "a per-example augmentation keyed by the example's index, not its list position "
+        "(repeats and padding augmented alike)",
+    ),
+    Plant(
+        "block-shuffle-one-key",
+        "sources/tfrecord/stream.py",
+        "records, seed=tf.stack([key, block])",
+        "records, seed=tf.stack([key, tf.zeros_like(block)])",
+        "every block of a TFRecord lane shuffled by the same permutation",
+    ),
 ]
 
 
