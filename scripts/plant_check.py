@@ -138,6 +138,22 @@ def _planted_copy(plant: Plant | None, into: Path) -> Path:
     return src
 
 
+_BARE = ("", "AssertionError:")  # no message of their own: the next line says it
+
+
+def _first_messages(out: str) -> dict[str, str]:
+    """Each failed test's first non-empty ``E`` line (pytest's failure sections)."""
+    first: dict[str, str] = {}
+    name = None
+    for line in out.splitlines():
+        head = re.match(r"^_{3,} (\S+) _{3,}$", line)
+        if head:
+            name = head.group(1)
+        elif name and name not in first and line.startswith("E ") and line[1:].strip() not in _BARE:
+            first[name] = line[1:].strip()
+    return first
+
+
 def _run(plant: Plant | None, args: argparse.Namespace) -> tuple[bool, str, float]:
     """``(failed, summary, seconds)`` of one run of the differential test on a planted copy."""
     with tempfile.TemporaryDirectory(prefix="tfdp-plant-") as tmp:
@@ -175,7 +191,11 @@ def _run(plant: Plant | None, args: argparse.Namespace) -> tuple[bool, str, floa
     crashed = proc.returncode not in (0, 1)  # 1: tests failed; anything else: no verdict
     if crashed:
         return True, f"pytest exited {proc.returncode} (no verdict):\n{out[-3000:]}", seconds
-    lines = [re.sub(r"^FAILED tests/test_differential.py::", "  ", f)[:240] for f in failed]
+    first = _first_messages(out)
+    lines = []
+    for f in failed:
+        name = re.sub(r"^FAILED tests/test_differential.py::", "", f).split(" - ")[0]
+        lines.append(f"  {name} - {first.get(name, f)}"[:240])
     last = out.strip().splitlines()[-1] if out.strip() else ""
     return bool(failed), "\n".join([*lines, f"  ({last})"]), seconds
 
