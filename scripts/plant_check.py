@@ -154,8 +154,12 @@ def _first_messages(out: str) -> dict[str, str]:
     return first
 
 
-def _run(plant: Plant | None, args: argparse.Namespace) -> tuple[bool, str, float]:
-    """``(failed, summary, seconds)`` of one run of the differential test on a planted copy."""
+def _run(plant: Plant | None, args: argparse.Namespace) -> tuple[str, str, float]:
+    """One run of the differential test on a planted copy: ``(outcome, summary, seconds)``.
+
+    ``outcome`` is ``"failed"``, ``"passed"`` or ``"no verdict"`` (pytest crashed or was
+    interrupted: never counted as a catch).
+    """
     with tempfile.TemporaryDirectory(prefix="tfdp-plant-") as tmp:
         src = _planted_copy(plant, Path(tmp))
         env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -190,14 +194,14 @@ def _run(plant: Plant | None, args: argparse.Namespace) -> tuple[bool, str, floa
     failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
     crashed = proc.returncode not in (0, 1)  # 1: tests failed; anything else: no verdict
     if crashed:
-        return True, f"pytest exited {proc.returncode} (no verdict):\n{out[-3000:]}", seconds
+        return "no verdict", f"pytest exited {proc.returncode}:\n{out[-3000:]}", seconds
     first = _first_messages(out)
     lines = []
     for f in failed:
         name = re.sub(r"^FAILED tests/test_differential.py::", "", f).split(" - ")[0]
         lines.append(f"  {name} - {first.get(name, f)}"[:240])
     last = out.strip().splitlines()[-1] if out.strip() else ""
-    return bool(failed), "\n".join([*lines, f"  ({last})"]), seconds
+    return ("failed" if failed else "passed"), "\n".join([*lines, f"  ({last})"]), seconds
 
 
 def main() -> int:
@@ -217,15 +221,16 @@ def main() -> int:
     chosen = [p for p in PLANTS if not args.plant or p.name in args.plant]
     ok = True
     if args.baseline:
-        failed, summary, seconds = _run(None, args)
-        print(f"baseline (no plant): {'FAILED' if failed else 'passed'} in {seconds:.0f} s")
-        if failed:
+        outcome, summary, seconds = _run(None, args)
+        print(f"baseline (no plant): {outcome} in {seconds:.0f} s")
+        if outcome != "passed":
             print(summary)
-        ok &= not failed
+        ok &= outcome == "passed"
     for plant in chosen:
         for run in range(1, args.runs + 1):
-            caught, summary, seconds = _run(plant, args)
-            verdict = "CAUGHT" if caught else "MISSED"
+            outcome, summary, seconds = _run(plant, args)
+            verdict = {"failed": "CAUGHT", "passed": "MISSED"}.get(outcome, "NO VERDICT")
+            caught = verdict == "CAUGHT"
             print(f"{plant.name} (run {run}): {verdict} in {seconds:.0f} s -- {plant.what}")
             print(summary, flush=True)
             ok &= caught
