@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -662,5 +663,6 @@ def assert_coverage(got: list[dict], want: list[dict]) -> None:
     for e in sorted({r["epoch"] for r in want}):
         g = sorted(i for r in got if r["epoch"] == e for i in r["ids"])
         x = sorted(i for r in want if r["epoch"] == e for i in r["ids"])
-        missing, extra = sorted(set(x) - set(g)), sorted(set(g) - set(x))
-        assert g == x, f"epoch {e}: ids never fed {missing}, ids fed but not laid out {extra}"
+        missing = sorted((Counter(x) - Counter(g)).elements())
+        extra = sorted((Counter(g) - Counter(x)).elements())
+        assert g == x, f"epoch {e}: ids laid out, not fed {missing}; fed, not laid out {extra}"

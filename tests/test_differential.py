@@ -308,11 +308,12 @@ DROP_LAST = {"padding": None, "drop_last": True}
 # Each case meets several replicas with many options at once (a run's fixed cost is its traces,
 # so fewer, denser runs); between them they catch every plant of scripts/plant_check.py.
 TRAINER_CASES = {
-    # 14 on 3 replicas: padded to 5 steps an epoch, calls of 3 and 2 (and of 1 at the stop and
-    # the resume); the held-out 7 padded to 12 by the eval batches
+    # 14 on 3 replicas: padded to 5 steps an epoch, calls of 3 and 2 in the first epoch (a call
+    # of 2 that ran 3 steps would eat into the next epoch), one of 2 up to the stop at step 7,
+    # the resume's of 3; the held-out 7 padded to 12 by the eval batches
     "l2-eval-padded-3-replicas-calls-of-3-resume-in-place": Config(
         replicas=3, n=14, batch=1, l2=0.01, eval_n=7, eval_batch=2, epochs=2, steps_per_call=3,
-        stop="stop", stop_at=0.4, fresh=False),
+        stop="stop", stop_at=0.7, fresh=False),
     "tfrecord-block-shuffle-weights-accumulation-clip-skip": Config(
         replicas=2, n=23, batch=2, source="tfrecord", shards=3, shuffle_buffer=3,
         sampler="repeat_aug", options=RA, weights=True, accumulation=2, clip=0.05, epochs=2,
