@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -86,3 +88,43 @@ def test_a_trainer_with_fp16_compression_applies_the_rounded_sum(mirrored4):
     # rounded to fp16 before the (then exact) sum.
     assert w.tolist() == (y / 2).astype(np.float16).astype(np.float32).tolist()
     assert w.tolist() != (y / 2).tolist()
+
+
+def test_the_command_line_offers_exactly_the_library_s_compressions():
+    from tfdp.recipe.config import GRADIENT_COMPRESSIONS, TrainConfig
+    from tfdp.train.compression import COMPRESSIONS
+
+    assert ("none", *COMPRESSIONS) == GRADIENT_COMPRESSIONS
+    assert TrainConfig().gradient_compression == "none"  # exact unless asked
+
+
+def test_tfdp_train_gradient_compression_reaches_the_all_reduce(tmp_path, capsys):
+    """`tfdp train --gradient-compression fp16` trains other weights than the exact default.
+
+    One SGD step of 64 examples on 4 replicas, op determinism on: without compression two runs
+    are bit-identical, so the weights can differ only by the gradients' rounding.
+    """
+    from tfdp.cli import main
+    from tfdp.recipe.digits import load_digits
+
+    images, labels = load_digits("all")
+    data = tmp_path / "digits80.npz"
+    np.savez(data, images=images[:80], labels=labels[:80])  # 64 training, 16 held out
+    weights, outs = {}, {}
+    for compression in ("none", "fp16"):
+        run = tmp_path / compression
+        argv = ["train", "--data", str(data), "--eval-fraction", "0.2", "--batch-size", "64",
+                "--replicas", "4", "--epochs", "1", "--optimizer", "sgd", "--lr", "0.5",
+                "--schedule", "constant", "--steps-per-call", "1", "--deterministic",
+                "--no-progress", "--gradient-compression", compression,
+                "--run-dir", str(run)]  # fmt: skip
+        assert main(argv) == 0
+        outs[compression] = capsys.readouterr().out
+        config = json.loads((run / "config.json").read_text())
+        assert config["gradient_compression"] == compression  # recorded with the run
+        weights[compression] = keras.models.load_model(run / "model.keras").get_weights()
+    assert "1 steps/epoch" in outs["none"] and "rounded to" not in outs["none"]
+    assert "gradients rounded to fp16 before the all-reduce" in outs["fp16"]
+    assert [w.shape for w in weights["none"]] == [w.shape for w in weights["fp16"]]
+    pairs = zip(weights["none"], weights["fp16"], strict=True)
+    assert any(not np.array_equal(a, b) for a, b in pairs)

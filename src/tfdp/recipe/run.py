@@ -297,6 +297,9 @@ def _train(
         metrics=["sparse_categorical_accuracy"],
         steps_per_call=cfg.steps_per_call,
         mixed_precision=cfg.mixed_precision,
+        gradient_compression=(
+            None if cfg.gradient_compression == "none" else cfg.gradient_compression
+        ),
         run_dir=run_dir,
         checkpoint_every=cfg.checkpoint_every,
         progress=cfg.progress and sys.stdout.isatty(),
@@ -324,7 +327,8 @@ def _train(
             f"{w} replica(s) ({type(strategy).__name__}), "
             f"{data.train.num_examples} training / {data.eval.num_examples} held-out examples "
             f"({data.held_out}), batch {cfg.batch_size} global = {per} per replica x {w}, "
-            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}",
+            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}"
+            + _compression_note(cfg),
         )
     if stop is not None:
         stop.attach(trainer.request_stop)
@@ -451,6 +455,13 @@ def run_evaluate(run_dir: str, replicas: int | None = None) -> dict[str, Any]:
     out["replicas"] = w
     out["checkpoint"] = manager.restored
     return out
+
+
+def _compression_note(cfg: TrainConfig) -> str:
+    """The start line's words for ``--gradient-compression`` (nothing when off: exact)."""
+    if cfg.gradient_compression == "none":
+        return ""
+    return f", gradients rounded to {cfg.gradient_compression} before the all-reduce"
 
 
 def _first(resumed: Resumed | None, key: str, default: Any) -> Any:
