@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import keras
 import numpy as np
 import pytest
@@ -98,33 +96,24 @@ def test_the_command_line_offers_exactly_the_library_s_compressions():
     assert TrainConfig().gradient_compression == "none"  # exact unless asked
 
 
-def test_tfdp_train_gradient_compression_reaches_the_all_reduce(tmp_path, capsys):
-    """`tfdp train --gradient-compression fp16` trains other weights than the exact default.
+def test_tfdp_train_s_flag_reaches_the_trainer_s_step(mirrored4):
+    """`tfdp train --gradient-compression X` builds its Trainer with X (none: the exact sum);
+    what the Trainer then does with it is the test above."""
+    from tfdp.cli import build_parser, train_request
+    from tfdp.recipe.run import trainer_options
 
-    One SGD step of 64 examples on 4 replicas, op determinism on: without compression two runs
-    are bit-identical, so the weights can differ only by the gradients' rounding.
-    """
-    from tfdp.cli import main
-    from tfdp.recipe.digits import load_digits
-
-    images, labels = load_digits("all")
-    data = tmp_path / "digits80.npz"
-    np.savez(data, images=images[:80], labels=labels[:80])  # 64 training, 16 held out
-    weights, outs = {}, {}
-    for compression in ("none", "fp16"):
-        run = tmp_path / compression
-        argv = ["train", "--data", str(data), "--eval-fraction", "0.2", "--batch-size", "64",
-                "--replicas", "4", "--epochs", "1", "--optimizer", "sgd", "--lr", "0.5",
-                "--schedule", "constant", "--steps-per-call", "1", "--deterministic",
-                "--no-progress", "--gradient-compression", compression,
-                "--run-dir", str(run)]  # fmt: skip
-        assert main(argv) == 0
-        outs[compression] = capsys.readouterr().out
-        config = json.loads((run / "config.json").read_text())
-        assert config["gradient_compression"] == compression  # recorded with the run
-        weights[compression] = keras.models.load_model(run / "model.keras").get_weights()
-    assert "1 steps/epoch" in outs["none"] and "rounded to" not in outs["none"]
-    assert "gradients rounded to fp16 before the all-reduce" in outs["fp16"]
-    assert [w.shape for w in weights["none"]] == [w.shape for w in weights["fp16"]]
-    pairs = zip(weights["none"], weights["fp16"], strict=True)
-    assert any(not np.array_equal(a, b) for a, b in pairs)
+    parser = build_parser()
+    for flag, want in (("none", None), ("fp16", "fp16"), ("bf16", "bf16")):
+        cfg, _ = train_request(parser.parse_args(["train", "--gradient-compression", flag]))
+        trainer = Trainer(
+            mirrored4,
+            lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)]),
+            lambda: keras.optimizers.SGD(1.0),
+            "mse",
+            progress=False,
+            verbose=0,
+            **trainer_options(cfg),
+        )
+        assert trainer.train_step.gradient_compression == want
+    cfg, _ = train_request(parser.parse_args(["train"]))
+    assert trainer_options(cfg)["gradient_compression"] is None  # exact unless asked
