@@ -478,7 +478,14 @@ def trainer_options(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _compression_note(cfg: TrainConfig) -> str:
-    """The start line's words for ``--gradient-compression`` (nothing when off: exact)."""
+    """The start line's words for ``--gradient-compression`` (nothing when off: exact).
+
+    Example:
+        >>> _compression_note(TrainConfig(gradient_compression="bf16"))
+        ', gradients rounded to bf16 before the all-reduce'
+        >>> _compression_note(TrainConfig())
+        ''
+    """
     if cfg.gradient_compression == "none":
         return ""
     return f", gradients rounded to {cfg.gradient_compression} before the all-reduce"
