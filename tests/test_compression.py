@@ -86,3 +86,34 @@ def test_a_trainer_with_fp16_compression_applies_the_rounded_sum(mirrored4):
     # rounded to fp16 before the (then exact) sum.
     assert w.tolist() == (y / 2).astype(np.float16).astype(np.float32).tolist()
     assert w.tolist() != (y / 2).tolist()
+
+
+def test_the_command_line_offers_exactly_the_library_s_compressions():
+    from tfdp.recipe.config import GRADIENT_COMPRESSIONS, TrainConfig
+    from tfdp.train.compression import COMPRESSIONS
+
+    assert ("none", *COMPRESSIONS) == GRADIENT_COMPRESSIONS
+    assert TrainConfig().gradient_compression == "none"  # exact unless asked
+
+
+def test_tfdp_train_s_flag_reaches_the_trainer_s_step(mirrored4):
+    """`tfdp train --gradient-compression X` builds its Trainer with X (none: the exact sum);
+    what the Trainer then does with it is the test above."""
+    from tfdp.cli import build_parser, train_request
+    from tfdp.recipe.run import trainer_options
+
+    parser = build_parser()
+    for flag, want in (("none", None), ("fp16", "fp16"), ("bf16", "bf16")):
+        cfg, _ = train_request(parser.parse_args(["train", "--gradient-compression", flag]))
+        trainer = Trainer(
+            mirrored4,
+            lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)]),
+            lambda: keras.optimizers.SGD(1.0),
+            "mse",
+            progress=False,
+            verbose=0,
+            **trainer_options(cfg),
+        )
+        assert trainer.train_step.gradient_compression == want
+    cfg, _ = train_request(parser.parse_args(["train"]))
+    assert trainer_options(cfg)["gradient_compression"] is None  # exact unless asked

@@ -91,6 +91,12 @@ def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, unint
     assert code == 0, out[-3000:]
     assert "FAULT kill worker 1 at step 7" in out  # the kill really happened ...
     assert "killed by SIGKILL" in out and "restart 1 of 1" in out  # ... and was recovered from
+    # Worker 0 says the loss in tfdp's line (exit 4), unless the launcher stopped it first;
+    # TensorFlow's own records of the aborted collective are held back, and no traceback.
+    if "[worker 0] tfdp train: error: lost worker 1 at 127.0.0.1:" in out:
+        assert "[worker 0] RESULT status=4" in out
+    assert "E0000" not in out and "absl::InitializeLog" not in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
     # The chief saves its last completed step when it sees the peer lost (ckpt-7), unless the
     # launcher stopped it first: then the last periodic checkpoint before the kill (ckpt-6).
     resumed = re.search(r"resumed from .*ckpt-(\d+): in epoch 1, after its step (\d+) ", out)

@@ -78,6 +78,15 @@ def test_resume_alone_continues_the_run_and_records_changes(run, capsys):
     assert [m["lr"] for m in _metrics(run)] == pytest.approx([0.002, 0.0005])  # in effect
 
 
+def test_resume_may_change_the_gradient_compression_and_records_it(run, capsys):
+    assert main(["train", "--resume", "--run-dir", str(run), "--gradient-compression", "bf16"]) == 0
+    assert "--gradient-compression 'bf16' (was 'none')" in capsys.readouterr().out
+    config = json.loads((run / "config.json").read_text())
+    assert config["gradient_compression"] == "bf16"
+    changed = {"gradient_compression": {"from": "none", "to": "bf16"}}
+    assert config["history"][-1]["changed"] == changed
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
@@ -307,6 +316,8 @@ def test_meaningful_line_names_the_peer():
         (["--weight-decay", "-0.1"], "--weight-decay must be a finite number >= 0"),
         (["--selected-round", "-2"], "--selected-round must be an integer >= 0"),
         (["--on-bad-file", "ignore"], "must be one of ['error', 'skip']"),
+        (["--gradient-compression", "fp16", "--mixed-precision", "mixed_float16"],
+         "--gradient-compression fp16 cannot be combined with --mixed-precision mixed_float16"),
     ],
 )
 def test_bad_numbers_are_refused_before_anything_runs(flags, message, capsys, tmp_path):

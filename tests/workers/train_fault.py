@@ -2,7 +2,8 @@
 
 Usage: train_fault.py FAULT STEP -- <tfdp train flags>. FAULT is "none", "kill" (SIGKILL
 itself) or "term" (SIGTERM itself); the fault hits worker 1 at global step STEP, only on the
-first run of the group (TFDP_RESTART=0), and is announced on stdout first.
+first run of the group (TFDP_RESTART=0), and is announced on stdout first. Exits with
+`tfdp train`'s status (0, 3, 4 a peer lost, 130 / 143), after a RESULT line.
 """
 
 import json
@@ -36,13 +37,17 @@ def main() -> int:
             print(f"FAULT {fault} worker {me} at step {state.global_step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGTERM)
 
-    _, result = train(cfg, on_step=on_step)  # as `tfdp train`: SIGTERM saves and stops
+    # As `tfdp train`: SIGTERM saves and stops (130 / 143), a lost peer is one error line (4).
+    status, result = train(cfg, on_step=on_step)
+    if not result:  # 3 diverged, 4 a peer lost: the command printed its error, nothing returned
+        print(f"RESULT status={status}", flush=True)
+        return status
     print(
         f"RESULT stopped_early={result['stopped_early']} reason={result['stop_reason']} "
         f"step={result['global_step']}",
         flush=True,
     )
-    return 143 if result["stopped_early"] else 0
+    return status
 
 
 if __name__ == "__main__":

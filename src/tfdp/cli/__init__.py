@@ -12,6 +12,8 @@ command's module exposes ``add_parser(subparsers)`` and a handler:
   :mod:`tfdp.cli.inspect`, :mod:`tfdp.cli.progress`);
 * :mod:`tfdp.cli.sampler` -- ``tfdp sampler``;
 * :mod:`tfdp.cli.args` -- the parser class and converters every command shares;
+* :mod:`tfdp.cli.tf_log` -- TensorFlow's C++ records of a lost peer held back from
+  ``tfdp train``'s stderr (a filter process);
 * :mod:`tfdp.cli.app` -- :func:`main`: the parser assembled, exceptions turned into statuses.
 
 ``tfdp`` (the console script), ``python -m tfdp`` and ``python -m tfdp.cli``

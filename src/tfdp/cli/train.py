@@ -11,7 +11,9 @@ TensorFlow loads.
 
 Exit status: 0 done; 2 bad input; 3 training diverged (non-finite loss or
 gradient); 4 a peer was lost (another worker crashed, was killed or stopped, or
-the network to it failed: the message names it and the checkpoint kept); 130
+the network to it failed: the message names it and the checkpoint kept, and
+TensorFlow's own records of the aborted collective are held back:
+:mod:`tfdp.cli.tf_log`); 130
 stopped by SIGINT, 143 by SIGTERM (a checkpoint was saved; ``tfdp train
 --resume --run-dir R`` continues).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -233,6 +236,10 @@ def train(
         check_paths(cfg)
     require("tensorflow", "cpu|gpu", "tfdp train")
     quiet_tf()
+    if _one_of_several_workers():  # a lost peer is said in one line: TF's own records held back
+        from tfdp.cli.tf_log import hold_back
+
+        hold_back()
     from tfdp.recipe.run import StopRequest, run_train
 
     reinstall: list[Callable[[], None]] = []
@@ -259,6 +266,14 @@ def train(
     if result.get("stopped_early") and reason:
         return (130 if reason == "SIGINT" else 143), result
     return 0, result
+
+
+def _one_of_several_workers() -> bool:
+    """Whether this process may be one worker of a multi-worker job (TF_CONFIG, or Slurm's)."""
+    if os.environ.get("TF_CONFIG", "").strip():
+        return True
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or "1"
+    return "SLURM_JOB_ID" in os.environ and tasks.strip() not in ("", "0", "1")
 
 
 def _peer_lost(exc: Exception) -> bool:

@@ -37,6 +37,7 @@ from tfdp.recipe.networks import check_model_module, check_model_ref
 
 __all__ = [
     "DEFAULT_LOG_EVERY",
+    "GRADIENT_COMPRESSIONS",
     "OPTIONS_HELP",
     "RESUME_POLICIES",
     "RUN_NAME_PATTERN",
@@ -65,6 +66,10 @@ RESUME_POLICIES = ("refuse", "record", "locate")
 #: as ``--checkpoint-every``'s default, so the two cut the same compiled calls (calls are cut to
 #: land on both), and no third call length is compiled.
 DEFAULT_LOG_EVERY = 50
+
+#: ``--gradient-compression``'s values: ``none`` (the exact float32 all-reduce) and the types of
+#: ``tfdp.train.compression.COMPRESSIONS`` (kept equal by tests/test_compression.py).
+GRADIENT_COMPRESSIONS = ("none", "fp16", "bf16")
 
 #: What a run is named without ``--name`` (see :func:`default_run_dir`), as help shows it.
 RUN_NAME_PATTERN = "<data>-<model>-<date>-<time>"
@@ -239,6 +244,16 @@ class TrainConfig:
     mixed_precision: str | None = _opt(
         None, "mixed precision policy", (None, "mixed_float16", "mixed_bfloat16")
     )
+    gradient_compression: str = _opt(
+        "none",
+        "round every replica's gradients to 16 bits before the all-reduce, halving the bytes "
+        "sent between workers: fp16 (11 significant bits, 6e-8 to 65504: smaller entries "
+        "become 0, larger ones infinite, which stops the run as a non-finite step) or bf16 "
+        "(8 significant bits, float32's range). Not exact, so none by default; refused with "
+        "--mixed-precision mixed_float16",
+        GRADIENT_COMPRESSIONS,
+        resume="record",
+    )
     progress: bool = _opt(True, "show a progress bar (chief only)", resume="record")
     log_every: int | None = _opt(
         None,
@@ -402,6 +417,12 @@ def check_config(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and not str(value).strip():
             raise ConfigError(f"{flag(name)} is empty")
+    if cfg.gradient_compression != "none" and cfg.mixed_precision == "mixed_float16":
+        raise ConfigError(
+            f"--gradient-compression {cfg.gradient_compression} cannot be combined with "
+            "--mixed-precision mixed_float16: its loss scaler all-reduces the scaled gradients "
+            "itself (use --mixed-precision mixed_bfloat16, or --gradient-compression none)"
+        )
     check_model_ref(cfg.model)
 
 

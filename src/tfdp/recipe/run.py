@@ -50,7 +50,14 @@ from tfdp.recipe.resume import (
     write_run_config,
 )
 
-__all__ = ["Report", "StopRequest", "replicas_warning", "run_evaluate", "run_train"]
+__all__ = [
+    "Report",
+    "StopRequest",
+    "replicas_warning",
+    "run_evaluate",
+    "run_train",
+    "trainer_options",
+]
 
 #: ``report(level, message)``: ``level`` is ``"info"`` or ``"warning"``.
 Report = Callable[[str, str], None]
@@ -295,12 +302,9 @@ def _train(
         lambda: build_optimizer(cfg, _first(resumed, "steps_per_epoch", train_in.steps_per_epoch)),
         "sparse_categorical_crossentropy_from_logits",
         metrics=["sparse_categorical_accuracy"],
-        steps_per_call=cfg.steps_per_call,
-        mixed_precision=cfg.mixed_precision,
+        **trainer_options(cfg),
         run_dir=run_dir,
-        checkpoint_every=cfg.checkpoint_every,
         progress=cfg.progress and sys.stdout.isatty(),
-        record_samples=cfg.record_samples,
         # A line every N steps off a terminal (the Trainer decides what a line holds).
         log_every=step_lines_every(cfg, sys.stdout),
     )
@@ -324,7 +328,8 @@ def _train(
             f"{w} replica(s) ({type(strategy).__name__}), "
             f"{data.train.num_examples} training / {data.eval.num_examples} held-out examples "
             f"({data.held_out}), batch {cfg.batch_size} global = {per} per replica x {w}, "
-            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}",
+            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}"
+            + _compression_note(cfg),
         )
     if stop is not None:
         stop.attach(trainer.request_stop)
@@ -451,6 +456,39 @@ def run_evaluate(run_dir: str, replicas: int | None = None) -> dict[str, Any]:
     out["replicas"] = w
     out["checkpoint"] = manager.restored
     return out
+
+
+def trainer_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The :class:`tfdp.train.Trainer` options the job's options set, named as the Trainer's.
+
+    Example:
+        >>> trainer_options(TrainConfig(gradient_compression="fp16", steps_per_call=2))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'steps_per_call': 2, 'mixed_precision': None, 'gradient_compression': 'fp16',
+         'checkpoint_every': 50, 'record_samples': None}
+    """
+    compression = None if cfg.gradient_compression == "none" else cfg.gradient_compression
+    return {
+        "steps_per_call": cfg.steps_per_call,
+        "mixed_precision": cfg.mixed_precision,
+        "gradient_compression": compression,  # none: the exact all-reduce
+        "checkpoint_every": cfg.checkpoint_every,
+        "record_samples": cfg.record_samples,
+    }
+
+
+def _compression_note(cfg: TrainConfig) -> str:
+    """The start line's words for ``--gradient-compression`` (nothing when off: exact).
+
+    Example:
+        >>> _compression_note(TrainConfig(gradient_compression="bf16"))
+        ', gradients rounded to bf16 before the all-reduce'
+        >>> _compression_note(TrainConfig())
+        ''
+    """
+    if cfg.gradient_compression == "none":
+        return ""
+    return f", gradients rounded to {cfg.gradient_compression} before the all-reduce"
 
 
 def _first(resumed: Resumed | None, key: str, default: Any) -> Any:
