@@ -154,6 +154,7 @@ def custom_loop_reference(mirrored4):
 
 
 @pytest.mark.parametrize("in_scope", [False, True])
+@pytest.mark.xdist_group("checkpoint_reference")  # its module fixture runs once
 def test_custom_loop_resume_is_exact(mirrored4, tmp_path, in_scope, custom_loop_reference):
     inp = _input(mirrored4)
     spe = inp.steps_per_epoch

@@ -74,6 +74,7 @@ def uninterrupted(tmp_path_factory):
     return fps[0], out
 
 
+@pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
 def test_two_workers_train_to_identical_weights(uninterrupted):
     _, out = uninterrupted
     assert len(set(fingerprints(out).values())) == 1  # both workers: the same weights
@@ -86,6 +87,7 @@ def test_two_workers_train_to_identical_weights(uninterrupted):
     assert "eagerly has significant overhead" not in out
 
 
+@pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
 def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, uninterrupted):
     code, out = launch(tmp_path, "kill", 7, 1)
     assert code == 0, out[-3000:]
@@ -101,6 +103,7 @@ def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, unint
     assert fps == {0: uninterrupted[0], 1: uninterrupted[0]}
 
 
+@pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
 def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, uninterrupted):
     code, out = launch(tmp_path, "term", 7, 1)
     assert code == 0, out[-3000:]

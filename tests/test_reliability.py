@@ -61,6 +61,7 @@ def run(base, tmp_path) -> Path:
 # -- resume: config.json supplies the options, changes are recorded or refused -----------------
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_resume_alone_continues_the_run_and_records_changes(run, capsys):
     before = json.loads((run / "config.json").read_text())
     assert before["batch_size"] == 128 and before["history"][0]["event"] == "start"
@@ -88,6 +89,7 @@ def test_resume_alone_continues_the_run_and_records_changes(run, capsys):
         (["--batch-size", "64", "--seed", "0"], "--batch-size (the run has 128, now 64); --seed"),
     ],
 )
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_resume_refuses_what_the_run_depends_on_naming_it(run, flags, named, capsys):
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert main(["train", "--resume", "--run-dir", str(run), *flags]) == 2
@@ -96,6 +98,7 @@ def test_resume_refuses_what_the_run_depends_on_naming_it(run, flags, named, cap
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_damaged_config_json_is_named(run, capsys):
     config = run / "config.json"
     for content, phrase in (
@@ -111,6 +114,7 @@ def test_damaged_config_json_is_named(run, capsys):
             assert str(config) in err and phrase in err, err
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_missing_config_json_has_a_way_forward(run, capsys):
     (run / "config.json").unlink()
     assert main(["train", "--run-dir", str(run), "--epochs", "2"]) == 2
@@ -131,6 +135,7 @@ def test_missing_config_json_has_a_way_forward(run, capsys):
 # -- one restore path with fallback: train and evaluate ----------------------------------------
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run, capsys):
     ckpts = run / "checkpoints"
     latest = max(ckpts.glob("ckpt-*.index"), key=lambda p: int(p.stem.split("-")[1]))
@@ -148,6 +153,7 @@ def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run, capsys):
 
 
 @pytest.mark.parametrize("state", [b"", bytes(range(256)), b'model_checkpoint_path: "ckpt-999"\n'])
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_evaluate_with_a_damaged_state_file(run, state):
     from tfdp.recipe import run_evaluate
 

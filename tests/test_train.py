@@ -623,6 +623,7 @@ def uninterrupted_log(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fault", ["after_save", "after_log"])
+@pytest.mark.xdist_group("train_uninterrupted_log")  # its module fixture runs once
 def test_a_kill_at_an_epoch_end_neither_loses_nor_duplicates_a_line(
     tmp_path, fault, uninterrupted_log
 ):
