@@ -18,10 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shards import rewrite_shard
 from tfdp.cli import main
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-SHORT = ["--epochs", "1", "--no-progress", "--checkpoint-every", "5", "--steps-per-call", "5"]
+# One step per call: a run traces one step function (a call of 5 steps traced two, the
+# 5-step call and the epoch's last 1-step call, and tracing is most of a short run's time).
+SHORT = ["--epochs", "1", "--no-progress", "--checkpoint-every", "5", "--steps-per-call", "1"]
 HERE = ["--replicas", "4"]  # the logical CPUs of this process (tests/conftest.py)
 
 
@@ -221,7 +224,8 @@ def test_a_corrupt_image_is_named_or_skipped(tmp_path, folder_with_a_bad_file, c
               "--batch-size", "4", *SHORT, *HERE]  # fmt: skip
     # In a process of its own: the replica that fails aborts the process's collectives, and
     # TensorFlow needs a new process after that (later tests here would inherit the abort).
-    failed = tfdp(*common, "--run-dir", tmp_path / "r1")
+    # (2 replicas there: one fails, the other's collectives are aborted; half the tracing of 4)
+    failed = tfdp(*common, "--replicas", "2", "--run-dir", tmp_path / "r1")
     assert failed.returncode == 1, failed.stderr[-3000:]
     line = [ln for ln in failed.stderr.splitlines() if ln.startswith("tfdp: error:")][-1]
     assert str(bad) in line and "truncated or corrupt PNG" in line
@@ -367,30 +371,13 @@ def _shards(tmp: Path, n: int) -> Path:
     return tmp / "shards"
 
 
-def _rewrite(path: Path, keep: int) -> int:
-    """Rewrite a shard with its first ``keep`` records (valid records, fewer than listed)."""
-    import tensorflow as tf
-
-    records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for r in records[:keep]:
-            w.write(r)
-    assert sum(1 for _ in tf.data.TFRecordDataset(str(path))) == keep
-    return len(records)
-
-
-def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path):
-    bad = tfdp(
-        "train",
-        "--data",
-        _npz(tmp_path / "f.npz", labels=np.arange(30) % 3 + 0.5),
-        "--epochs",
-        "1",
-        "--run-dir",
-        str(tmp_path / "r1"),
-    )
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert "f.npz (key 'labels'): labels must be integer class ids; 30 are not" in bad.stderr
+def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path, capsys):
+    floats = _npz(tmp_path / "f.npz", labels=np.arange(30) % 3 + 0.5)
+    argv = ["train", "--data", floats, "--epochs", "1", *HERE, "--run-dir", str(tmp_path / "r1")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "f.npz (key 'labels'): labels must be integer class ids; 30 are not" in err
     assert not (tmp_path / "r1").exists()  # refused before anything was written
     from tfdp.recipe import TrainConfig, build_data
 
@@ -410,7 +397,7 @@ def test_stream_checks_counts_as_it_reads(tmp_path):
     inp = DistributedInput(None, src, sampler="distributed", batch_size=5, drop_remainder=False)
     assert sum(1 for _ in inp.epoch(0)) == inp.steps_per_epoch == 6
     short = sorted(shards.glob("*.tfrecord"))[0]
-    _rewrite(short, 4)
+    rewrite_shard(short, 4)
     with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain 15 elements"):
         sum(1 for _ in inp.epoch(0))
     assert src.count_problems() == [
@@ -419,10 +406,11 @@ def test_stream_checks_counts_as_it_reads(tmp_path):
     ]
 
 
-def test_data_convert_output_is_only_what_was_written(tmp_path):
+def test_data_convert_output_is_only_what_was_written(tmp_path, capsys):
     """The old converter printed the manifest's total even when it wrote fewer examples."""
     shards = _shards(tmp_path, n=4)
-    _rewrite(sorted(shards.glob("*.tfrecord"))[0], 2)
-    result = tfdp("data", "convert", str(shards), str(tmp_path / "x.npz"), "--no-progress")
-    assert result.returncode == 2 and "wrote" not in result.stdout
-    assert "data-00000-of-00004.tfrecord holds 2 readable records, not the 8" in result.stderr
+    rewrite_shard(sorted(shards.glob("*.tfrecord"))[0], 2)
+    assert main(["data", "convert", str(shards), str(tmp_path / "x.npz"), "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert "wrote" not in out and not (tmp_path / "x.npz").exists()
+    assert "data-00000-of-00004.tfrecord holds 2 readable records, not the 8" in err
