@@ -410,12 +410,14 @@ def test_unwritable_run_dir_fails_before_the_first_step(mirrored4, tmp_path):
     assert tr.state.global_step == 0
 
 
-def test_fit_path_exact_mid_epoch_resume(mirrored4, tmp_path):
+def test_fit_path_exact_mid_epoch_resume(mirrored_of, tmp_path):
+    """2 replicas: a fit traces its step per replica (the 4-replica Trainer case is above)."""
     tf.config.experimental.enable_op_determinism()
-    inp = _image_input(mirrored4)
+    strategy = mirrored_of(2)
+    inp = _image_input(strategy)
 
     def compiled():
-        with mirrored4.scope():
+        with strategy.scope():
             model = _cnn()
             model.compile(
                 keras.optimizers.Adam(1e-2),
@@ -535,14 +537,15 @@ def test_accumulation_epoch_is_the_sampler_epoch_and_resume_is_bit_identical(mir
         assert _records(tmp_path / f"cut{stop}.jsonl") == expected
 
 
-def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored4, tmp_path):
-    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
-    tr = trainer(mirrored4)
+def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)  # 2 replicas: every fit traces its step once per replica
+    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps per epoch
+    tr = trainer(strategy)
     hist = tr.fit(inp, 2, max_steps=5)
     assert hist.history == {} and hist.epoch == [] and tr.state.history == []
 
     def compiled():
-        with mirrored4.scope():
+        with strategy.scope():
             model = make_model()
             model.compile(
                 keras.optimizers.SGD(0.1),
@@ -576,14 +579,15 @@ def _lines(path) -> list[dict]:
     ]
 
 
-def test_epoch_metrics_survive_a_mid_epoch_resume(mirrored4, tmp_path):
-    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
+def test_epoch_metrics_survive_a_mid_epoch_resume(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)  # 2 replicas: each of the 3 runs traces its step per replica
+    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps per epoch
     kw = {"metrics": ["sparse_categorical_accuracy"], "steps_per_call": 3}
-    full = trainer(mirrored4, run_dir=tmp_path / "full", **kw)
+    full = trainer(strategy, run_dir=tmp_path / "full", **kw)
     full.fit(inp, 2)
-    cut = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
+    cut = trainer(strategy, run_dir=tmp_path / "cut", **kw)
     cut.fit(inp, 2, max_steps=21)  # 5 steps into epoch 2
-    resumed = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
+    resumed = trainer(strategy, run_dir=tmp_path / "cut", **kw)
     assert resumed.fit(inp, 2).epoch == [1]
     assert [r["epoch"] for r in resumed.state.history] == [1]
     want, got = (
