@@ -168,18 +168,19 @@ def test_mixed_precision_and_xla_train(mirrored4):
     assert np.isfinite(tr.fit(inp, 1).history["loss"][0])
 
 
-def test_fit_path_sees_the_same_order_as_the_trainer(mirrored4):
+def test_fit_path_sees_the_same_order_as_the_trainer(mirrored_of):
+    strategy = mirrored_of(2)  # 2 replicas: each path traces its steps per replica
     inp = DistributedInput(
-        mirrored4,
+        strategy,
         ArraySource((X, Y)),
         sampler="repeat_aug",
         sampler_options={"selected_round": 0},
-        batch_size=4,
+        batch_size=8,
     )
-    ev = DistributedInput(mirrored4, ArraySource((X[:101], Y[:101])), sampler="eval", batch_size=4)
-    tr = trainer(mirrored4, metrics=["sparse_categorical_accuracy"])
+    ev = DistributedInput(strategy, ArraySource((X[:101], Y[:101])), sampler="eval", batch_size=4)
+    tr = trainer(strategy, metrics=["sparse_categorical_accuracy"])
     tr.fit(inp, 2, eval_input=ev)
-    with mirrored4.scope():
+    with strategy.scope():
         model = make_model()
         model.compile(
             keras.optimizers.SGD(0.1),
@@ -386,11 +387,12 @@ def test_trainer_exact_mid_epoch_resume(mirrored4, tmp_path):
     assert list((tmp_path / "full" / "tensorboard" / "train").glob("events.out.tfevents.*"))
 
 
-def test_resume_with_another_configuration_is_refused(mirrored4, tmp_path):
-    inp = _image_input(mirrored4)
-    _cnn_trainer(mirrored4, tmp_path / "run").fit(inp, 1, max_steps=3)
+def test_resume_with_another_configuration_is_refused(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)
+    inp = _image_input(strategy)
+    _cnn_trainer(strategy, tmp_path / "run").fit(inp, 1, max_steps=3)
     other = DistributedInput(
-        mirrored4,
+        strategy,
         inp.source,
         sampler="repeat_aug",
         sampler_options={"selected_round": 0},
@@ -398,7 +400,7 @@ def test_resume_with_another_configuration_is_refused(mirrored4, tmp_path):
         seed=5,
     )
     with pytest.raises(ValueError, match="batch_size: saved 4, now 2"):
-        _cnn_trainer(mirrored4, tmp_path / "run").fit(other, 1)
+        _cnn_trainer(strategy, tmp_path / "run").fit(other, 1)
 
 
 def test_unwritable_run_dir_fails_before_the_first_step(mirrored4, tmp_path):
