@@ -154,6 +154,7 @@ def custom_loop_reference(mirrored4):
 
 
 @pytest.mark.parametrize("in_scope", [False, True])
+@pytest.mark.xdist_group("checkpoint_reference")  # its module fixture runs once
 def test_custom_loop_resume_is_exact(mirrored4, tmp_path, in_scope, custom_loop_reference):
     inp = _input(mirrored4)
     spe = inp.steps_per_epoch
@@ -526,6 +527,22 @@ def test_damaged_state_file_falls_back_to_the_checkpoints_on_disk(tmp_path, how)
     assert any(p.read_bytes() == _state_bytes(how, tmp_path) for p in kept)
     manager.save(DataPosition(0, 40, config={"batch_size": 4}), global_step=40)
     assert Path(CheckpointManager(tmp_path, layer=_dense()).latest).name == "ckpt-40"
+
+
+@pytest.mark.parametrize("how", ["empty", "binary", "stale"])
+def test_a_reader_falls_back_past_a_damaged_state_file_writing_nothing(tmp_path, how):
+    """What `tfdp evaluate` does (a read_only manager, partial restore): the newest readable
+    checkpoint, and the directory byte for byte as it was (test_reliability evaluates a run)."""
+    _save_three(tmp_path)
+    (tmp_path / "checkpoint").write_bytes(_state_bytes(how, tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    layer = _dense(seed=-1)
+    reader = CheckpointManager(tmp_path, layer=layer, read_only=True)
+    with pytest.warns(CheckpointWarning):
+        assert reader.restore(partial=True)[1] == 30
+    assert reader.restored == str(tmp_path / "ckpt-30")
+    np.testing.assert_array_equal(layer.kernel.numpy(), np.full((3, 2), 30, "float32"))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_restored_names_the_checkpoint_actually_restored(tmp_path):

@@ -119,7 +119,7 @@ def test_train_bad_input_without_tracebacks(tmp_path):
     assert bad.returncode == 2 and "'epochs' must be of type int" in bad.stderr
 
 
-def test_train_resume_evaluate_and_refusals(tmp_path):
+def test_train_resume_evaluate_and_refusals(tmp_path, capsys):
     run = tmp_path / "run"
     first = tfdp(
         "train",
@@ -128,6 +128,8 @@ def test_train_resume_evaluate_and_refusals(tmp_path):
         "--run-dir",
         str(run),
         "--no-progress",
+        "--steps-per-call",  # one traced step function (22 steps in calls of 4 traced two)
+        "1",
         "--record-samples",
         str(tmp_path / "ids.jsonl"),
         cwd=tmp_path,
@@ -137,21 +139,13 @@ def test_train_resume_evaluate_and_refusals(tmp_path):
     assert len(metrics) == 1
     ids = [json.loads(x) for x in (tmp_path / "ids.jsonl").read_text().splitlines()]
     assert {r["rank"] for r in ids} == {0, 1} and len(ids[0]["ids"]) == 32
-    again = tfdp("train", "--epochs", "1", "--run-dir", str(run), cwd=tmp_path)
-    assert again.returncode == 2 and "already holds a run" in again.stderr
-    other = tfdp(
-        "train",
-        "--epochs",
-        "2",
-        "--run-dir",
-        str(run),
-        "--resume",
-        "--batch-size",
-        "32",
-        cwd=tmp_path,
-    )
-    assert other.returncode == 2 and "cannot change on resume" in other.stderr
-    assert "--batch-size (the run has 64, now 32)" in other.stderr
+    # refused before TensorFlow starts: in this process
+    assert main(["train", "--epochs", "1", "--run-dir", str(run)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["train", "--epochs", "2", "--run-dir", str(run), "--resume",
+                 "--batch-size", "32"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "cannot change on resume" in err and "--batch-size (the run has 64, now 32)" in err
     more = tfdp(
         "train", "--epochs", "3", "--run-dir", str(run), "--resume", "--no-progress", cwd=tmp_path
     )

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shards import rewrite_shard
 from tfdp.cli.convert import convert_data
 from tfdp.cli.inspect import inspect_data
 from tfdp.errors import DataError, said_as
@@ -219,18 +220,6 @@ def _shards(tmp: Path, n: int = 4) -> Path:
     return out
 
 
-def _rewrite(path: Path, keep: int) -> int:
-    """Rewrite a shard with its first ``keep`` records (valid records, fewer than listed)."""
-    import tensorflow as tf
-
-    records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for r in records[:keep]:
-            w.write(r)
-    assert sum(1 for _ in tf.data.TFRecordDataset(str(path))) == keep
-    return len(records)
-
-
 def test_convert_verifies_each_shard_against_the_manifest(tmp_path):
     shards = _shards(tmp_path)
     manifest = json.loads((shards / "data.manifest.json").read_text())
@@ -239,7 +228,7 @@ def test_convert_verifies_each_shard_against_the_manifest(tmp_path):
         "wrote 30 examples"
     )
     short = shards / manifest["files"][1]
-    listed = _rewrite(short, 3)
+    listed = rewrite_shard(short, 3)
     assert listed == manifest["counts"][1] > 3  # the fault: fewer records than the manifest says
     with pytest.raises(ValueError) as err:
         convert_data(str(shards), tmp_path / "short.npz", progress=False)

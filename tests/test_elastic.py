@@ -278,6 +278,7 @@ def stopped(mirrored_of, tmp_path_factory):
 
 
 @pytest.mark.parametrize(("w", "new_w"), [(1, 2), (1, 4), (2, 1), (2, 4), (4, 1), (4, 2)])
+@pytest.mark.xdist_group("elastic_stopped")  # its module fixture runs once
 def test_trainer_resumed_on_another_replica_count(mirrored_of, stopped, tmp_path, w, new_w):
     run, step = stopped[w]
     shutil.copytree(run, tmp_path, dirs_exist_ok=True)
@@ -339,6 +340,7 @@ def test_keras_fit_path_resumed_on_another_replica_count(mirrored_of, tmp_path):
     assert (position.epoch, position.step, step) == (2, 0, 11)
 
 
+@pytest.mark.xdist_group("elastic_stopped")  # its module fixture runs once
 def test_trainer_refuses_a_global_batch_that_changed(mirrored_of, stopped, tmp_path):
     run, _ = stopped[2]
     shutil.copytree(run, tmp_path, dirs_exist_ok=True)

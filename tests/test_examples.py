@@ -86,6 +86,7 @@ def single_process_run(tmp_path_factory) -> str:
     return example("custom_loop_and_fit", "--quick", cwd=tmp_path_factory.mktemp("cl"))
 
 
+@pytest.mark.xdist_group("examples_single_process")  # its module fixture runs once
 def test_custom_loop_and_fit_agree(single_process_run):
     out = single_process_run
     assert "the seed's loop 2.00x" in out and "per-replica input 1.00x" in out
@@ -95,6 +96,7 @@ def test_custom_loop_and_fit_agree(single_process_run):
     assert "OK: the custom loop and model.fit agree" in out
 
 
+@pytest.mark.xdist_group("examples_single_process")  # its module fixture runs once
 def test_custom_loop_under_tfdp_launch(single_process_run, tmp_path):
     """2 workers (one replica each) train like 2 replicas in one process; only the chief prints."""
     out = run(

@@ -66,6 +66,7 @@ def uninterrupted(tmp_path_factory) -> tuple[Path, str]:
     ("point", "resumed_from"),
     [("shards", "ckpt-3"), ("merged", "ckpt-4"), ("sweep", "ckpt-4")],
 )
+@pytest.mark.xdist_group("faults_uninterrupted")  # its module fixture runs once
 def test_kill9_inside_a_checkpoint_save_resumes_bit_identical(
     tmp_path, uninterrupted, point, resumed_from
 ):
@@ -107,6 +108,7 @@ def _snapshot(run: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run)): p.read_bytes() for p in run.rglob("*") if p.is_file()}
 
 
+@pytest.mark.xdist_group("faults_uninterrupted")  # its module fixture runs once
 def test_read_only_run_directory_is_a_clear_error(tmp_path, finished_run):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -131,6 +133,7 @@ def test_read_only_run_directory_is_a_clear_error(tmp_path, finished_run):
     assert _snapshot(run) == before  # nothing written, nothing lost
 
 
+@pytest.mark.xdist_group("faults_uninterrupted")  # its module fixture runs once
 def test_full_disk_keeps_the_state_file_and_the_last_checkpoint(tmp_path, finished_run):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)

@@ -129,6 +129,7 @@ def one_node_of_four(data, tmp_path_factory):
     return fps[0]
 
 
+@pytest.mark.xdist_group("multinode_one_node_of_four")  # its module fixture runs once
 def test_two_nodes_of_two_workers_train_to_the_weights_of_one_node_of_four(
     data, tmp_path, one_node_of_four
 ):
@@ -146,6 +147,7 @@ def test_two_nodes_of_two_workers_train_to_the_weights_of_one_node_of_four(
     assert fingerprints(*texts) == dict.fromkeys(range(4), one_node_of_four)
 
 
+@pytest.mark.xdist_group("multinode_one_node_of_four")  # its module fixture runs once
 def test_a_cut_link_with_a_restart_completes_with_the_uninterrupted_weights(
     data, tmp_path, one_node_of_four
 ):

@@ -74,6 +74,7 @@ def uninterrupted(tmp_path_factory):
     return fps[0], out
 
 
+@pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
 def test_two_workers_train_to_identical_weights(uninterrupted):
     _, out = uninterrupted
     assert len(set(fingerprints(out).values())) == 1  # both workers: the same weights
@@ -86,6 +87,7 @@ def test_two_workers_train_to_identical_weights(uninterrupted):
     assert "eagerly has significant overhead" not in out
 
 
+@pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
 def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, uninterrupted):
     code, out = launch(tmp_path, "kill", 7, 1)
     assert code == 0, out[-3000:]
@@ -107,6 +109,7 @@ def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, unint
     assert fps == {0: uninterrupted[0], 1: uninterrupted[0]}
 
 
+@pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
 def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, uninterrupted):
     code, out = launch(tmp_path, "term", 7, 1)
     assert code == 0, out[-3000:]
@@ -154,16 +157,25 @@ def test_unreachable_peer_is_a_clear_error_not_a_hang(tmp_path):
     assert f"unreachable peer(s): 127.0.0.1:{ports[1]}" in proc.stderr
 
 
-def test_default_progress_bar_and_metrics_under_two_workers():
+@pytest.fixture(scope="module")
+def trainer_checks() -> tuple[list[str], list[str]]:
+    """Each worker's output of progress_worker.py and of permutation_worker.py (one run)."""
+    from mw import run_workers
+
+    outs = run_workers(Path(__file__).parent / "workers" / "trainer_checks.py", 2, [], 300)
+    parts = [out.split("=== permutation\n") for out in outs]
+    assert all(len(p) == 2 for p in parts), outs[0][-3000:]
+    return [p[0] for p in parts], [p[1] for p in parts]
+
+
+@pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once
+def test_default_progress_bar_and_metrics_under_two_workers(trainer_checks):
     """Trainer's defaults (progress bar on the chief, metrics) under MultiWorkerMirroredStrategy.
 
     Reading a Keras metric is a cross-worker collective: a bar that reads one on the chief
     only makes the workers' collectives disagree and the group fail (or hang).
     """
-    from mw import run_workers
-
-    script = Path(__file__).parent / "workers" / "progress_worker.py"
-    outs = run_workers(script, 2, [], timeout=300)
+    outs = trainer_checks[0]
     results = [json.loads(re.search(r"RESULT (.*)", out).group(1)) for out in outs]
     assert results[0]["weights"] == results[1]["weights"]
     assert [r["loss"] for r in results[0]["records"]] == [r["loss"] for r in results[1]["records"]]
@@ -175,14 +187,11 @@ def test_default_progress_bar_and_metrics_under_two_workers():
     assert "epoch 2" in outs[0]
 
 
-def test_workers_with_different_permutations_are_stopped_naming_the_epoch():
+@pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once
+def test_workers_with_different_permutations_are_stopped_naming_the_epoch(trainer_checks):
     """A user permutation= that differs between workers (here from epoch 1 on, as one shared
     generator would) is refused at that epoch's start, on every worker, before it trains."""
-    from mw import run_workers
-
-    script = Path(__file__).parent / "workers" / "permutation_worker.py"
-    outs = run_workers(script, 2, [], timeout=300)
-    for out in outs:
+    for out in trainer_checks[1]:
         assert "AGREED 0" in out, out[-3000:]
         refused = re.search(r"REFUSED after (\d) epoch\(s\): (.*)", out)
         assert refused, out[-3000:]

@@ -268,7 +268,7 @@ def test_setup_script_says_what_it_does_before_each_slow_step(tmp_path):
 
 def test_pytest_filters_only_known_third_party_warnings():
     """The test run's configuration hides named third-party warnings, never tfdp's own, and
-    runs xdist without -q (which made it print "bringing up nodes..." twice)."""
+    runs xdist without -q (which made it print "bringing up nodes..." twice) and by groups."""
     options = _pyproject()["tool"]["pytest"]["ini_options"]
     for entry in options["filterwarnings"]:
         action, message, category, *module = entry.split(":")
@@ -277,3 +277,5 @@ def test_pytest_filters_only_known_third_party_warnings():
     script = (ROOT / "scripts/run-tests.sh").read_text()
     (command,) = [line for line in script.splitlines() if "-m pytest" in line]
     assert " -q" not in command and "-n auto" in command
+    # the tests that share a module fixture (a training run) go to one worker, which runs it once
+    assert "--dist loadgroup" in command

@@ -18,10 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shards import rewrite_shard
 from tfdp.cli import main
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-SHORT = ["--epochs", "1", "--no-progress", "--checkpoint-every", "5", "--steps-per-call", "5"]
+# One step per call: a run traces one step function (a call of 5 steps traced two, the
+# 5-step call and the epoch's last 1-step call, and tracing is most of a short run's time).
+SHORT = ["--epochs", "1", "--no-progress", "--checkpoint-every", "5", "--steps-per-call", "1"]
 HERE = ["--replicas", "4"]  # the logical CPUs of this process (tests/conftest.py)
 
 
@@ -61,6 +64,7 @@ def run(base, tmp_path) -> Path:
 # -- resume: config.json supplies the options, changes are recorded or refused -----------------
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_resume_alone_continues_the_run_and_records_changes(run, capsys):
     before = json.loads((run / "config.json").read_text())
     assert before["batch_size"] == 128 and before["history"][0]["event"] == "start"
@@ -97,6 +101,7 @@ def test_resume_may_change_the_gradient_compression_and_records_it(run, capsys):
         (["--batch-size", "64", "--seed", "0"], "--batch-size (the run has 128, now 64); --seed"),
     ],
 )
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_resume_refuses_what_the_run_depends_on_naming_it(run, flags, named, capsys):
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert main(["train", "--resume", "--run-dir", str(run), *flags]) == 2
@@ -105,6 +110,7 @@ def test_resume_refuses_what_the_run_depends_on_naming_it(run, flags, named, cap
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_damaged_config_json_is_named(run, capsys):
     config = run / "config.json"
     for content, phrase in (
@@ -120,6 +126,7 @@ def test_damaged_config_json_is_named(run, capsys):
             assert str(config) in err and phrase in err, err
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_missing_config_json_has_a_way_forward(run, capsys):
     (run / "config.json").unlink()
     assert main(["train", "--run-dir", str(run), "--epochs", "2"]) == 2
@@ -140,6 +147,7 @@ def test_missing_config_json_has_a_way_forward(run, capsys):
 # -- one restore path with fallback: train and evaluate ----------------------------------------
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run, capsys):
     ckpts = run / "checkpoints"
     latest = max(ckpts.glob("ckpt-*.index"), key=lambda p: int(p.stem.split("-")[1]))
@@ -156,10 +164,13 @@ def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run, capsys):
     assert f"resumed from {ckpts / previous.stem}: " in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("state", [b"", bytes(range(256)), b'model_checkpoint_path: "ckpt-999"\n'])
-def test_evaluate_with_a_damaged_state_file(run, state):
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
+def test_evaluate_with_a_damaged_state_file(run):
+    """The reader's fallback for each kind of damage (empty, binary, stale) is proven on the
+    checkpoint manager (tests/test_checkpoint.py); here that `evaluate` uses it, exactly."""
     from tfdp.recipe import run_evaluate
 
+    state = bytes(range(256))
     ckpts = run / "checkpoints"
     latest = max(int(p.stem.split("-")[1]) for p in ckpts.glob("ckpt-*.index"))
     (ckpts / "checkpoint").write_bytes(state)
@@ -372,30 +383,13 @@ def _shards(tmp: Path, n: int) -> Path:
     return tmp / "shards"
 
 
-def _rewrite(path: Path, keep: int) -> int:
-    """Rewrite a shard with its first ``keep`` records (valid records, fewer than listed)."""
-    import tensorflow as tf
-
-    records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for r in records[:keep]:
-            w.write(r)
-    assert sum(1 for _ in tf.data.TFRecordDataset(str(path))) == keep
-    return len(records)
-
-
-def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path):
-    bad = tfdp(
-        "train",
-        "--data",
-        _npz(tmp_path / "f.npz", labels=np.arange(30) % 3 + 0.5),
-        "--epochs",
-        "1",
-        "--run-dir",
-        str(tmp_path / "r1"),
-    )
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert "f.npz (key 'labels'): labels must be integer class ids; 30 are not" in bad.stderr
+def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path, capsys):
+    floats = _npz(tmp_path / "f.npz", labels=np.arange(30) % 3 + 0.5)
+    argv = ["train", "--data", floats, "--epochs", "1", *HERE, "--run-dir", str(tmp_path / "r1")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "f.npz (key 'labels'): labels must be integer class ids; 30 are not" in err
     assert not (tmp_path / "r1").exists()  # refused before anything was written
     from tfdp.recipe import TrainConfig, build_data
 
@@ -415,7 +409,7 @@ def test_stream_checks_counts_as_it_reads(tmp_path):
     inp = DistributedInput(None, src, sampler="distributed", batch_size=5, drop_remainder=False)
     assert sum(1 for _ in inp.epoch(0)) == inp.steps_per_epoch == 6
     short = sorted(shards.glob("*.tfrecord"))[0]
-    _rewrite(short, 4)
+    rewrite_shard(short, 4)
     with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain 15 elements"):
         sum(1 for _ in inp.epoch(0))
     assert src.count_problems() == [
@@ -424,10 +418,11 @@ def test_stream_checks_counts_as_it_reads(tmp_path):
     ]
 
 
-def test_data_convert_output_is_only_what_was_written(tmp_path):
+def test_data_convert_output_is_only_what_was_written(tmp_path, capsys):
     """The old converter printed the manifest's total even when it wrote fewer examples."""
     shards = _shards(tmp_path, n=4)
-    _rewrite(sorted(shards.glob("*.tfrecord"))[0], 2)
-    result = tfdp("data", "convert", str(shards), str(tmp_path / "x.npz"), "--no-progress")
-    assert result.returncode == 2 and "wrote" not in result.stdout
-    assert "data-00000-of-00004.tfrecord holds 2 readable records, not the 8" in result.stderr
+    rewrite_shard(sorted(shards.glob("*.tfrecord"))[0], 2)
+    assert main(["data", "convert", str(shards), str(tmp_path / "x.npz"), "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert "wrote" not in out and not (tmp_path / "x.npz").exists()
+    assert "data-00000-of-00004.tfrecord holds 2 readable records, not the 8" in err

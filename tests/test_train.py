@@ -168,18 +168,19 @@ def test_mixed_precision_and_xla_train(mirrored4):
     assert np.isfinite(tr.fit(inp, 1).history["loss"][0])
 
 
-def test_fit_path_sees_the_same_order_as_the_trainer(mirrored4):
+def test_fit_path_sees_the_same_order_as_the_trainer(mirrored_of):
+    strategy = mirrored_of(2)  # 2 replicas: each path traces its steps per replica
     inp = DistributedInput(
-        mirrored4,
+        strategy,
         ArraySource((X, Y)),
         sampler="repeat_aug",
         sampler_options={"selected_round": 0},
-        batch_size=4,
+        batch_size=8,
     )
-    ev = DistributedInput(mirrored4, ArraySource((X[:101], Y[:101])), sampler="eval", batch_size=4)
-    tr = trainer(mirrored4, metrics=["sparse_categorical_accuracy"])
+    ev = DistributedInput(strategy, ArraySource((X[:101], Y[:101])), sampler="eval", batch_size=4)
+    tr = trainer(strategy, metrics=["sparse_categorical_accuracy"])
     tr.fit(inp, 2, eval_input=ev)
-    with mirrored4.scope():
+    with strategy.scope():
         model = make_model()
         model.compile(
             keras.optimizers.SGD(0.1),
@@ -386,11 +387,12 @@ def test_trainer_exact_mid_epoch_resume(mirrored4, tmp_path):
     assert list((tmp_path / "full" / "tensorboard" / "train").glob("events.out.tfevents.*"))
 
 
-def test_resume_with_another_configuration_is_refused(mirrored4, tmp_path):
-    inp = _image_input(mirrored4)
-    _cnn_trainer(mirrored4, tmp_path / "run").fit(inp, 1, max_steps=3)
+def test_resume_with_another_configuration_is_refused(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)
+    inp = _image_input(strategy)
+    _cnn_trainer(strategy, tmp_path / "run").fit(inp, 1, max_steps=3)
     other = DistributedInput(
-        mirrored4,
+        strategy,
         inp.source,
         sampler="repeat_aug",
         sampler_options={"selected_round": 0},
@@ -398,7 +400,7 @@ def test_resume_with_another_configuration_is_refused(mirrored4, tmp_path):
         seed=5,
     )
     with pytest.raises(ValueError, match="batch_size: saved 4, now 2"):
-        _cnn_trainer(mirrored4, tmp_path / "run").fit(other, 1)
+        _cnn_trainer(strategy, tmp_path / "run").fit(other, 1)
 
 
 def test_unwritable_run_dir_fails_before_the_first_step(mirrored4, tmp_path):
@@ -410,12 +412,14 @@ def test_unwritable_run_dir_fails_before_the_first_step(mirrored4, tmp_path):
     assert tr.state.global_step == 0
 
 
-def test_fit_path_exact_mid_epoch_resume(mirrored4, tmp_path):
+def test_fit_path_exact_mid_epoch_resume(mirrored_of, tmp_path):
+    """2 replicas: a fit traces its step per replica (the 4-replica Trainer case is above)."""
     tf.config.experimental.enable_op_determinism()
-    inp = _image_input(mirrored4)
+    strategy = mirrored_of(2)
+    inp = _image_input(strategy)
 
     def compiled():
-        with mirrored4.scope():
+        with strategy.scope():
             model = _cnn()
             model.compile(
                 keras.optimizers.Adam(1e-2),
@@ -552,14 +556,15 @@ def test_a_fit_that_runs_to_its_end_is_not_stopped_early_by_an_earlier_fit(mirro
     assert not tr.state.stopped_early and tr.state.stop_reason is None
 
 
-def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored4, tmp_path):
-    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
-    tr = trainer(mirrored4)
+def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)  # 2 replicas: every fit traces its step once per replica
+    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps per epoch
+    tr = trainer(strategy)
     hist = tr.fit(inp, 2, max_steps=5)
     assert hist.history == {} and hist.epoch == [] and tr.state.history == []
 
     def compiled():
-        with mirrored4.scope():
+        with strategy.scope():
             model = make_model()
             model.compile(
                 keras.optimizers.SGD(0.1),
@@ -593,14 +598,15 @@ def _lines(path) -> list[dict]:
     ]
 
 
-def test_epoch_metrics_survive_a_mid_epoch_resume(mirrored4, tmp_path):
-    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)  # 16 steps per epoch
+def test_epoch_metrics_survive_a_mid_epoch_resume(mirrored_of, tmp_path):
+    strategy = mirrored_of(2)  # 2 replicas: each of the 3 runs traces its step per replica
+    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps per epoch
     kw = {"metrics": ["sparse_categorical_accuracy"], "steps_per_call": 3}
-    full = trainer(mirrored4, run_dir=tmp_path / "full", **kw)
+    full = trainer(strategy, run_dir=tmp_path / "full", **kw)
     full.fit(inp, 2)
-    cut = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
+    cut = trainer(strategy, run_dir=tmp_path / "cut", **kw)
     cut.fit(inp, 2, max_steps=21)  # 5 steps into epoch 2
-    resumed = trainer(mirrored4, run_dir=tmp_path / "cut", **kw)
+    resumed = trainer(strategy, run_dir=tmp_path / "cut", **kw)
     assert resumed.fit(inp, 2).epoch == [1]
     assert [r["epoch"] for r in resumed.state.history] == [1]
     want, got = (
@@ -640,6 +646,7 @@ def uninterrupted_log(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fault", ["after_save", "after_log"])
+@pytest.mark.xdist_group("train_uninterrupted_log")  # its module fixture runs once
 def test_a_kill_at_an_epoch_end_neither_loses_nor_duplicates_a_line(
     tmp_path, fault, uninterrupted_log
 ):

@@ -16,8 +16,8 @@ from tfdp.errors import ConfigError
 from tfdp.train import Trainer
 
 
-def main() -> None:
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+def main(strategy: tf.distribute.Strategy | None = None) -> None:
+    strategy = strategy or tf.distribute.MultiWorkerMirroredStrategy()
     worker = worker_info(strategy).worker_index
     n = 32
 
