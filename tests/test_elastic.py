@@ -205,7 +205,7 @@ def test_repeated_augmentation_copies_land_on_distinct_ranks():
 def test_refusals_name_the_fix():
     s = DistributedSampler(100, 2, 0)
     other = RepeatAugSampler(100, 3, 0, selected_round=0)
-    with pytest.raises(StateError, match="cannot follow a RepeatAugSampler"):
+    with pytest.raises(StateError, match=r"^plan must be a DistributedSampler.*a RepeatAugSampler"):
         s.follow(other)
     state = DistributedSampler(100, 4, 0, seed=1).state_dict(position=3)
     with pytest.raises(StateError, match=r"num_replicas: saved 4.*allow_world_size_change=True"):

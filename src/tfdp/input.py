@@ -60,7 +60,7 @@ from tfdp._util import deterministic_unsharded
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.distribute import worker_info
 from tfdp.elastic import epoch_plan, plan_steps
-from tfdp.errors import ConfigError
+from tfdp.errors import ConfigError, ConfigTypeError
 from tfdp.random import sample_seeds
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 from tfdp.seeding import epoch_seed_key
@@ -190,10 +190,11 @@ class DistributedInput:
         self.num_parallel_calls = num_parallel_calls
         self.streaming = isinstance(source, StreamingSource)
         if not self.streaming and not isinstance(source, RandomAccessSource):
-            raise TypeError(
+            raise ConfigTypeError(
                 f"source must be a random-access source (num_examples, element_spec, load) or a "
                 f"streaming one (num_examples, element_spec, stream_length, stream), see "
-                f"tfdp.sources.base; got {type(source).__name__}"
+                f"tfdp.sources.base; got {type(source).__name__}",
+                argument="source",
             )
         # Elastic resume (see resume_from): epoch -> the rank-0 sampler of another world size
         # whose global list that epoch deals over this input's ranks.

@@ -43,7 +43,7 @@ import numpy as np
 
 from tfdp import indices as _ix
 from tfdp._util import check_int, config_diffs
-from tfdp.errors import StateError
+from tfdp.errors import ConfigError, ConfigTypeError, StateError
 
 __all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "Sampler"]
 
@@ -121,9 +121,10 @@ class Sampler:
         )
         self.seed = check_int("seed", seed, 0, _ix.MAX_SEED, " (an unsigned 64-bit integer)")
         if permutation is not None and not callable(permutation):
-            raise ValueError(
+            raise ConfigTypeError(
                 "permutation must be None or a callable (epoch) -> permutation of "
-                f"range(num_examples), got {type(permutation).__name__}"
+                f"range(num_examples), got {type(permutation).__name__}",
+                argument="permutation",
             )
         self.permutation = permutation
         self._perm_cache = (
@@ -179,7 +180,7 @@ class Sampler:
         Rank ``r``'s entry ``k`` is global position ``r + k * num_replicas``.
 
         Raises:
-            ValueError: for a position outside ``[0, global_length)``.
+            tfdp.errors.ConfigError: for a position outside ``[0, global_length)``.
 
         Example:
             >>> s = DistributedSampler(10, 4, 0, shuffle=False)
@@ -191,9 +192,10 @@ class Sampler:
         q = np.asarray(positions, dtype=np.int64).reshape(-1)
         total = self.global_length
         if q.size and (q.min() < 0 or q.max() >= total):
-            raise ValueError(
-                f"global positions must lie in [0, global_length={total}), got "
-                f"{int(q.min())}..{int(q.max())}"
+            raise ConfigError(
+                f"positions must lie in [0, global_length={total}), got "
+                f"{int(q.min())}..{int(q.max())}",
+                argument="positions",
             )
         return self._global_entries(q)
 
@@ -263,8 +265,8 @@ class Sampler:
         world size.
 
         Raises:
-            StateError: for a plan of another kind or configuration, or a
-                ``start`` outside ``[0, plan.global_length]``.
+            StateError: for a plan of another kind or configuration.
+            ConfigError: for a ``start`` outside ``[0, plan.global_length]``.
 
         Example:
             >>> plan = DistributedSampler(12, 2, 0, shuffle=False)  # stopped on 2 replicas
@@ -276,8 +278,10 @@ class Sampler:
         diffs = config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
         if type(plan) is not type(self) or diffs:
             raise StateError(
-                f"cannot follow a {plan._KIND} of another configuration: "
-                + ("; ".join(diffs) or f"kind {plan._KIND} vs {self._KIND}")
+                f"plan must be a {self._KIND} of this configuration (num_replicas aside), got "
+                f"a {plan._KIND} of another: "
+                + ("; ".join(diffs) or f"kind {plan._KIND} vs {self._KIND}"),
+                argument="plan",
             )
         check_int("start", start, 0, plan.global_length, " (a global position of the plan)")
         self.set_epoch(plan.epoch)
@@ -290,7 +294,7 @@ class Sampler:
         """A sampler of the same kind, rank and epoch with some constructor arguments changed.
 
         Raises:
-            ValueError: for an argument this sampler does not take.
+            tfdp.errors.ConfigError: for an argument this sampler does not take.
 
         Example:
             >>> s = DistributedSampler(10, 2, 1, seed=3)
@@ -300,7 +304,11 @@ class Sampler:
         kwargs = {**self._config(), "permutation": self.permutation, "rank": self.rank}
         unknown = sorted(set(changes) - set(kwargs))
         if unknown:
-            raise ValueError(f"{self._KIND} takes no argument(s) {unknown}")
+            raise ConfigError(
+                f"{unknown[0]}: {self._KIND} takes no argument(s) {unknown}; it takes "
+                f"{sorted(kwargs)}",
+                argument=unknown[0],
+            )
         kwargs.update(changes)
         other = type(self)(**kwargs)
         if other.permutation is self.permutation and other.num_examples == self.num_examples:
@@ -556,12 +564,16 @@ class DistributedSampler(Sampler):
     ) -> None:
         super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
         if padding not in self.PADDINGS:
-            raise ValueError(f"padding must be one of 'wrap', 'random' or None, got {padding!r}")
+            raise ConfigError(
+                f"padding must be one of 'wrap', 'random' or None, got {padding!r}",
+                argument="padding",
+            )
         if drop_last and self.num_examples < self.num_replicas:
-            raise ValueError(
+            raise ConfigError(
                 f"drop_last=True with num_examples={self.num_examples} < "
                 f"num_replicas={self.num_replicas} would give every rank an empty epoch; "
-                "use drop_last=False or fewer replicas"
+                "use drop_last=False or fewer replicas",
+                argument="drop_last",
             )
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
@@ -655,8 +667,8 @@ class RepeatAugSampler(Sampler):
         permutation: Optional ``epoch -> permutation`` replacing the shuffle.
 
     Raises:
-        ValueError: for bad arguments, and when an epoch would select no sample
-            (DeiT's ``N < 256``), naming the fix.
+        tfdp.errors.ConfigError: for bad arguments, and when an epoch would select no
+            sample (DeiT's ``N < 256``), naming the fix.
 
     Example:
         >>> s = RepeatAugSampler(8, num_replicas=3, rank=0, shuffle=False, selected_round=0)
@@ -681,21 +693,26 @@ class RepeatAugSampler(Sampler):
     ) -> None:
         super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
         if not _is_positive_number(num_repeats) or num_repeats < 1:
-            raise ValueError(f"num_repeats must be a finite number >= 1, got {num_repeats!r}")
+            raise ConfigError(
+                f"num_repeats must be a finite number >= 1, got {num_repeats!r}",
+                argument="num_repeats",
+            )
         self.selected_round = check_int("selected_round", selected_round, 0)
         if selected_ratio is not None and not _is_positive_number(selected_ratio):
-            raise ValueError(
+            raise ConfigError(
                 "selected_ratio must be None (num_replicas) or a number > 0, "
-                f"got {selected_ratio!r}"
+                f"got {selected_ratio!r}",
+                argument="selected_ratio",
             )
         self.num_repeats = _plain_number(num_repeats)
         self.selected_ratio = None if selected_ratio is None else _plain_number(selected_ratio)
         if self.selected_ratio is not None and not math.isfinite(
             self.num_examples / self.selected_ratio
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"selected_ratio={selected_ratio!r} is too small: num_examples / selected_ratio "
-                "must be finite"
+                "must be finite",
+                argument="selected_ratio",
             )
         self.shuffle = bool(shuffle)
         self.num_samples, self.total_size, self.num_selected = _ix.repeat_aug_sizes(
@@ -707,12 +724,14 @@ class RepeatAugSampler(Sampler):
         )
         if self.num_selected < 1:
             ratio = self.num_replicas if selected_ratio is None else selected_ratio
-            raise ValueError(
-                f"RepeatAugSampler would select no sample per epoch: num_examples="
+            raise ConfigError(
+                f"selected_round={self.selected_round}: RepeatAugSampler would select no sample "
+                f"per epoch: num_examples="
                 f"{self.num_examples} // selected_round={self.selected_round} * "
                 f"{self.selected_round} / selected_ratio={ratio} < 1. Pass a smaller "
                 f"selected_round (at most {self.num_examples}, e.g. selected_round=0 to keep "
-                f"ceil(num_examples / selected_ratio))"
+                f"ceil(num_examples / selected_ratio))",
+                argument="selected_round",
             )
 
     def _config(self) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from tfdp._compat import (
 )
 from tfdp.checkpoint.position import DataPosition, check_config, check_count
 from tfdp.distribute import resolver_role
-from tfdp.errors import CheckpointError
+from tfdp.errors import CheckpointError, ConfigError, ConfigTypeError, StateError
 
 __all__ = [
     "CheckpointManager",
@@ -237,18 +237,23 @@ class CheckpointManager:
             raise RuntimeError("CheckpointManager must be created eagerly, not in a tf.function")
         reserved = sorted(_RESERVED & set(trackables))
         if reserved:
-            raise ValueError(
-                f"trackable name(s) {reserved} are reserved by tfdp's CheckpointManager "
-                "(it stores the global step and data position itself); use other names"
+            raise ConfigError(
+                f"trackables: the name(s) {reserved} are reserved by tfdp's CheckpointManager "
+                "(it stores the global step and data position itself); use other names",
+                argument="trackables",
             )
         if not trackables:
-            raise ValueError(
-                "nothing to checkpoint: pass trackables, e.g. model=..., optimizer=..."
+            raise ConfigError(
+                "trackables: nothing to checkpoint; pass trackables, e.g. model=..., optimizer=...",
+                argument="trackables",
             )
         if max_to_keep is not None and (
             isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1
         ):
-            raise ValueError(f"max_to_keep must be an integer >= 1 or None, got {max_to_keep!r}")
+            raise ConfigError(
+                f"max_to_keep must be an integer >= 1 or None, got {max_to_keep!r}",
+                argument="max_to_keep",
+            )
         self.directory = os.fspath(directory)
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.max_to_keep = max_to_keep
@@ -457,7 +462,10 @@ class CheckpointManager:
         if self.read_only:
             raise CheckpointError(f"{self!r} was created read_only=True: it does not save")
         if not isinstance(position, DataPosition):
-            raise ValueError(f"position must be a DataPosition, got {type(position).__name__}")
+            raise ConfigTypeError(
+                f"position must be a tfdp.checkpoint.DataPosition, got {type(position).__name__}",
+                argument="position",
+            )
         global_step = check_count("global_step", global_step)
         bad = [
             f"{key}/{name}"
@@ -564,7 +572,10 @@ class CheckpointManager:
         for name in sorted(names):
             reader.get_tensor(name)
         if _DATA_KEY not in names or _STEP_KEY not in names:
-            raise ValueError("not a tfdp checkpoint (no global step / data position in it)")
+            raise StateError(
+                f"{path} is not a tfdp checkpoint (no global step / data position in it: one "
+                "CheckpointManager.save writes)"
+            )
         position = DataPosition.from_json(reader.get_tensor(_DATA_KEY))
         return position, int(reader.get_tensor(_STEP_KEY))
 
@@ -649,9 +660,10 @@ class CheckpointManager:
             try:
                 status.assert_existing_objects_matched()
             except AssertionError as e:
-                raise ValueError(
+                raise StateError(
                     f"checkpoint {path} does not match the objects being restored (a different "
-                    f"model or optimizer?): {e}"
+                    "model or optimizer?); restore into trackables of the architecture it was "
+                    f"saved from: {e}"
                 ) from e
             self._last_saved_step = global_step
             self.restored = path
