@@ -377,7 +377,7 @@ def test_a_checkpoint_of_another_format_is_not_restored_and_says_why(mirrored_of
         DataPosition.from_json(json.dumps(text))
     with pytest.warns(CheckpointWarning), pytest.raises(CheckpointError) as err:
         CheckpointManager(tmp_path, layer=layer).restore(input_config(inp))
-    assert "ckpt-5: ValueError: data position version 1 is not supported" in str(err.value)
+    assert "ckpt-5: StateError: data position version 1 is not supported" in str(err.value)
 
 
 # -- the CLI: 2 workers stopped by SIGTERM, resumed on 3 through `tfdp launch` -------------------
