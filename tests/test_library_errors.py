@@ -106,7 +106,7 @@ BAD_CALLS = {
         lambda tmp: DistributedSampler(1, 2, 0, drop_last=True),
         ConfigError,
         "drop_last",
-        "use drop_last=False or fewer replicas",
+        r"leave it off \(pad the last step\), or use fewer replicas",
     ),
     "sampler permutation kind": (
         lambda tmp: DistributedSampler(10, 2, 0, permutation=3),
@@ -326,3 +326,23 @@ def test_the_library_raises_no_plain_value_or_type_errors():
             if m and ">>>" not in line:
                 found.add((rel.as_posix(), m.group(1)))
     assert found - KEPT_RAISES == set()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--sampler", "repeat-aug", "--repeats", "0.5"], "--repeats must be a finite number >= 1"),
+        (
+            ["--sampler", "distributed", "--drop-last", "--replicas", "4"],
+            "--drop-last would give every rank an empty epoch with num_examples=2 < --replicas=4",
+        ),
+    ],
+)
+def test_a_command_says_the_argument_a_sampler_names_as_its_flag(flags, said, capsys):
+    """The library names num_repeats; `tfdp sampler` says --repeats (its flag), not a flag it
+    does not have."""
+    from tfdp.cli.app import main
+
+    assert main(["sampler", "--num-examples", "2", *flags]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "--num-repeats" not in err, err

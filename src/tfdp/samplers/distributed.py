@@ -76,9 +76,9 @@ class DistributedSampler(Sampler):
             )
         if drop_last and self.num_examples < self.num_replicas:
             raise ConfigError(
-                f"drop_last=True with num_examples={self.num_examples} < "
-                f"num_replicas={self.num_replicas} would give every rank an empty epoch; "
-                "use drop_last=False or fewer replicas",
+                "drop_last would give every rank an empty epoch with num_examples="
+                f"{self.num_examples} < num_replicas={self.num_replicas}: leave it off "
+                "(pad the last step), or use fewer replicas",
                 argument="drop_last",
             )
         self.shuffle = bool(shuffle)

@@ -227,26 +227,6 @@ def image_problem(data: tf.Tensor) -> tf.Tensor:
     return sniff(tf.convert_to_tensor(data, tf.string))[1]
 
 
-def _to_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
-    """Convert a decoded uint8 image with 1, 3 or 4 channels to ``channels`` channels."""
-    have = tf.shape(image)[-1]
-    if channels == 1:
-        return tf.cond(
-            have == 1,
-            lambda: image,
-            lambda: tf.image.rgb_to_grayscale(image[..., :3]),
-        )
-    rgb = tf.cond(have == 1, lambda: tf.tile(image[..., :1], [1, 1, 3]), lambda: image[..., :3])
-    if channels == 3:
-        return rgb
-    opaque = tf.constant(255, tf.uint8)
-    return tf.cond(
-        have == 4,
-        lambda: image,
-        lambda: tf.concat([rgb, tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0), opaque)], -1),
-    )
-
-
 def to_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
     """A decoded uint8 image with 1, 3 or 4 channels, converted to ``channels`` channels.
 
