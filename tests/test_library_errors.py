@@ -24,7 +24,7 @@ from tfdp.errors import (  # noqa: E402
     TfdpError,
 )
 from tfdp.input import DistributedInput  # noqa: E402
-from tfdp.random import as_seeds  # noqa: E402
+from tfdp.random import as_seeds, fold_in, per_sample_uniform  # noqa: E402
 from tfdp.samplers import DistributedSampler, RepeatAugSampler  # noqa: E402
 from tfdp.sources import ArraySource, TFRecordSource, write_tfrecords  # noqa: E402
 from tfdp.sources.tfrecord import read_manifest  # noqa: E402
@@ -87,6 +87,10 @@ def test_the_library_speaks_no_cli_flags():
 
 def _manager(tmp_path, **kwargs):
     return CheckpointManager(tmp_path / "ckpt", **kwargs)
+
+
+def _tiny_input():
+    return DistributedInput(None, ArraySource(np.zeros((4, 2), "float32")), batch_size=2)
 
 
 def _scalar_loss(y_true, y_pred):
@@ -257,6 +261,20 @@ BAD_CALLS = {
         r"an integer tensor \[B, 2\]",
     ),
     "seeds shape": (lambda tmp: as_seeds([1, 2]), ConfigError, "seeds", r"shape \[B, 2\]"),
+    "uniform n": (
+        lambda tmp: per_sample_uniform([[1, 2]], -1),
+        ConfigError,
+        "n",
+        r"a non-negative int",
+    ),
+    "fold_in data": (lambda tmp: fold_in([[1, 2]], -1), ConfigError, "data", r"an int in \[0, "),
+    "input rank": (lambda tmp: _tiny_input().rank_dataset(2), ConfigError, "rank", r"in \[0, 1\)"),
+    "input start_step": (
+        lambda tmp: _tiny_input().rank_dataset(0, start_step=3),
+        ConfigError,
+        "start_step",
+        r"in \[0, steps_per_epoch=2\]",
+    ),
     "input source": (
         lambda tmp: DistributedInput(None, object(), batch_size=2),
         ConfigTypeError,
@@ -272,7 +290,7 @@ BAD_CALLS = {
     "fit model": (
         lambda tmp: fit(
             keras.Sequential([keras.layers.Dense(1)]),
-            DistributedInput(None, ArraySource(np.zeros((4, 2), "float32")), batch_size=2),
+            _tiny_input(),
             epochs=1,
         ),
         ConfigError,

@@ -490,7 +490,8 @@ class DistributedInput:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
         if start_step < 0 or start_step > steps:
             raise ConfigError(
-                f"start_step must be in [0, steps_per_epoch={steps}], got {start_step}"
+                f"start_step must be in [0, steps_per_epoch={steps}], got {start_step}",
+                argument="start_step",
             )
 
     def rank_dataset(
@@ -513,7 +514,9 @@ class DistributedInput:
             [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
         """
         if not 0 <= rank < self.num_replicas:
-            raise ConfigError(f"rank must be in [0, {self.num_replicas}), got {rank}")
+            raise ConfigError(
+                f"rank must be in [0, {self.num_replicas}), got {rank}", argument="rank"
+            )
         self._check_start_step(start_step, first_epoch)
         if self.streaming:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)

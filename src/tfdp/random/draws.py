@@ -105,7 +105,7 @@ def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
         True
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"n must be a non-negative int, got {n!r}")
+        raise ConfigError(f"n must be a non-negative int, got {n!r}", argument="n")
     return uniforms(as_seeds(seeds), n, TENSORFLOW)
 
 
@@ -132,7 +132,9 @@ def fold_in(seeds: Any, data: int) -> tf.Tensor:
         ([0, 1], True)
     """
     if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= MAX_FOLD_DATA:
-        raise ConfigError(f"data must be an int in [0, {MAX_FOLD_DATA}], got {data!r}")
+        raise ConfigError(
+            f"data must be an int in [0, {MAX_FOLD_DATA}], got {data!r}", argument="data"
+        )
     return fold_many(as_seeds(seeds), [data], TENSORFLOW)[:, 0]
 
 
