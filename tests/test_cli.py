@@ -61,7 +61,7 @@ def test_sampler_table_shows_ra_copies_on_different_ranks(capsys):
         (["train", "--model", "nosuch", "--epochs", "1"], "--model 'nosuch': expected 'cnn'"),
         (
             ["sampler", "--num-examples", "100", "--replicas", "4", "--selected-round", "256"],
-            "smaller selected_round",
+            "smaller --selected-round",
         ),
     ],
 )

@@ -86,7 +86,7 @@ def test_bad_input_is_exit_2_naming_it(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "curves")]) == 2
     assert "the image format comes from the extension" in capsys.readouterr().err
     assert main(["sampler", "--num-examples", "10", "--selected-round", "64"]) == 2
-    assert "smaller selected_round" in capsys.readouterr().err
+    assert "Pass a smaller --selected-round" in capsys.readouterr().err  # its flag
 
 
 def test_a_closed_pipe_exits_quietly():

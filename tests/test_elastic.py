@@ -205,7 +205,7 @@ def test_repeated_augmentation_copies_land_on_distinct_ranks():
 def test_refusals_name_the_fix():
     s = DistributedSampler(100, 2, 0)
     other = RepeatAugSampler(100, 3, 0, selected_round=0)
-    with pytest.raises(StateError, match="cannot follow a RepeatAugSampler"):
+    with pytest.raises(StateError, match=r"^plan must be a DistributedSampler.*a RepeatAugSampler"):
         s.follow(other)
     state = DistributedSampler(100, 4, 0, seed=1).state_dict(position=3)
     with pytest.raises(StateError, match=r"num_replicas: saved 4.*allow_world_size_change=True"):
@@ -379,7 +379,7 @@ def test_a_checkpoint_of_another_format_is_not_restored_and_says_why(mirrored_of
         DataPosition.from_json(json.dumps(text))
     with pytest.warns(CheckpointWarning), pytest.raises(CheckpointError) as err:
         CheckpointManager(tmp_path, layer=layer).restore(input_config(inp))
-    assert "ckpt-5: ValueError: data position version 1 is not supported" in str(err.value)
+    assert "ckpt-5: StateError: data position version 1 is not supported" in str(err.value)
 
 
 # -- the CLI: 2 workers stopped by SIGTERM, resumed on 3 through `tfdp launch` -------------------

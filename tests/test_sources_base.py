@@ -142,7 +142,7 @@ def test_per_example_and_batched_augmentations_see_their_kind_of_input():
 def test_no_probing_of_sources_or_augmentations_left():
     """The input layer, sources and augmentations dispatch on the Protocols, not on hasattr."""
     files = [
-        SRC / "input.py",
+        *sorted((SRC / "input").rglob("*.py")),
         *sorted((SRC / "windows").rglob("*.py")),
         *sorted((SRC / "augment").rglob("*.py")),
         *sorted((SRC / "sources").rglob("*.py")),

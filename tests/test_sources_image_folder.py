@@ -12,11 +12,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 Image = pytest.importorskip("PIL.Image")
 
-from tfdp.sources.image_folder import (  # noqa: E402
-    PLACEHOLDER_SIZE,
-    ImageFolderSource,
-    image_problem,
-)
+from tfdp.sources.image_bytes import image_problem  # noqa: E402
+from tfdp.sources.image_folder import PLACEHOLDER_SIZE, ImageFolderSource  # noqa: E402
 
 RNG = np.random.default_rng(1234)
 

@@ -56,6 +56,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from tfdp.errors import ConfigTypeError
+
 __all__ = [
     "CHECKED_VERSIONS",
     "attach_optimizer",
@@ -231,7 +233,12 @@ def gradients_reduced(optimizer: Any) -> Iterator[None]:
     """
     name = "_all_reduce_sum_gradients"
     if not hasattr(optimizer, name):  # not Keras's TensorFlow optimizer: nothing to replace
-        raise TypeError(f"{type(optimizer).__name__} has no {name}: cannot pass reduced gradients")
+        raise ConfigTypeError(
+            f"optimizer must be a Keras optimizer of the TensorFlow backend "
+            f"(keras.optimizers.*), got a {type(optimizer).__name__} without {name}: tfdp "
+            "cannot hand it gradients it has all-reduced",
+            argument="optimizer",
+        )
     key = id(optimizer)
     with _REDUCED_LOCK:
         _REDUCED_DEPTH[key] = _REDUCED_DEPTH.get(key, 0) + 1

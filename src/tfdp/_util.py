@@ -32,7 +32,7 @@ __all__ = [
 
 
 def check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
-    """``value`` as an ``int`` if an integer in ``[low, high]``, else a ValueError naming ``name``.
+    """``value`` as an ``int`` if an integer in ``[low, high]``, else a ConfigError naming ``name``.
 
     Booleans are refused (``True`` is not a count). ``what`` is appended to
     the message (e.g. ``" (an unsigned 64-bit integer)"``).
@@ -45,12 +45,13 @@ def check_int(name: str, value: Any, low: int, high: int | None = None, what: st
         ...
         tfdp.errors.ConfigError: lane must be in [0, 3], got 4
     """
+    argument = name.split("[", 1)[0]  # "state['epoch']" names the argument state
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"{name} must be an integer{what}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer{what}, got {value!r}", argument=argument)
     value = int(value)
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ConfigError(f"{name} must be {bound}{what}, got {value}")
+        raise ConfigError(f"{name} must be {bound}{what}, got {value}", argument=argument)
     return value
 
 

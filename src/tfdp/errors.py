@@ -31,6 +31,7 @@ from collections.abc import Mapping
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "ConfigTypeError",
     "DataError",
     "StateError",
     "TfdpError",
@@ -68,6 +69,19 @@ class ConfigError(TfdpError):
     Example:
         >>> issubclass(ConfigError, TfdpError)
         True
+    """
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the wrong kind (a source that is no source, a float where ints belong).
+
+    Also a ``TypeError``, so that ``except TypeError`` keeps catching what
+    Python's convention raises for a value of the wrong type.
+
+    Example:
+        >>> err = ConfigTypeError("source must be a tfdp source, got int", argument="source")
+        >>> isinstance(err, ConfigError), isinstance(err, TypeError), err.argument
+        (True, True, 'source')
     """
 
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tfdp.errors import ConfigError
 from tfdp.seeding import fmix32, fmix64, padding_seed_sequence, round_keys
 
 __all__ = [
@@ -112,7 +113,7 @@ class KeyedPermutation:
 
     def __init__(self, n: int, seed: int, epoch: int) -> None:
         if not 1 <= n <= MAX_EXAMPLES:
-            raise ValueError(f"n must be in [1, {MAX_EXAMPLES}], got {n}")
+            raise ConfigError(f"n must be in [1, {MAX_EXAMPLES}], got {n}", argument="n")
         self.n = int(n)
         self._table: np.ndarray | None = None
         if self.n <= _SMALL_N:
@@ -195,30 +196,42 @@ def validate_permutation(perm: object, n: int, name: str = "permutation") -> np.
     """Check that ``perm`` is a 1-D permutation of ``range(n)`` and return it as int64.
 
     Raises:
-        ValueError: naming ``name``, when the shape, the length, or the values are wrong.
+        tfdp.errors.ConfigError: naming ``name``, when the shape, the length, or the values
+            are wrong.
 
     Example:
         >>> validate_permutation([1, 0, 2], 3).tolist()
         [1, 0, 2]
     """
+    argument = name.split("(", 1)[0]  # "permutation(epoch)" names the argument permutation
     arr = np.asarray(perm)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must return a 1-D array, got shape {arr.shape}")
+        raise ConfigError(
+            f"{name} must return a 1-D permutation of range(num_examples={n}), got shape "
+            f"{arr.shape}",
+            argument=argument,
+        )
     if arr.shape[0] != n:
-        raise ValueError(
+        raise ConfigError(
             f"{name} must return a permutation of range(num_examples={n}), "
-            f"got an array of length {arr.shape[0]}"
+            f"got an array of length {arr.shape[0]}",
+            argument=argument,
         )
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
             arr = arr.astype(np.int64)
         else:
-            raise ValueError(f"{name} must return integers, got dtype {arr.dtype}")
+            raise ConfigError(
+                f"{name} must return integers (a permutation of range(num_examples={n})), "
+                f"got dtype {arr.dtype}",
+                argument=argument,
+            )
     arr = arr.astype(np.int64, copy=False)
     if n and (arr.min() < 0 or arr.max() >= n or np.bincount(arr, minlength=n).max() != 1):
-        raise ValueError(
+        raise ConfigError(
             f"{name} must return a permutation of range(num_examples={n}): "
-            "every value in [0, num_examples) exactly once"
+            "every value in [0, num_examples) exactly once",
+            argument=argument,
         )
     return arr
 
@@ -332,7 +345,11 @@ def distributed_entries(
         real = q < n
         out[real] = perm(q[real])
         if extra_ids is None or len(extra_ids) != shortfall:
-            raise ValueError(f"padding='random' needs {shortfall} extra_ids")
+            raise ConfigError(
+                f"extra_ids must hold {shortfall} ids for padding='random' (total - n), got "
+                f"{None if extra_ids is None else len(extra_ids)}",
+                argument="extra_ids",
+            )
         out[~real] = perm(np.asarray(extra_ids, dtype=np.int64)[q[~real] - n])
         return out
     return perm(q % n)

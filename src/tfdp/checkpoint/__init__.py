@@ -24,8 +24,10 @@ ranks.
 
 The package holds one module per concern: ``position`` (the data position and
 the configuration a resume compares), ``manager`` (saving and restoring, with
-fallback past corrupt checkpoints, multi-worker saves and atomicity) and
-``callback`` (the same for ``model.fit``).
+fallback past corrupt checkpoints, multi-worker saves and atomicity), ``files``
+(the directory's names, the checkpoints on disk, reading one in full),
+``trackables`` (what is saved of a Keras model) and ``callback`` (the same for
+``model.fit``).
 
 Example:
     >>> import os, tempfile, keras
@@ -41,14 +43,10 @@ Example:
 from __future__ import annotations
 
 from tfdp.checkpoint.callback import CheckpointCallback
-from tfdp.checkpoint.manager import (
-    CheckpointManager,
-    CheckpointWarning,
-    NonFiniteCheckpointError,
-    keras_trackables,
-    remove_interrupted_saves,
-)
+from tfdp.checkpoint.files import remove_interrupted_saves
+from tfdp.checkpoint.manager import CheckpointManager, CheckpointWarning, NonFiniteCheckpointError
 from tfdp.checkpoint.position import DataPosition, input_config
+from tfdp.checkpoint.trackables import keras_trackables
 
 __all__ = [
     "CheckpointCallback",

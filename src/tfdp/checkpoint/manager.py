@@ -3,9 +3,9 @@
 This module owns :class:`CheckpointManager` (a ``tf.train.Checkpoint`` +
 ``tf.train.CheckpointManager`` holding the caller's trackables *and* the global
 step and :class:`~tfdp.checkpoint.DataPosition`, with fallback past corrupt
-checkpoints, a refusal to save non-finite values, and multi-worker saving),
-:func:`keras_trackables` (what an exact resume must save of a Keras model) and
-:func:`remove_interrupted_saves`.
+checkpoints, a refusal to save non-finite values, and multi-worker saving);
+the files' names and reading are :mod:`tfdp.checkpoint.files`'s, what is saved
+of a Keras model :mod:`tfdp.checkpoint.trackables`'s.
 
 Multi-worker (``MultiWorkerMirroredStrategy``), as TensorFlow's multi-worker
 guide prescribes: every worker calls :meth:`CheckpointManager.save` (saving
@@ -35,48 +35,33 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import uuid
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import keras
 import tensorflow as tf
 
-from tfdp._compat import (
-    call_outside_strategy,
-    checkpoint_value_key,
-    seed_generator_states,
+from tfdp._compat import call_outside_strategy
+from tfdp.checkpoint.files import (
+    CHECKPOINT_NAME,
+    DATA_NAME,
+    RESERVED,
+    STEP_NAME,
+    TMP_PREFIX,
+    checkpoint_number,
+    gfile_call,
+    numbered_on_disk,
+    read_checkpoint,
 )
 from tfdp.checkpoint.position import DataPosition, check_config, check_count
+from tfdp.checkpoint.trackables import float_variables
 from tfdp.distribute import resolver_role
-from tfdp.errors import CheckpointError
+from tfdp.errors import CheckpointError, ConfigError, ConfigTypeError, StateError
 
-__all__ = [
-    "CheckpointManager",
-    "CheckpointWarning",
-    "NonFiniteCheckpointError",
-    "keras_trackables",
-    "remove_interrupted_saves",
-]
+__all__ = ["CheckpointManager", "CheckpointWarning", "NonFiniteCheckpointError"]
 
 logger = logging.getLogger("tfdp.checkpoint")
-
-_STEP_NAME = "step"
-_DATA_NAME = "data_position"
-_RESERVED = frozenset({_STEP_NAME, _DATA_NAME, "save_counter"})
-_STEP_KEY = checkpoint_value_key(_STEP_NAME)
-_DATA_KEY = checkpoint_value_key(_DATA_NAME)
-_CHECKPOINT_NAME = "ckpt"
-_TMP_PREFIX = ".tfdp_tmp_"
-_NUMBERED = re.compile(rf"{_CHECKPOINT_NAME}-(\d+)\.index$")
-
-
-def _number(path: str) -> int | None:
-    """N of a checkpoint path ``.../ckpt-N``, else None."""
-    m = re.fullmatch(rf"{_CHECKPOINT_NAME}-(\d+)", os.path.basename(path))
-    return int(m.group(1)) if m else None
 
 
 class NonFiniteCheckpointError(CheckpointError):
@@ -95,89 +80,6 @@ class CheckpointWarning(UserWarning):
         >>> import warnings
         >>> warnings.simplefilter("error", CheckpointWarning)  # make fallbacks fatal
     """
-
-
-def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:
-    """What to checkpoint of a Keras model for an exact resume: weights, optimizer, RNG state.
-
-    Keras 3's ``SeedGenerator`` states (dropout and other random layers) are
-    model variables that ``tf.train.Checkpoint(model=...)`` does not save;
-    without them a resumed run draws other dropout masks. They are added here
-    as ``rng_states``.
-
-    Example:
-        >>> import keras
-        >>> m = keras.Sequential([keras.Input((2,)), keras.layers.Dropout(0.5)])
-        >>> sorted(keras_trackables(m, keras.optimizers.SGD()))
-        ['model', 'optimizer', 'rng_states']
-    """
-    return {"model": model, "optimizer": optimizer, "rng_states": seed_generator_states(model)}
-
-
-def _float_variables(obj: Any) -> list[tuple[str, Any]]:
-    """``(name, variable)`` of every floating-point variable in a trackable, list or dict."""
-    found: dict[int, tuple[str, Any]] = {}
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (tf.Variable, keras.Variable)):
-            name = getattr(item, "path", None) or item.name
-            found.setdefault(id(item), (name, item))
-        else:
-            variables = getattr(item, "variables", None)  # Keras models, optimizers, tf.Module
-            if isinstance(variables, (list, tuple)):
-                stack.extend(variables)
-    return [nv for nv in found.values() if tf.as_dtype(nv[1].dtype).is_floating]
-
-
-def _gfile_call(fn: Any, *args: Any) -> Any:
-    """Run a ``tf.io.gfile`` call, turning TensorFlow's I/O errors into ``OSError``."""
-    try:
-        return fn(*args)
-    except tf.errors.OpError as e:
-        raise OSError(f"{type(e).__name__}: {e.message}") from e
-
-
-def remove_interrupted_saves(directory: str) -> list[str]:
-    """Delete the ``ckpt-N_temp`` folders that interrupted saves left in ``directory``.
-
-    TensorFlow writes a checkpoint's shards into ``<prefix>_temp/`` and
-    merges them into ``<prefix>.index`` / ``.data-*``; a process killed in
-    between leaves the folder (empty, or with partial shards no checkpoint
-    refers to). Call it only as the one writer of ``directory`` (``tfdp
-    train`` does, holding the run directory's lock): a save in progress
-    writes into such a folder.
-
-    Returns:
-        The folders removed.
-
-    Example:
-        >>> import tempfile
-        >>> d = tempfile.mkdtemp(); os.makedirs(os.path.join(d, "ckpt-7_temp"))
-        >>> [os.path.basename(p) for p in remove_interrupted_saves(d)], os.listdir(d)
-        (['ckpt-7_temp'], [])
-    """
-    try:
-        names = tf.io.gfile.listdir(directory)
-    except tf.errors.OpError:
-        return []
-    removed = []
-    for name in names:
-        name = name.rstrip("/")
-        if re.fullmatch(rf"{_CHECKPOINT_NAME}-\d+_temp", name):
-            path = os.path.join(directory, name)
-            try:
-                tf.io.gfile.rmtree(path)
-                removed.append(path)
-            except tf.errors.OpError as e:  # pragma: no cover - depends on the filesystem
-                logger.warning("could not remove %s, left by an interrupted save: %s", path, e)
-    if removed:
-        logger.info("removed %d leftover(s) of interrupted saves: %s", len(removed), removed)
-    return removed
 
 
 class CheckpointManager:
@@ -208,7 +110,8 @@ class CheckpointManager:
             ``data_position`` and ``save_counter``, which are reserved).
 
     Raises:
-        ValueError: for a reserved trackable name, no trackables, or a bad ``max_to_keep``.
+        tfdp.errors.ConfigError: for a reserved trackable name, no trackables, or a bad
+            ``max_to_keep``.
 
     Example:
         >>> import tempfile, keras
@@ -235,20 +138,25 @@ class CheckpointManager:
     ) -> None:
         if not tf.executing_eagerly():
             raise RuntimeError("CheckpointManager must be created eagerly, not in a tf.function")
-        reserved = sorted(_RESERVED & set(trackables))
+        reserved = sorted(RESERVED & set(trackables))
         if reserved:
-            raise ValueError(
-                f"trackable name(s) {reserved} are reserved by tfdp's CheckpointManager "
-                "(it stores the global step and data position itself); use other names"
+            raise ConfigError(
+                f"trackables: the name(s) {reserved} are reserved by tfdp's CheckpointManager "
+                "(it stores the global step and data position itself); use other names",
+                argument="trackables",
             )
         if not trackables:
-            raise ValueError(
-                "nothing to checkpoint: pass trackables, e.g. model=..., optimizer=..."
+            raise ConfigError(
+                "trackables: nothing to checkpoint; pass trackables, e.g. model=..., optimizer=...",
+                argument="trackables",
             )
         if max_to_keep is not None and (
             isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1
         ):
-            raise ValueError(f"max_to_keep must be an integer >= 1 or None, got {max_to_keep!r}")
+            raise ConfigError(
+                f"max_to_keep must be an integer >= 1 or None, got {max_to_keep!r}",
+                argument="max_to_keep",
+            )
         self.directory = os.fspath(directory)
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.max_to_keep = max_to_keep
@@ -263,7 +171,7 @@ class CheckpointManager:
             with tf.device("/cpu:0"):  # a string variable has no GPU kernels
                 step = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfdp_step")
                 data = tf.Variable("", dtype=tf.string, trainable=False, name="tfdp_data_position")
-                ckpt = tf.train.Checkpoint(**trackables, **{_STEP_NAME: step, _DATA_NAME: data})
+                ckpt = tf.train.Checkpoint(**trackables, **{STEP_NAME: step, DATA_NAME: data})
                 _ = ckpt.save_counter  # else created lazily, maybe in a strategy scope
             return step, data, ckpt
 
@@ -283,14 +191,14 @@ class CheckpointManager:
         """Where this worker writes: ``directory`` on the chief, a temporary directory elsewhere.
 
         Example:
-            >>> import tempfile
+            >>> import tempfile, keras
             >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
             >>> m.write_directory == m.directory  # single process: the chief
             True
         """
         if self.is_chief:
             return self.directory
-        name = f"{_TMP_PREFIX}{self.task_type}_{self.task_id}"
+        name = f"{TMP_PREFIX}{self.task_type}_{self.task_id}"
         return os.path.join(self.directory, name)
 
     @property
@@ -301,7 +209,7 @@ class CheckpointManager:
         unreadable (:meth:`restore` then looks at the files themselves).
 
         Example:
-            >>> import tempfile
+            >>> import tempfile, keras
             >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).checkpoints
             []
         """
@@ -315,7 +223,7 @@ class CheckpointManager:
         """The newest checkpoint path the state file names, or None.
 
         Example:
-            >>> import tempfile
+            >>> import tempfile, keras
             >>> CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1)).latest is None
             True
         """
@@ -348,12 +256,12 @@ class CheckpointManager:
         """
         try:
             return tf.train.CheckpointManager(
-                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=_CHECKPOINT_NAME
+                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=CHECKPOINT_NAME
             )
         except (ValueError, UnicodeDecodeError, tf.errors.OpError) as e:
             aside = f"{self.state_file}.unreadable-{uuid.uuid4().hex[:8]}"
             try:
-                _gfile_call(tf.io.gfile.rename, self.state_file, aside)
+                gfile_call(tf.io.gfile.rename, self.state_file, aside)
             except OSError:
                 raise CheckpointError(
                     f"checkpoint state file {self.state_file} is unreadable ({e}) and could not "
@@ -366,7 +274,7 @@ class CheckpointManager:
                 "checkpoints in the directory are used instead"
             )
             return tf.train.CheckpointManager(
-                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=_CHECKPOINT_NAME
+                self.checkpoint, self.directory, self.max_to_keep, checkpoint_name=CHECKPOINT_NAME
             )
 
     # -- writing ----------------------------------------------------------------
@@ -380,20 +288,20 @@ class CheckpointManager:
             CheckpointError: naming the directory and the cause.
 
         Example:
-            >>> import tempfile
+            >>> import tempfile, keras
             >>> d = os.path.join(tempfile.mkdtemp(), "run")
             >>> CheckpointManager(d, model=keras.layers.Dense(1)).check_writable()
             >>> os.path.isdir(d)
             True
         """
         probe = os.path.join(
-            self.directory, f"{_TMP_PREFIX}probe_{self.task_type}_{self.task_id}_{uuid.uuid4().hex}"
+            self.directory, f"{TMP_PREFIX}probe_{self.task_type}_{self.task_id}_{uuid.uuid4().hex}"
         )
         try:
-            _gfile_call(tf.io.gfile.makedirs, self.directory)
+            gfile_call(tf.io.gfile.makedirs, self.directory)
             with tf.io.gfile.GFile(probe, "w") as f:
                 f.write("tfdp write probe\n")
-            _gfile_call(tf.io.gfile.remove, probe)
+            gfile_call(tf.io.gfile.remove, probe)
         except (OSError, tf.errors.OpError) as e:
             raise CheckpointError(
                 f"checkpoint directory {self.directory!r} is not writable "
@@ -411,7 +319,7 @@ class CheckpointManager:
         ``every_n_steps=0`` never saves.
 
         Example:
-            >>> import tempfile
+            >>> import tempfile, keras
             >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
             >>> saved = []
             >>> for step in range(1, 8):
@@ -449,7 +357,7 @@ class CheckpointManager:
                 infinity (names them).
 
         Example:
-            >>> import tempfile
+            >>> import tempfile, keras
             >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
             >>> os.path.basename(m.save(DataPosition(0, 10), global_step=10))
             'ckpt-10'
@@ -457,17 +365,20 @@ class CheckpointManager:
         if self.read_only:
             raise CheckpointError(f"{self!r} was created read_only=True: it does not save")
         if not isinstance(position, DataPosition):
-            raise ValueError(f"position must be a DataPosition, got {type(position).__name__}")
+            raise ConfigTypeError(
+                f"position must be a tfdp.checkpoint.DataPosition, got {type(position).__name__}",
+                argument="position",
+            )
         global_step = check_count("global_step", global_step)
         bad = [
             f"{key}/{name}"
             for key, obj in self._trackables.items()
-            for name, v in _float_variables(obj)
+            for name, v in float_variables(obj)
             if not bool(tf.reduce_all(tf.math.is_finite(v)))
         ]
         if bad:  # every worker holds the same values, so every worker refuses alike
             raise NonFiniteCheckpointError(
-                f"refusing to save checkpoint {_CHECKPOINT_NAME}-{global_step} in "
+                f"refusing to save checkpoint {CHECKPOINT_NAME}-{global_step} in "
                 f"{self.directory!r}: {len(bad)} variable(s) hold NaN or infinite values "
                 f"({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}); the latest checkpoint "
                 f"stays {self.latest or 'none'}"
@@ -477,12 +388,12 @@ class CheckpointManager:
         if self._manager is not None:
             path = self._manager.save(checkpoint_number=global_step)
         else:
-            path = os.path.join(self.directory, f"{_CHECKPOINT_NAME}-{global_step}")
+            path = os.path.join(self.directory, f"{CHECKPOINT_NAME}-{global_step}")
             tmp = self.write_directory
             self._remove_tree(tmp)  # a leftover of a crash would confuse the manager below
             try:
                 temp_manager = tf.train.CheckpointManager(
-                    self.checkpoint, tmp, max_to_keep=1, checkpoint_name=_CHECKPOINT_NAME
+                    self.checkpoint, tmp, max_to_keep=1, checkpoint_name=CHECKPOINT_NAME
                 )
                 temp_manager.save(checkpoint_number=global_step)
             finally:
@@ -499,18 +410,6 @@ class CheckpointManager:
             logger.warning("could not remove temporary checkpoint directory %s: %s", path, e)
 
     # -- reading ----------------------------------------------------------------
-    def _on_disk(self) -> dict[int, str]:
-        """``{number: path}`` of the numbered checkpoints whose index file is in ``directory``."""
-        try:
-            names = tf.io.gfile.listdir(self.directory)
-        except tf.errors.OpError:
-            return {}
-        return {
-            int(m.group(1)): os.path.join(self.directory, m.group(0)[: -len(".index")])
-            for m in map(_NUMBERED.match, names)
-            if m
-        }
-
     def _candidates(self) -> list[str]:
         """Checkpoints to try, newest first: those the state file lists and those on disk.
 
@@ -522,16 +421,16 @@ class CheckpointManager:
         candidate is read and checked in full before it is used.
         """
         listed = self.checkpoints
-        on_disk = self._on_disk()
+        on_disk = numbered_on_disk(self.directory)
         numbered: dict[int, str] = dict(on_disk)
         others: list[str] = []  # listed paths not named ckpt-<N> (not written by tfdp)
         for path in listed:
-            number = _number(path)
+            number = checkpoint_number(path)
             if number is None:
                 others.append(path)
             else:
                 numbered.setdefault(number, path)
-        listed_numbers = {n for n in map(_number, listed) if n is not None}
+        listed_numbers = {n for n in map(checkpoint_number, listed) if n is not None}
         if on_disk and not listed:
             self._warn(
                 f"checkpoint state file in {self.directory!r} is missing or unreadable; "
@@ -550,23 +449,6 @@ class CheckpointManager:
     def _warn(message: str) -> None:
         logger.warning(message)
         warnings.warn(message, CheckpointWarning, stacklevel=3)
-
-    @staticmethod
-    def _read(path: str) -> tuple[DataPosition, int]:
-        """Read every tensor of ``path`` (each checked against its CRC) and its tfdp fields.
-
-        A truncated data file makes TensorFlow's reader raise ``IndexError``
-        ("Read less bytes than requested"), a missing or garbled file an
-        ``OpError``, a flipped data byte an ``OpError`` (checksum mismatch).
-        """
-        reader = tf.train.load_checkpoint(path)
-        names = reader.get_variable_to_shape_map()
-        for name in sorted(names):
-            reader.get_tensor(name)
-        if _DATA_KEY not in names or _STEP_KEY not in names:
-            raise ValueError("not a tfdp checkpoint (no global step / data position in it)")
-        position = DataPosition.from_json(reader.get_tensor(_DATA_KEY))
-        return position, int(reader.get_tensor(_STEP_KEY))
 
     def restore(
         self,
@@ -611,7 +493,7 @@ class CheckpointManager:
             ValueError: when the checkpoint does not match the trackables.
 
         Example:
-            >>> import tempfile
+            >>> import tempfile, keras
             >>> m = CheckpointManager(tempfile.mkdtemp(), model=keras.layers.Dense(1))
             >>> _ = m.save(DataPosition(1, 3, config={"batch_size": 8}), global_step=13)
             >>> m.restore({"batch_size": 16})  # doctest: +ELLIPSIS
@@ -628,7 +510,7 @@ class CheckpointManager:
         failures: list[str] = []
         for i, path in enumerate(candidates):
             try:
-                position, global_step = self._read(path)
+                position, global_step = read_checkpoint(path)
             except Exception as e:  # the reader raises OpError, IndexError, ValueError, ...
                 reason = f"{type(e).__name__}: {getattr(e, 'message', None) or e}"
                 failures.append(f"  {path}: {reason}")
@@ -649,9 +531,10 @@ class CheckpointManager:
             try:
                 status.assert_existing_objects_matched()
             except AssertionError as e:
-                raise ValueError(
+                raise StateError(
                     f"checkpoint {path} does not match the objects being restored (a different "
-                    f"model or optimizer?): {e}"
+                    "model or optimizer?); restore into trackables of the architecture it was "
+                    f"saved from: {e}"
                 ) from e
             self._last_saved_step = global_step
             self.restored = path

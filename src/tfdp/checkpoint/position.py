@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tfdp._util import config_diffs
-from tfdp.errors import StateError
+from tfdp.errors import ConfigError, ConfigTypeError, StateError
 
 __all__ = ["DataPosition", "check_config", "check_count", "input_config", "json_plain"]
 
@@ -42,14 +42,18 @@ def json_plain(value: Any, what: str) -> Any:
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{what} must be JSON-serialisable: {e}") from e
+        raise ConfigError(
+            f"{what} must be JSON-serialisable (dicts, lists, str, finite numbers, bools, None): "
+            f"{e}",
+            argument=what,
+        ) from e
 
 
 def check_count(name: str, value: Any) -> int:
     """A Python int >= 0 from an int, NumPy integer, or integer scalar tensor or variable."""
     array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     if array.ndim != 0 or array.dtype.kind not in "iu" or int(array) < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= 0, got {value!r}", argument=name)
     return int(array)
 
 
@@ -82,11 +86,15 @@ class DataPosition:
         object.__setattr__(self, "epoch", check_count("epoch", self.epoch))
         object.__setattr__(self, "step", check_count("step", self.step))
         if self.sampler is not None and not isinstance(self.sampler, Mapping):
-            raise ValueError(
-                f"sampler must be a Sampler.state_dict() or None, got {type(self.sampler)}"
+            raise ConfigTypeError(
+                "sampler must be a Sampler.state_dict() or None, got "
+                f"{type(self.sampler).__name__}",
+                argument="sampler",
             )
         if not isinstance(self.config, Mapping):
-            raise ValueError(f"config must be a dict, got {type(self.config).__name__}")
+            raise ConfigTypeError(
+                f"config must be a dict, got {type(self.config).__name__}", argument="config"
+            )
         if self.sampler is not None:
             object.__setattr__(self, "sampler", json_plain(dict(self.sampler), "sampler"))
         object.__setattr__(self, "config", json_plain(dict(self.config), "config"))
@@ -115,7 +123,8 @@ class DataPosition:
         """Parse :meth:`to_json`'s output.
 
         Raises:
-            ValueError: for text that is not a tfdp data position of a known version.
+            tfdp.errors.StateError: for text that is not a tfdp data position of a known
+                version.
 
         Example:
             >>> DataPosition.from_json(DataPosition(3, 0).to_json()).epoch
@@ -126,11 +135,15 @@ class DataPosition:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"data position is not valid JSON: {e}") from e
+            raise StateError(
+                f"data position is not valid JSON (a tfdp.DataPosition.to_json() text): {e}"
+            ) from e
         if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
-            raise ValueError(f"not a tfdp data position: {text[:80]!r}")
+            raise StateError(
+                f"not a tfdp data position (a JSON object with format {_FORMAT!r}): {text[:80]!r}"
+            )
         if obj.get("version") != _VERSION:
-            raise ValueError(
+            raise StateError(
                 f"data position version {obj.get('version')!r} is not supported "
                 f"(this tfdp reads version {_VERSION})"
             )

@@ -23,7 +23,7 @@ import numpy as np
 
 from tfdp.cli.args import import_extra, int_at_least
 from tfdp.cli.plot import image_format
-from tfdp.errors import ConfigError, TfdpError
+from tfdp.errors import ConfigError, TfdpError, said_as
 from tfdp.recipe.config import TrainConfig
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 
@@ -110,6 +110,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return sp
 
 
+#: The samplers' arguments this command's flags name otherwise (the rest are their own words).
+_FLAGS = {"num_repeats": "--repeats", "num_replicas": "--replicas"}
+
+
 def build_samplers(args: argparse.Namespace) -> list[Sampler]:
     """One sampler per rank from the parsed options, at ``args.epoch``.
 
@@ -125,8 +129,11 @@ def build_samplers(args: argparse.Namespace) -> list[Sampler]:
     try:
         for rank in range(args.replicas):
             out.append(_build(args, rank))
-    except TfdpError:
-        raise
+    except TfdpError as exc:  # the samplers name their arguments: say them as this command's flags
+        said = said_as(exc, _FLAGS)
+        if said is exc:
+            raise
+        raise said from exc
     except ValueError as exc:  # the sampler's refusal of these options: bad input
         raise ConfigError(str(exc)) from exc
     for s in out:

@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._arrays import NUMPY, TENSORFLOW, ArrayOps
-from tfdp.errors import ConfigError
+from tfdp.errors import ConfigError, ConfigTypeError
 from tfdp.random.counter_hash import MAX_FOLD_DATA, fold_many, uniforms
 
 __all__ = [
@@ -62,8 +62,8 @@ def as_seeds(seeds: Any) -> tf.Tensor:
     """``seeds`` checked as an integer ``[B, 2]`` and cast to int64.
 
     Raises:
-        TypeError: For a non-integer dtype.
-        ConfigError: For another shape.
+        tfdp.errors.ConfigTypeError: For a non-integer dtype (also a TypeError).
+        tfdp.errors.ConfigError: For another shape.
 
     Example:
         >>> as_seeds([[1, 2]]).dtype.name
@@ -71,9 +71,12 @@ def as_seeds(seeds: Any) -> tf.Tensor:
     """
     seeds = tf.convert_to_tensor(seeds)
     if not seeds.dtype.is_integer:
-        raise TypeError(f"seeds must be an integer tensor [B, 2], got dtype {seeds.dtype.name}")
+        raise ConfigTypeError(
+            f"seeds must be an integer tensor [B, 2], got dtype {seeds.dtype.name}",
+            argument="seeds",
+        )
     if seeds.shape.rank is not None and (seeds.shape.rank != 2 or seeds.shape[1] not in (2, None)):
-        raise ConfigError(f"seeds must have shape [B, 2], got {seeds.shape}")
+        raise ConfigError(f"seeds must have shape [B, 2], got {seeds.shape}", argument="seeds")
     return tf.cast(seeds, tf.int64)
 
 
@@ -102,7 +105,7 @@ def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
         True
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"n must be a non-negative int, got {n!r}")
+        raise ConfigError(f"n must be a non-negative int, got {n!r}", argument="n")
     return uniforms(as_seeds(seeds), n, TENSORFLOW)
 
 
@@ -129,7 +132,9 @@ def fold_in(seeds: Any, data: int) -> tf.Tensor:
         ([0, 1], True)
     """
     if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= MAX_FOLD_DATA:
-        raise ConfigError(f"data must be an int in [0, {MAX_FOLD_DATA}], got {data!r}")
+        raise ConfigError(
+            f"data must be an int in [0, {MAX_FOLD_DATA}], got {data!r}", argument="data"
+        )
     return fold_many(as_seeds(seeds), [data], TENSORFLOW)[:, 0]
 
 

@@ -6,31 +6,23 @@ reads and decodes one file with TensorFlow ops -- no per-sample Python --
 and ``load_windows(indices, request)``, which decodes only the window each
 sample's augmentation keeps (see :mod:`tfdp.windows`).
 
-Order and class ids match ``torchvision.datasets.ImageFolder``: classes are
-the sorted sub-folder names of ``root``; files are collected per class, the
-class folder walked recursively (symlinks followed), directories in sorted
-path order and files sorted by name within each; an extension matches
-case-insensitively. Index ``i`` is therefore the same image as
+Order and class ids match ``torchvision.datasets.ImageFolder``
+(:mod:`tfdp.sources.folder_listing`): index ``i`` is the same image as
 ``torchvision``'s ``dataset.samples[i]``.
 
 TensorFlow's decoders do not name the file they fail on, so ``load`` checks
-the bytes inside the graph before decoding: an empty file, an unrecognised
-header, a truncated JPEG (no end-of-image marker after the image data,
-embedded EXIF thumbnails skipped), a truncated PNG (no ``IEND`` chunk), a BMP
-whose size does not match its header, or a truncated WebP (shorter than its
-RIFF header says) raises an error whose message names the path. The checks
-only flag files TensorFlow's decoders reject (a JPEG with junk after its end
-marker still loads). With ``on_error="skip"`` such a file yields a
-placeholder image with weight 0 instead (see :meth:`ImageFolderSource.load_with_weight`),
-so the number of samples -- and every rank's step count -- never changes.
+the bytes inside the graph before decoding (:mod:`tfdp.sources.image_bytes`)
+and raises an error whose message names the path. With ``on_error="skip"``
+such a file yields a placeholder image with weight 0 instead (see
+:meth:`ImageFolderSource.load_with_weight`), so the number of samples -- and
+every rank's step count -- never changes.
 
-Limits: GIF and BMP files are checked by header only; damage deep inside the
-compressed data that only the decoder notices raises TensorFlow's own decode
-error, which does not name the file (find such files once with
-:meth:`ImageFolderSource.find_bad_files`); a file that cannot be *opened*
-(deleted after construction, no permission) raises TensorFlow's
-``NotFoundError``/``PermissionDeniedError``, which names the path, in both
-modes -- a failed read cannot be caught inside a graph.
+Limits: damage deep inside the compressed data that only the decoder notices
+raises TensorFlow's own decode error, which does not name the file (find
+such files once with :meth:`ImageFolderSource.find_bad_files`); a file that
+cannot be *opened* (deleted after construction, no permission) raises
+TensorFlow's ``NotFoundError``/``PermissionDeniedError``, which names the
+path, in both modes -- a failed read cannot be caught inside a graph.
 
 Example:
     >>> import os, tempfile, tensorflow as tf
@@ -60,251 +52,18 @@ import tensorflow as tf
 
 from tfdp._autograph import plain
 from tfdp.errors import ConfigError
+from tfdp.sources.folder_listing import list_folder, normalise_extensions
+from tfdp.sources.image_bytes import FORMAT_NAMES, JPEG, decode, sniff
 from tfdp.windows.contract import WindowPlan
 from tfdp.windows.decode import Decoded, decode_windows, read_files
 
-__all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource", "image_problem"]
+__all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource"]
 
 #: Height and width of the placeholder image ``on_error="skip"`` returns for a bad file.
 PLACEHOLDER_SIZE = 16
 
-_JPEG_MAGIC = b"\xff\xd8\xff"
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-_PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
-_JPEG_EOI = b"\xff\xd9"
-# Upper bound on the markers walked while looking for a JPEG's first scan; past
-# it the file is passed to the decoder unjudged (never rejected on a guess).
-_JPEG_MAX_STEPS = 512
 _MAX_LISTED = 5
 _JPEG_NAMES_BYTES = tuple(e.encode() for e in (".jpg", ".jpeg", ".jpe"))
-
-
-def _contains(data: tf.Tensor, needle: bytes) -> tf.Tensor:
-    """Whether the scalar string ``data`` contains ``needle`` (binary-safe)."""
-    return tf.size(tf.strings.split(data, sep=needle, maxsplit=1)) > 1
-
-
-def _byte_values(data: tf.Tensor, pos: tf.Tensor, count: int) -> tf.Tensor:
-    """``count`` bytes of ``data`` from ``pos`` as int32, zero past the end."""
-    size = tf.strings.length(data)
-    chunk = tf.strings.substr(data, tf.minimum(pos, size), count)
-    padded = tf.strings.join([chunk, tf.constant(b"\x00" * count)])
-    return tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 0, count), tf.uint8), tf.int32)
-
-
-def _jpeg_scan_start(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Walk a JPEG's marker segments to its first start-of-scan.
-
-    Returns ``(status, pos)``: status 1 with the offset of the first SOS
-    marker, 0 when the data ended (or an EOI came) before any scan, -1 when
-    the walk gave up (too many markers): no verdict.
-    """
-    size = tf.strings.length(data)
-
-    def body(
-        pos: tf.Tensor, status: tf.Tensor, steps: tf.Tensor
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        b = _byte_values(data, pos, 4)
-        marker = b[1]
-        seg_len = b[2] * 256 + b[3]
-        standalone = (marker == 0x01) | (marker == 0xD8) | ((marker >= 0xD0) & (marker <= 0xD7))
-        # libjpeg skips stray bytes before a marker and 0xFF fill bytes: so do we.
-        step = tf.where(
-            (b[0] != 0xFF) | (marker == 0xFF),
-            1,
-            tf.where(standalone, 2, 2 + seg_len),
-        )
-        at_end = pos + 4 > size
-        found = (b[0] == 0xFF) & (marker == 0xDA)
-        eoi = (b[0] == 0xFF) & (marker == 0xD9)
-        new_status = tf.where(found, 1, tf.where(at_end | eoi, 0, status))
-        new_steps = steps + 1
-        new_status = tf.where((new_status == 2) & (new_steps >= _JPEG_MAX_STEPS), -1, new_status)
-        return pos + tf.where(new_status == 2, step, 0), new_status, new_steps
-
-    pos, status, _ = tf.while_loop(
-        lambda pos, status, steps: status == 2,
-        body,
-        (tf.constant(2), tf.constant(2), tf.constant(0)),
-    )
-    return status, pos
-
-
-def _jpeg_problem(data: tf.Tensor) -> tf.Tensor:
-    """Empty string for a JPEG whose image data is followed by an end-of-image marker."""
-    size = tf.strings.length(data)
-    ends_with_eoi = tf.strings.substr(data, tf.maximum(size - 2, 0), 2) == _JPEG_EOI
-
-    def walk() -> tf.Tensor:
-        status, pos = _jpeg_scan_start(data)
-        rest = tf.strings.substr(data, tf.minimum(pos + 2, size), size)
-        complete = (status == -1) | ((status == 1) & _contains(rest, _JPEG_EOI))
-        return tf.where(
-            complete,
-            tf.constant(""),
-            tf.constant("truncated or corrupt JPEG (no end-of-image marker after the image data)"),
-        )
-
-    return tf.cond(ends_with_eoi, lambda: tf.constant(""), walk)
-
-
-def _png_problem(data: tf.Tensor) -> tf.Tensor:
-    """Empty string for a PNG that has its ``IEND`` chunk (CRC included)."""
-    size = tf.strings.length(data)
-    tail = tf.strings.substr(data, tf.maximum(size - 12, 0), 12)
-    return tf.cond(
-        (tail == _PNG_IEND) | _contains(data, _PNG_IEND),
-        lambda: tf.constant(""),
-        lambda: tf.constant("truncated or corrupt PNG (no IEND chunk)"),
-    )
-
-
-def _le_uint(head: tf.Tensor, offset: int, nbytes: int) -> tf.Tensor:
-    """Little-endian unsigned integer of ``nbytes`` at ``offset`` of ``head``, as int64."""
-    b = tf.cast(tf.io.decode_raw(tf.strings.substr(head, offset, nbytes), tf.uint8), tf.int64)
-    return sum(b[i] * 2 ** (8 * i) for i in range(nbytes))
-
-
-def _webp_problem(head: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
-    """Empty string for a WebP at least as long as its RIFF header says."""
-    short = tf.cast(size, tf.int64) < _le_uint(head, 4, 4) + 8
-    return tf.where(short, tf.constant("truncated WebP (shorter than its RIFF header)"), "")
-
-
-def _bmp_problem(head: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
-    """Empty string for a BMP whose size is what TensorFlow's decoder requires (exactly)."""
-    offset = _le_uint(head, 10, 4)
-    width = _le_uint(head, 18, 4)
-    height = _le_uint(head, 22, 4)
-    height = tf.where(height >= 2**31, height - 2**32, height)  # signed: negative = top-down
-    channels = _le_uint(head, 28, 2) // 8
-    row = (channels * width + 3) // 4 * 4
-    ok = (
-        (tf.cast(size, tf.int64) >= 32)
-        & ((channels == 1) | (channels == 3) | (channels == 4))
-        & (width > 0)
-        & (height != 0)
-        & (tf.cast(size, tf.int64) == offset + row * tf.abs(height))
-    )
-    return tf.where(ok, "", tf.constant("truncated or corrupt BMP (size does not match header)"))
-
-
-# Format codes of _sniff.
-_UNKNOWN, _JPEG, _PNG, _GIF, _BMP, _WEBP = range(6)
-
-
-def _sniff(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``(format code, problem)`` of encoded image bytes; problem ``""`` when sound."""
-    size = tf.strings.length(data)
-    head = tf.strings.join([tf.strings.substr(data, 0, 32), tf.constant(b"\x00" * 32)])
-    is_jpeg = tf.strings.substr(head, 0, 3) == _JPEG_MAGIC
-    is_png = tf.strings.substr(head, 0, 8) == _PNG_MAGIC
-    sig6 = tf.strings.substr(head, 0, 6)
-    is_gif = (sig6 == b"GIF87a") | (sig6 == b"GIF89a")
-    is_bmp = tf.strings.substr(head, 0, 2) == b"BM"
-    is_webp = (tf.strings.substr(head, 0, 4) == b"RIFF") & (
-        tf.strings.substr(head, 8, 4) == b"WEBP"
-    )
-    fmt = tf.where(
-        is_jpeg,
-        _JPEG,
-        tf.where(
-            is_png,
-            _PNG,
-            tf.where(is_gif, _GIF, tf.where(is_bmp, _BMP, tf.where(is_webp, _WEBP, _UNKNOWN))),
-        ),
-    )
-    problem = tf.switch_case(
-        fmt,
-        [
-            lambda: tf.constant("not a JPEG, PNG, GIF, BMP or WebP file (unrecognised header)"),
-            lambda: _jpeg_problem(data),
-            lambda: _png_problem(data),
-            lambda: tf.constant(""),
-            lambda: _bmp_problem(head, size),
-            lambda: _webp_problem(head, size),
-        ],
-    )
-    problem = tf.where(size == 0, tf.constant("empty file"), problem)
-    return fmt, problem
-
-
-def image_problem(data: tf.Tensor) -> tf.Tensor:
-    """Why the encoded image ``data`` cannot be decoded, or ``""`` when it looks sound.
-
-    A graph-compatible check of the header (JPEG, PNG, GIF, BMP, WebP) and of
-    truncation (JPEG, PNG, BMP, WebP; GIF by header only), run before decoding
-    because TensorFlow's decode errors do not say which file failed. It only
-    reports files TensorFlow's decoders would reject.
-
-    Args:
-        data: A scalar ``tf.string``, the file's bytes.
-
-    Returns:
-        A scalar ``tf.string``: empty when the file looks sound, else the reason.
-
-    Example:
-        >>> image_problem(tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8))).numpy()
-        b''
-        >>> image_problem(tf.constant(b"not an image")).numpy()
-        b'not a JPEG, PNG, GIF, BMP or WebP file (unrecognised header)'
-    """
-    return _sniff(tf.convert_to_tensor(data, tf.string))[1]
-
-
-def _to_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
-    """Convert a decoded uint8 image with 1, 3 or 4 channels to ``channels`` channels."""
-    have = tf.shape(image)[-1]
-    if channels == 1:
-        return tf.cond(
-            have == 1,
-            lambda: image,
-            lambda: tf.image.rgb_to_grayscale(image[..., :3]),
-        )
-    rgb = tf.cond(have == 1, lambda: tf.tile(image[..., :1], [1, 1, 3]), lambda: image[..., :3])
-    if channels == 3:
-        return rgb
-    opaque = tf.constant(255, tf.uint8)
-    return tf.cond(
-        have == 4,
-        lambda: image,
-        lambda: tf.concat([rgb, tf.fill(tf.concat([tf.shape(rgb)[:2], [1]], 0), opaque)], -1),
-    )
-
-
-def _normalise_extensions(extensions: str | Iterable[str]) -> tuple[str, ...]:
-    exts = (extensions,) if isinstance(extensions, str) else tuple(extensions)
-    if not exts or not all(isinstance(e, str) and e for e in exts):
-        raise ConfigError(f"extensions must be non-empty strings, got {extensions!r}")
-    return tuple(e.lower() for e in exts)
-
-
-def _list_class(class_dir: str, exts: tuple[str, ...]) -> list[str]:
-    """Image files under ``class_dir``, in torchvision's order, as full paths."""
-    found: list[tuple[str, list[str]]] = []
-    stack = [class_dir]
-    st = os.stat(class_dir)
-    seen = {(st.st_dev, st.st_ino)}
-    while stack:
-        directory = stack.pop()
-        names = []
-        with os.scandir(directory) as it:
-            for entry in it:
-                try:
-                    is_dir = entry.is_dir()
-                except OSError:
-                    is_dir = False
-                if is_dir:
-                    st = entry.stat()
-                    key = (st.st_dev, st.st_ino)
-                    if key not in seen:  # a symlink cycle would never end
-                        seen.add(key)
-                        stack.append(entry.path)
-                elif entry.name.lower().endswith(exts):
-                    names.append(entry.name)
-        found.append((directory, names))
-    found.sort(key=lambda item: item[0])
-    return [os.path.join(d, name) for d, names in found for name in sorted(names)]
 
 
 class ImageFolderSource:
@@ -343,7 +102,7 @@ class ImageFolderSource:
     Raises:
         FileNotFoundError: ``root`` does not exist; it has no class folder; a
             class folder has no image (the empty ones are named).
-        ValueError: ``root`` is not a directory; a bad ``on_error``,
+        tfdp.errors.ConfigError: ``root`` is not a directory; a bad ``on_error``,
             ``channels`` or ``extensions``.
 
     Example:
@@ -369,48 +128,24 @@ class ImageFolderSource:
         channels: int = 3,
     ) -> None:
         if on_error not in ("raise", "skip"):
-            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+            raise ConfigError(
+                f"on_error must be 'raise' or 'skip', got {on_error!r}", argument="on_error"
+            )
         if isinstance(channels, bool) or channels not in (1, 3, 4):
-            raise ConfigError(f"channels must be 1, 3 or 4, got {channels!r}")
-        self.extensions = _normalise_extensions(extensions)
+            raise ConfigError(f"channels must be 1, 3 or 4, got {channels!r}", argument="channels")
+        self.extensions = normalise_extensions(extensions)
         self.on_error = on_error
         self.channels = int(channels)
-        root_str = os.path.abspath(os.path.expanduser(os.fspath(root)))
-        if not os.path.exists(root_str):
-            raise FileNotFoundError(f"ImageFolderSource: root {root_str!r} does not exist")
-        if not os.path.isdir(root_str):
-            raise ConfigError(f"ImageFolderSource: root {root_str!r} is not a directory")
-        self.root = root_str
-        with os.scandir(root_str) as it:
-            self.classes: list[str] = sorted(e.name for e in it if e.is_dir())
-        if not self.classes:
-            raise FileNotFoundError(
-                f"ImageFolderSource: no class folder in {root_str!r} "
-                "(expected the layout root/<class>/<image>)"
-            )
+        listing = list_folder(root, self.extensions)
+        self.root = listing.root
+        self.classes: list[str] = listing.classes
         self.class_to_index: dict[str, int] = {c: i for i, c in enumerate(self.classes)}
-        rel: list[bytes] = []
-        counts: list[int] = []
-        empty: list[str] = []
-        cut = len(root_str) + len(os.sep)
-        for cls in self.classes:
-            files = _list_class(os.path.join(root_str, cls), self.extensions)
-            if not files:
-                empty.append(cls)
-            counts.append(len(files))
-            rel.extend(os.fsencode(f[cut:]) for f in files)
-        if empty:
-            listed = ", ".join(repr(c) for c in empty[:_MAX_LISTED])
-            more = f" and {len(empty) - _MAX_LISTED} more" if len(empty) > _MAX_LISTED else ""
-            raise FileNotFoundError(
-                f"ImageFolderSource: {len(empty)} class folder(s) of {root_str!r} hold no image "
-                f"with extension {'/'.join(self.extensions)}: {listed}{more}"
-            )
+        rel, counts = listing.relative_paths, listing.counts
         self.num_examples = len(rel)
         self._rel = np.array(rel, dtype=np.bytes_)
         self.labels = np.repeat(np.arange(len(self.classes), dtype=np.int64), counts)
         self._tensors: tuple[tf.Tensor, tf.Tensor] | None = None
-        self._prefix = os.fsencode(root_str + os.sep)
+        self._prefix = os.fsencode(self.root + os.sep)
         self._lock = threading.Lock()
         self._skipped: dict[str, str] = {}
         self._skip_events = 0
@@ -459,22 +194,7 @@ class ImageFolderSource:
         return self._tensors
 
     def _decode(self, data: tf.Tensor, fmt: tf.Tensor) -> tf.Tensor:
-        # PNG (and JPEG, up to 3 channels) decode straight to the wanted channels;
-        # TF's other decoders refuse some channel counts, so those decode as stored.
-        def as_stored() -> tf.Tensor:
-            image = tf.io.decode_image(data, channels=0, expand_animations=False)
-            return _to_channels(image, self.channels)
-
-        direct = fmt == _PNG
-        if self.channels < 4:
-            direct |= fmt == _JPEG
-        image = tf.cond(
-            direct,
-            lambda: tf.io.decode_image(data, channels=self.channels, expand_animations=False),
-            as_stored,
-        )
-        image.set_shape([None, None, self.channels])
-        return image
+        return decode(data, fmt, self.channels)
 
     def _read(self, index: Any, on_error: str) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
         rel, labels = self._table()
@@ -482,7 +202,7 @@ class ImageFolderSource:
         path = tf.strings.join([tf.constant(self._prefix), tf.gather(rel, index)])
         label = tf.gather(labels, index)
         data = tf.io.read_file(path)
-        fmt, problem = _sniff(data)
+        fmt, problem = sniff(data)
         ok = tf.equal(problem, "")
         if on_error == "raise":
             message = tf.strings.join(
@@ -513,7 +233,7 @@ class ImageFolderSource:
         An unreadable file gives the placeholder and its problem (recorded as
         skipped under ``on_error="skip"``); the caller raises under ``"raise"``.
         """
-        fmt, problem = _sniff(data)
+        fmt, problem = sniff(data)
 
         def placeholder() -> tf.Tensor:
             if self.on_error == "skip":
@@ -626,10 +346,10 @@ class ImageFolderSource:
         rel, labels = self._table()
         index = tf.cast(index, tf.int64)
         data = tf.io.read_file(tf.strings.join([tf.constant(self._prefix), tf.gather(rel, index)]))
-        fmt, problem = _sniff(data)
-        names = tf.constant(["", "a JPEG", "a PNG", "a GIF", "a BMP", "a WebP"])
+        fmt, problem = sniff(data)
+        names = tf.constant([f"a {name}" for name in FORMAT_NAMES])
         other = tf.strings.join([tf.gather(names, fmt), " file, not a JPEG"])
-        problem = tf.where(tf.equal(problem, "") & tf.not_equal(fmt, _JPEG), other, problem)
+        problem = tf.where(tf.equal(problem, "") & tf.not_equal(fmt, JPEG), other, problem)
         return (data, tf.gather(labels, index)), problem
 
     def load(self, index: Any) -> tuple[tf.Tensor, tf.Tensor]:
@@ -753,7 +473,7 @@ class ImageFolderSource:
         and ``extensions``; its skipped-file record starts empty.
 
         Raises:
-            ValueError: for indices that are not integers in ``[0, num_examples)``,
+            tfdp.errors.ConfigError: for indices that are not integers in ``[0, num_examples)``,
                 repeated, or none at all.
 
         Example:
@@ -772,14 +492,21 @@ class ImageFolderSource:
 
         idx = np.asarray(indices)
         if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
-            raise ConfigError(f"indices must be a non-empty 1-D list of integers, got {indices!r}")
+            raise ConfigError(
+                f"indices must be a non-empty 1-D list of integers, got {indices!r}",
+                argument="indices",
+            )
         if idx.min() < 0 or idx.max() >= self.num_examples:
             raise ConfigError(
                 f"indices must be in [0, {self.num_examples}), "
-                f"got {int(idx.min())}..{int(idx.max())}"
+                f"got {int(idx.min())}..{int(idx.max())}",
+                argument="indices",
             )
         if len(np.unique(idx)) != len(idx):
-            raise ConfigError("indices must not repeat a file")
+            raise ConfigError(
+                "indices must not repeat a file (each index in [0, num_examples) once)",
+                argument="indices",
+            )
         part = copy.copy(self)
         part.__dict__.pop("paths", None)  # the cached_property of the whole folder
         part._rel = self._rel[idx]

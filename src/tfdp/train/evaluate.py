@@ -25,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
+from tfdp.errors import ConfigError, DataError
 
 __all__ = ["Evaluator", "PerExampleLoss", "evaluate", "per_example_loss", "unpack_batch"]
 
@@ -63,8 +64,10 @@ def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
             return batch[0], batch[1], None
         if len(batch) == 3:
             return batch[0], batch[1], batch[2]
-        raise ValueError(
-            f"a batch must be (x, y) or (x, y, sample_weight), got a tuple of {len(batch)}"
+        raise DataError(
+            "batch must be (x, y), (x, y, sample_weight) or a dict (with 'sample_weight'), got "
+            f"a {type(batch).__name__} of {len(batch)}",
+            argument="batch",
         )
     return batch, None, None
 
@@ -80,7 +83,8 @@ class PerExampleLoss:
             ``binary_crossentropy[_from_logits]``, ``mse``.
 
     Raises:
-        ValueError: for a Keras loss with a mean (or sum) reduction, naming the fix.
+        tfdp.errors.ConfigError: for an unknown name, something that is no loss, or a Keras
+            loss with a mean (or sum) reduction, naming the fix.
 
     Example:
         >>> PerExampleLoss("mse").name
@@ -94,19 +98,25 @@ class PerExampleLoss:
             return
         if isinstance(loss, str):
             if loss not in _NAMED:
-                raise ValueError(f"unknown loss name {loss!r}; valid names: {sorted(_NAMED)}")
+                raise ConfigError(
+                    f"loss {loss!r} is not a known name; valid names: {sorted(_NAMED)}",
+                    argument="loss",
+                )
             loss = _NAMED[loss]()
         if isinstance(loss, keras.losses.Loss):
             if loss.reduction not in (None, "none"):
-                raise ValueError(
+                raise ConfigError(
                     f"loss {loss.name!r} has reduction={loss.reduction!r}: under a tf.distribute "
                     "strategy Keras >= 3.8 divides a mean-reduced loss by the replica count, "
                     "scaling gradients wrongly. Build it with reduction='none' (e.g. "
                     f"keras.losses.{type(loss).__name__}(reduction='none')): tfdp averages over "
-                    "the global batch itself"
+                    "the global batch itself",
+                    argument="loss",
                 )
         elif not callable(loss):
-            raise ValueError(f"loss must be a Keras loss, a callable or a name, got {loss!r}")
+            raise ConfigError(
+                f"loss must be a Keras loss, a callable or a name, got {loss!r}", argument="loss"
+            )
         self.fn = user_code(loss)  # a user's function: converted by AutoGraph, as tf.function would
         self.name = getattr(loss, "name", getattr(loss, "__name__", "loss"))
 
@@ -115,9 +125,10 @@ class PerExampleLoss:
         values = tf.convert_to_tensor(self.fn(y_true, y_pred))
         values = tf.cast(values, tf.float32)
         if values.shape.rank == 0:
-            raise ValueError(
-                "the loss returned a scalar: it must return one value per example "
-                "(a Keras loss with reduction='none')"
+            raise ConfigError(
+                "loss returned a scalar: it must return one value per example "
+                "(a Keras loss with reduction='none')",
+                argument="loss",
             )
         if values.shape.rank and values.shape.rank > 1:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
@@ -144,9 +155,10 @@ def per_example_loss(loss: Any) -> PerExampleLoss:
         try:
             loss = keras.losses.get(loss)
         except ValueError:
-            raise ValueError(
-                f"unknown loss name {loss!r}; valid names: {sorted(_NAMED)} or any Keras loss "
-                "name (keras.losses.get)"
+            raise ConfigError(
+                f"loss {loss!r} is not a known name; valid names: {sorted(_NAMED)} or any Keras "
+                "loss name (keras.losses.get)",
+                argument="loss",
             ) from None
     return PerExampleLoss(loss)
 

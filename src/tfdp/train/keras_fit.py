@@ -50,6 +50,7 @@ from tfdp.checkpoint import (
     keras_trackables,
 )
 from tfdp.distribute import worker_info
+from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.fit_guard import guard_for
@@ -254,26 +255,32 @@ def fit(
         an epoch cut by ``max_steps`` left out), also set as ``model.history``.
 
     Raises:
-        ValueError: for an uncompiled model, ``steps_per_execution > 1``, or
-            a checkpoint of another configuration.
+        tfdp.errors.ConfigError: for an uncompiled model, ``steps_per_execution > 1``, or
+            an input on several workers.
+        tfdp.errors.StateError: for a checkpoint of another configuration.
         NonFiniteError: with ``on_nonfinite="stop"``, at the first non-finite step.
     """
     check_policy(on_nonfinite)
     strategy = train_input.strategy
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
-        raise ValueError("compile the model (inside strategy.scope()) before tfdp.train.fit")
+        raise ConfigError(
+            "model must be compiled (model.compile inside strategy.scope()) before tfdp.train.fit",
+            argument="model",
+        )
     if int(getattr(model, "steps_per_execution", 1) or 1) > 1:
-        raise ValueError(
-            "steps_per_execution > 1 fails under MirroredStrategy in Keras 3 ('You must feed a "
-            "value for placeholder tensor'); compile with steps_per_execution=1, or use "
-            "tfdp.train.Trainer(steps_per_call=...) for several steps per call"
+        raise ConfigError(
+            "model: steps_per_execution > 1 fails under MirroredStrategy in Keras 3 ('You must "
+            "feed a value for placeholder tensor'); compile with steps_per_execution=1, or use "
+            "tfdp.train.Trainer(steps_per_call=...) for several steps per call",
+            argument="model",
         )
     info = worker_info(strategy)
     if info.num_workers > 1:
-        raise ValueError(
-            "model.fit fails under MultiWorkerMirroredStrategy in Keras 3 (its train step "
-            "reduces scalar logs along axis 0: tensorflow/tensorflow#72388); use "
-            "tfdp.train.Trainer for multi-worker jobs"
+        raise ConfigError(
+            "train_input: model.fit fails under MultiWorkerMirroredStrategy in Keras 3 (its train "
+            "step reduces scalar logs along axis 0: tensorflow/tensorflow#72388); use "
+            "tfdp.train.Trainer for multi-worker jobs",
+            argument="train_input",
         )
     steps = train_input.steps_per_epoch
     start, global_step = DataPosition(0, 0), 0

@@ -47,7 +47,9 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from tfdp._compat import call_outside_strategy
-from tfdp.checkpoint.manager import CheckpointManager, _number, keras_trackables
+from tfdp.checkpoint.files import checkpoint_number
+from tfdp.checkpoint.manager import CheckpointManager
+from tfdp.checkpoint.trackables import keras_trackables
 from tfdp.distribute import worker_info
 from tfdp.distribute.faults import Peer, is_peer_failure, lost_peers
 from tfdp.train.assemble import epoch_metric_states
@@ -267,7 +269,7 @@ class PeerLoss:
         epoch_end = state.step >= steps_per_epoch  # the fault came in the epoch-end work
         manager = self.resume.checkpoints
         kept = manager.latest if manager is not None else None
-        kept_step = None if kept is None else _number(kept)
+        kept_step = None if kept is None else checkpoint_number(kept)
         saved_now, note = False, ""
         if manager is not None:
             refused = self._refusal(manager, unseen)
@@ -295,7 +297,7 @@ class PeerLoss:
                 except Exception as exc:  # a full disk, non-finite weights: the older one stands
                     note = f"the save at the fault failed ({type(exc).__name__}: {exc})"
                     kept = manager.latest
-                    kept_step = None if kept is None else _number(kept)
+                    kept_step = None if kept is None else checkpoint_number(kept)
         return PeerLostError(
             peers=peers,
             cause=cause,

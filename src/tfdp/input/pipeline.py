@@ -1,4 +1,4 @@
-"""Sources + samplers -> per-replica ``tf.data`` input under any ``tf.distribute`` strategy.
+"""The per-replica pipelines of :class:`DistributedInput`: one rank's ids -> batches, interleaved.
 
 This module owns :class:`DistributedInput`, the one entry point that turns a
 source, a sampler configuration, a batch size and an augmentation into a
@@ -21,12 +21,8 @@ is the entry's place in the sampler's padded global list: the R copies of a
 sample (Repeated Augmentation) get different augmentations, while a rerun or
 a run resumed mid-epoch gets identical ones.
 
-A sampler's ``permutation=`` (a user's ``epoch -> permutation``) is called once
-per epoch in each process (see :mod:`tfdp.samplers`); every worker calls it for
-itself, so under several workers :meth:`DistributedInput.check_permutation_agreement`
-compares the workers' permutations at an epoch's start (one all-gather of a
-fingerprint) and refuses an epoch they disagree on. :meth:`DistributedInput.epoch`
-and the :class:`~tfdp.train.Trainer` call it.
+Its configuration (batch size, sampler) is checked by :mod:`tfdp.input.config`;
+the workers' agreement on a user ``permutation=`` is :mod:`tfdp.input.agreement`.
 
 A source that decodes windows (:class:`tfdp.windows.contract.WindowSource`,
 e.g. a JPEG image folder) with an augmentation that starts by cutting one
@@ -50,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -58,48 +54,25 @@ import tensorflow as tf
 from tfdp._autograph import plain, user_code
 from tfdp._util import deterministic_unsharded
 from tfdp.augment.contract import is_batched_augmentation
-from tfdp.distribute import worker_info
 from tfdp.elastic import epoch_plan, plan_steps
-from tfdp.errors import ConfigError
+from tfdp.errors import ConfigError, ConfigTypeError
+from tfdp.input.agreement import PermutationAgreement
+from tfdp.input.config import (
+    SamplerSpec,
+    resolve_batch_size,
+    resolve_sampler,
+    same_stream_indices_every_epoch,
+    stream_index_sampler,
+)
 from tfdp.random import sample_seeds
-from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
+from tfdp.samplers import DistributedEvalSampler, Sampler
 from tfdp.seeding import epoch_seed_key
 from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource, WeightedSource
 from tfdp.windows.loader import window_loader
 
 __all__ = ["DistributedInput"]
 
-SamplerSpec = str | Sampler | Callable[[int, int, int], Sampler]
-_SAMPLER_NAMES = {
-    "distributed": DistributedSampler,
-    "repeat_aug": RepeatAugSampler,
-    "repeat-aug": RepeatAugSampler,  # the CLI's spelling, accepted here too
-    "eval": DistributedEvalSampler,
-}
 _INF_EPOCHS = 2**62
-
-
-@runtime_checkable
-class _ShufflingSampler(Protocol):
-    """A sampler with a ``shuffle`` option, which a streaming source needs (it shuffles)."""
-
-    shuffle: bool
-
-
-def _same_stream_indices_every_epoch(sampler: Sampler) -> bool:
-    """Whether a sampler with the identity permutation gives one rank the same list every epoch.
-
-    True for the built-in samplers except random padding that draws extra
-    indices (more padding than examples): those draws change with the epoch.
-    """
-    if isinstance(sampler, RepeatAugSampler):
-        return True
-    if isinstance(sampler, DistributedSampler):
-        extra = sampler.total_size - sampler.num_examples
-        return not (
-            sampler.padding == "random" and not sampler.drop_last and extra >= sampler.num_examples
-        )
-    return False
 
 
 class DistributedInput:
@@ -146,7 +119,7 @@ class DistributedInput:
         num_parallel_calls: Parallelism of the load/augment map.
 
     Raises:
-        TypeError: for a source that meets neither source contract.
+        ConfigTypeError: for a source that meets neither source contract (a TypeError too).
         ConfigError: for a batch size of 0 or one that does not divide, a
             sampler whose ``num_replicas`` differs from the strategy's, fewer
             examples than replicas, or an epoch with no full step.
@@ -179,7 +152,9 @@ class DistributedInput:
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.source = source
         self.num_replicas = int(self.strategy.num_replicas_in_sync)
-        self.batch_size = self._resolve_batch_size(batch_size, global_batch_size)
+        self.batch_size = resolve_batch_size(
+            batch_size, global_batch_size, num_replicas=self.num_replicas
+        )
         self.global_batch_size = self.batch_size * self.num_replicas
         self.augment = augment
         # What this input calls in the graph: tfdp's own code as is, a user's as AutoGraph
@@ -190,15 +165,16 @@ class DistributedInput:
         self.num_parallel_calls = num_parallel_calls
         self.streaming = isinstance(source, StreamingSource)
         if not self.streaming and not isinstance(source, RandomAccessSource):
-            raise TypeError(
+            raise ConfigTypeError(
                 f"source must be a random-access source (num_examples, element_spec, load) or a "
                 f"streaming one (num_examples, element_spec, stream_length, stream), see "
-                f"tfdp.sources.base; got {type(source).__name__}"
+                f"tfdp.sources.base; got {type(source).__name__}",
+                argument="source",
             )
         # Elastic resume (see resume_from): epoch -> the rank-0 sampler of another world size
         # whose global list that epoch deals over this input's ranks.
         self._plans: dict[int, Sampler] = {}
-        self._gather_fingerprints: Any = None  # the compiled all-gather, built on first use
+        self._agreement = PermutationAgreement(self.strategy)
         # A stream is indexed by its position in the epoch's stream (see
         # tfdp.sources.TFRecordSource): the samplers run on the stream's length.
         if self.streaming:
@@ -212,12 +188,20 @@ class DistributedInput:
                 f"{what}, fewer than the {self.num_replicas} replicas of the strategy: every "
                 "replica needs at least one"
             )
-        self.sampler = self._resolve_sampler(sampler, num_examples, dict(sampler_options or {}))
+        self.sampler = resolve_sampler(
+            sampler,
+            num_examples,
+            dict(sampler_options or {}),
+            num_replicas=self.num_replicas,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            streaming=self.streaming,
+        )
         is_eval = isinstance(self.sampler, DistributedEvalSampler)
         self.drop_remainder = (not is_eval) if drop_remainder is None else bool(drop_remainder)
         self.with_weights = is_eval if with_weights is None else bool(with_weights)
         if self.streaming:
-            self._stream_sampler = self._stream_index_sampler(self.sampler, is_eval)
+            self._stream_sampler = stream_index_sampler(self.sampler)
         per_rank = len(self.sampler)
         if self.drop_remainder:
             self.steps_per_epoch = per_rank // self.batch_size
@@ -238,97 +222,6 @@ class DistributedInput:
             drop_remainder=self.drop_remainder,
             num_parallel_calls=num_parallel_calls,
         )
-
-    # -- configuration --------------------------------------------------------
-    def _resolve_batch_size(self, batch_size: int | None, global_batch_size: int | None) -> int:
-        if (batch_size is None) == (global_batch_size is None):
-            raise ConfigError("pass exactly one of batch_size (per replica) or global_batch_size")
-        if global_batch_size is not None:
-            g = int(global_batch_size)
-            if g < 1 or g % self.num_replicas:
-                raise ConfigError(
-                    f"global_batch_size={global_batch_size} must be a positive multiple of the "
-                    f"{self.num_replicas} replicas in sync"
-                )
-            return g // self.num_replicas
-        if isinstance(batch_size, bool) or int(batch_size) < 1:  # type: ignore[arg-type]
-            raise ConfigError(f"batch_size must be an integer >= 1 per replica, got {batch_size!r}")
-        return int(batch_size)  # type: ignore[arg-type]
-
-    def _resolve_sampler(self, spec: SamplerSpec, n: int, options: dict[str, Any]) -> Sampler:
-        w = self.num_replicas
-        if isinstance(spec, Sampler):
-            sampler = spec
-        elif isinstance(spec, str):
-            cls = _SAMPLER_NAMES.get(spec)
-            if cls is None:
-                raise ConfigError(
-                    f"sampler must be one of {sorted(_SAMPLER_NAMES)}, a tfdp Sampler or a "
-                    f"factory, got {spec!r}"
-                )
-            if cls is DistributedEvalSampler:
-                options.setdefault("multiple_of", self.batch_size)
-            else:
-                options.setdefault("seed", self.seed)
-            sampler = cls(n, w, 0, **options)
-        elif callable(spec):
-            sampler = spec(n, w, 0)
-            if not isinstance(sampler, Sampler):
-                raise ConfigError(
-                    f"the sampler factory must return a tfdp Sampler, got {type(sampler).__name__}"
-                )
-        else:
-            raise ConfigError(f"sampler must be a name, a tfdp Sampler or a factory, got {spec!r}")
-        if sampler.num_replicas != w:
-            raise ConfigError(
-                f"the sampler has num_replicas={sampler.num_replicas} but the strategy has "
-                f"{w} replicas in sync; build the sampler with num_replicas={w}"
-            )
-        if sampler.num_examples != n:
-            has = (
-                f"the stream holds {n} records per epoch (source.stream_length({w}))"
-                if self.streaming
-                else f"the source has {n}"
-            )
-            raise ConfigError(f"the sampler has num_examples={sampler.num_examples} but {has}")
-        if (
-            isinstance(sampler, DistributedSampler)
-            and sampler.padding is None
-            and not (sampler.drop_last or n % w == 0)
-        ):
-            raise ConfigError(
-                "DistributedSampler(padding=None) leaves ranks uneven, but replicas step "
-                "together; use padding='wrap' or 'random', drop_last=True, or sampler='eval'"
-            )
-        return sampler
-
-    @staticmethod
-    def _stream_index_sampler(sampler: Sampler, is_eval: bool) -> Sampler:
-        """The sampler that picks stream indices: ``sampler`` with the identity permutation.
-
-        On a stream the shuffle is done by the source (files and blocks), so the
-        sampler's own permutation is replaced by the identity; everything else
-        (padding, repeats, selection) is the sampler's arithmetic.
-        """
-        if is_eval:
-            raise ConfigError(
-                "sampler='eval' needs a random-access source (exact evaluation pads and "
-                "masks by index); convert the TFRecord files with tfdp.sources.write_tfrecords"
-                " to arrays or an image folder, or evaluate with sampler='distributed'"
-            )
-        if sampler.permutation is not None:
-            raise ConfigError(
-                "a sampler's permutation= orders examples by index, which a streaming source "
-                "cannot read; a stream is shuffled by the source (files and blocks, with "
-                "shuffle=True): drop permutation=, or use a random-access source"
-            )
-        if not isinstance(sampler, _ShufflingSampler):
-            raise ConfigError(
-                f"{type(sampler).__name__} has no shuffle option, which a streaming source "
-                "needs (the source shuffles, the sampler picks stream positions); use "
-                "DistributedSampler or RepeatAugSampler"
-            )
-        return sampler.replace(shuffle=False)
 
     # -- elastic resume -----------------------------------------------------------
     def resume_from(self, state: dict[str, Any] | None, step: int) -> None:
@@ -405,39 +298,7 @@ class DistributedInput:
             >>> DistributedInput(None, ArraySource(np.arange(8)), sampler=s,
             ...                  batch_size=4).check_permutation_agreement(0)  # one worker: ok
         """
-        fingerprint = self.sampler.permutation_fingerprint(int(epoch))
-        if fingerprint is None:
-            return
-        info = worker_info(self.strategy)
-        if info.num_workers < 2:
-            return
-        if self._gather_fingerprints is None:
-            strategy = self.strategy
-
-            @tf.function(autograph=False)
-            def gather(value: tf.Tensor) -> tf.Tensor:
-                def replica(v: tf.Tensor) -> tf.Tensor:
-                    ctx = tf.distribute.get_replica_context()
-                    return ctx.all_gather(v[tf.newaxis], axis=0)
-
-                rows = strategy.run(replica, args=(value,))
-                return strategy.experimental_local_results(rows)[0]
-
-            self._gather_fingerprints = gather
-        halves = [fingerprint & 0xFFFFFFFF, fingerprint >> 32]  # int64 holds either half
-        rows = self._gather_fingerprints(tf.constant(halves, tf.int64)).numpy().tolist()
-        firsts = rows[:: info.replicas_per_worker]  # a row per replica, a worker's in a run
-        per_worker = [low | high << 32 for low, high in firsts]
-        if len(set(per_worker)) > 1:
-            shown = ", ".join(f"worker {w}: {fp:016x}" for w, fp in enumerate(per_worker))
-            raise ConfigError(
-                f"permutation: the workers got different permutations for epoch {epoch + 1} "
-                f"(permutation({epoch}) fingerprints {shown}), so they would deal different "
-                "lists. permutation= must depend on the epoch alone, e.g. torch.randperm(N, "
-                "generator=torch.Generator().manual_seed(seed + epoch)), not one generator "
-                "shared by every call (see docs/guide.md, Porting from torch / timm)",
-                argument="permutation",
-            )
+        self._agreement.check(self.sampler, epoch)
 
     # -- per-rank pipelines -----------------------------------------------------
     def rank_entries(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
@@ -578,7 +439,7 @@ class DistributedInput:
         if num_epochs == 1:
             return first
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
-        if _same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
+        if same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
             idx, pos = arrays(first_epoch, 0)
             rest = tf.data.Dataset.range(first_epoch + 1, last).flat_map(
                 plain(lambda e: self._stream_epoch(e, idx, pos))
@@ -629,7 +490,8 @@ class DistributedInput:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
         if start_step < 0 or start_step > steps:
             raise ConfigError(
-                f"start_step must be in [0, steps_per_epoch={steps}], got {start_step}"
+                f"start_step must be in [0, steps_per_epoch={steps}], got {start_step}",
+                argument="start_step",
             )
 
     def rank_dataset(
@@ -652,7 +514,9 @@ class DistributedInput:
             [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
         """
         if not 0 <= rank < self.num_replicas:
-            raise ConfigError(f"rank must be in [0, {self.num_replicas}), got {rank}")
+            raise ConfigError(
+                f"rank must be in [0, {self.num_replicas}), got {rank}", argument="rank"
+            )
         self._check_start_step(start_step, first_epoch)
         if self.streaming:
             ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)

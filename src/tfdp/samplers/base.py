@@ -1,40 +1,22 @@
-"""Sampler objects: configuration, epoch, resumable position, and one rank's indices.
+"""The API every sampler shares: configuration, epoch, resumable position, elastic deal.
 
-This module owns the three samplers of tfdp and their shared API; the index
-arithmetic lives in :mod:`tfdp.indices`. Importing it imports NumPy only,
-never TensorFlow.
-
-Every sampler takes ``num_examples``, ``num_replicas`` and ``rank``; has
-``set_epoch(epoch)``; ``indices()`` returning this rank's epoch as a 1-D int64
-array (``indices(start, stop)`` computes only that slice, O(stop - start));
-``__len__``; ``__iter__`` (which resumes from a loaded position); a readable
-``__repr__``; and JSON-serialisable ``state_dict()`` / ``load_state_dict()``.
-
-Elastic resume: rank ``r``'s ``k``-th entry is position ``r + k * W`` of the
-epoch's *global* list (``global_indices``), so a state stores the global
-position reached, and ``load_state_dict(state, allow_world_size_change=True)``
-at another world size ``W'`` deals the rest of that epoch's list over the
-``W'`` ranks (:meth:`Sampler.follow`): every remaining entry exactly once. The
-next epoch follows ``W'``'s own plan.
-Every sampler accepts ``permutation=`` -- a callable ``epoch -> permutation of
-range(num_examples)`` that replaces the built-in shuffle -- so its output can
-be checked element for element against PyTorch given torch's own permutation.
-It is called once per epoch per process and its result kept (shared by the
-sampler's :meth:`~Sampler.with_rank` and :meth:`~Sampler.replace` copies), so
-every rank of a process deals the same list; :meth:`Sampler.permutation_fingerprint`
-lets workers compare theirs (``DistributedInput`` does, under several workers).
+This module owns :class:`Sampler` -- what tfdp's samplers have in common (see
+:mod:`tfdp.samplers` for the API and elastic resume) -- and the one state
+format they save (``state_dict`` / ``load_state_dict``). A sampler says how an
+epoch's global list is built by overriding its hooks (``_length``,
+``_compute``, ``_global_entries``, ``_config``). NumPy only.
 
 Example:
-    >>> s = RepeatAugSampler(1000, num_replicas=4, rank=1, selected_round=0)
-    >>> s.set_epoch(2)
-    >>> len(s), s.indices().shape
-    (250, (250,))
+    >>> from tfdp.samplers import DistributedSampler
+    >>> s = DistributedSampler(10, 2, 0)
+    >>> s.set_epoch(1)
+    >>> s.state_dict(position=2)["global_position"]
+    4
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
@@ -43,9 +25,9 @@ import numpy as np
 
 from tfdp import indices as _ix
 from tfdp._util import check_int, config_diffs
-from tfdp.errors import StateError
+from tfdp.errors import ConfigError, ConfigTypeError, StateError
 
-__all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "Sampler"]
+__all__ = ["PermutationCallable", "Sampler"]
 
 # The state format: "global_position" is the prefix of the epoch's global list consumed, and
 # "plan_replicas" the world size whose global list the epoch follows. One version is read.
@@ -83,20 +65,6 @@ class _PermutationCache:
             return perm
 
 
-def _is_positive_number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        return False
-    try:
-        return math.isfinite(float(value)) and value > 0
-    except OverflowError:
-        return False
-
-
-def _plain_number(value: Any) -> int | float:
-    """A Python int when integer-valued, else a Python float (JSON-safe, NumPy-free)."""
-    return int(value) if float(value).is_integer() else float(value)
-
-
 class Sampler:
     """The API shared by tfdp's samplers (not instantiated directly).
 
@@ -121,9 +89,10 @@ class Sampler:
         )
         self.seed = check_int("seed", seed, 0, _ix.MAX_SEED, " (an unsigned 64-bit integer)")
         if permutation is not None and not callable(permutation):
-            raise ValueError(
+            raise ConfigTypeError(
                 "permutation must be None or a callable (epoch) -> permutation of "
-                f"range(num_examples), got {type(permutation).__name__}"
+                f"range(num_examples), got {type(permutation).__name__}",
+                argument="permutation",
             )
         self.permutation = permutation
         self._perm_cache = (
@@ -168,6 +137,7 @@ class Sampler:
         """Entries of the epoch's global list: all ranks together (padded, or what is kept).
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> DistributedSampler(10, 4, 0).global_length  # padded to 12
             12
         """
@@ -179,9 +149,10 @@ class Sampler:
         Rank ``r``'s entry ``k`` is global position ``r + k * num_replicas``.
 
         Raises:
-            ValueError: for a position outside ``[0, global_length)``.
+            tfdp.errors.ConfigError: for a position outside ``[0, global_length)``.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> s = DistributedSampler(10, 4, 0, shuffle=False)
             >>> s.global_indices([0, 5, 10, 11]).tolist()
             [0, 5, 0, 1]
@@ -191,9 +162,10 @@ class Sampler:
         q = np.asarray(positions, dtype=np.int64).reshape(-1)
         total = self.global_length
         if q.size and (q.min() < 0 or q.max() >= total):
-            raise ValueError(
-                f"global positions must lie in [0, global_length={total}), got "
-                f"{int(q.min())}..{int(q.max())}"
+            raise ConfigError(
+                f"positions must lie in [0, global_length={total}), got "
+                f"{int(q.min())}..{int(q.max())}",
+                argument="positions",
             )
         return self._global_entries(q)
 
@@ -213,6 +185,7 @@ class Sampler:
         deals the same list. ``epoch`` defaults to the current one.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> s = DistributedSampler(4, 2, 0, permutation=lambda epoch: [3, 1, 0, 2])
             >>> s.permutation_fingerprint() == s.with_rank(1).permutation_fingerprint(0)
             True
@@ -230,6 +203,7 @@ class Sampler:
         """A sampler of the same configuration and epoch for another rank.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> DistributedSampler(10, 4, 0, shuffle=False).with_rank(3).indices().tolist()
             [3, 7, 1]
         """
@@ -243,6 +217,7 @@ class Sampler:
         """In an elastic epoch (:meth:`follow`), the rank-0 sampler whose list it deals, else None.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> DistributedSampler(10, 2, 0).plan is None
             True
         """
@@ -263,10 +238,11 @@ class Sampler:
         world size.
 
         Raises:
-            StateError: for a plan of another kind or configuration, or a
-                ``start`` outside ``[0, plan.global_length]``.
+            StateError: for a plan of another kind or configuration.
+            ConfigError: for a ``start`` outside ``[0, plan.global_length]``.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> plan = DistributedSampler(12, 2, 0, shuffle=False)  # stopped on 2 replicas
             >>> s = DistributedSampler(12, 3, 1, shuffle=False)
             >>> s.follow(plan, start=6)  # 6 entries consumed: [6, 12) dealt over 3
@@ -276,8 +252,10 @@ class Sampler:
         diffs = config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
         if type(plan) is not type(self) or diffs:
             raise StateError(
-                f"cannot follow a {plan._KIND} of another configuration: "
-                + ("; ".join(diffs) or f"kind {plan._KIND} vs {self._KIND}")
+                f"plan must be a {self._KIND} of this configuration (num_replicas aside), got "
+                f"a {plan._KIND} of another: "
+                + ("; ".join(diffs) or f"kind {plan._KIND} vs {self._KIND}"),
+                argument="plan",
             )
         check_int("start", start, 0, plan.global_length, " (a global position of the plan)")
         self.set_epoch(plan.epoch)
@@ -290,9 +268,10 @@ class Sampler:
         """A sampler of the same kind, rank and epoch with some constructor arguments changed.
 
         Raises:
-            ValueError: for an argument this sampler does not take.
+            tfdp.errors.ConfigError: for an argument this sampler does not take.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> s = DistributedSampler(10, 2, 1, seed=3)
             >>> s.replace(shuffle=False).indices().tolist()
             [1, 3, 5, 7, 9]
@@ -300,7 +279,11 @@ class Sampler:
         kwargs = {**self._config(), "permutation": self.permutation, "rank": self.rank}
         unknown = sorted(set(changes) - set(kwargs))
         if unknown:
-            raise ValueError(f"{self._KIND} takes no argument(s) {unknown}")
+            raise ConfigError(
+                f"{unknown[0]}: {self._KIND} takes no argument(s) {unknown}; it takes "
+                f"{sorted(kwargs)}",
+                argument=unknown[0],
+            )
         kwargs.update(changes)
         other = type(self)(**kwargs)
         if other.permutation is self.permutation and other.num_examples == self.num_examples:
@@ -312,6 +295,7 @@ class Sampler:
         """Select the epoch whose order :meth:`indices` returns (reseeds the shuffle).
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> s = DistributedSampler(10, 2, 0)
             >>> s.set_epoch(1)
             >>> s.epoch
@@ -331,6 +315,7 @@ class Sampler:
         Only the requested slice is computed. Returns a 1-D int64 array.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> s = DistributedSampler(10, 2, 1, shuffle=False)
             >>> s.indices().tolist(), s.indices(1, 3).tolist()
             ([1, 3, 5, 7, 9], [3, 5])
@@ -351,6 +336,7 @@ class Sampler:
         tfdp keys per-sample augmentation seeds on.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> DistributedSampler(10, 4, 2).positions(0, 3).tolist()
             [2, 6, 10]
         """
@@ -386,6 +372,7 @@ class Sampler:
                 iterated).
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> s = DistributedSampler(10, 2, 0)
             >>> s.set_epoch(3)
             >>> st = s.state_dict(position=2)
@@ -431,6 +418,7 @@ class Sampler:
             StateError: naming each field that differs, or a malformed state.
 
         Example:
+            >>> from tfdp.samplers import DistributedSampler
             >>> a = DistributedSampler(10, 2, 0); a.set_epoch(4)
             >>> b = DistributedSampler(10, 2, 1); b.load_state_dict(a.state_dict(position=1))
             >>> b.epoch, list(b)[:1] == b.indices(1, 2).tolist()
@@ -506,348 +494,3 @@ class Sampler:
             f"{self._KIND}(num_examples={self.num_examples}, rank={self.rank}, {args}, "
             f"epoch={self.epoch}, len={len(self)})"
         )
-
-
-class DistributedSampler(Sampler):
-    """``torch.utils.data.DistributedSampler``, exactly, plus the make_even variants.
-
-    The epoch's order is a permutation keyed by ``(seed, epoch)``. Without
-    ``drop_last`` the list is padded to a multiple of ``num_replicas``:
-    ``padding="wrap"`` (torch's) repeats its head as often as needed;
-    ``padding="random"`` (make_even) wraps when the shortfall is below
-    ``num_examples`` and otherwise appends random extra indices drawn from the
-    epoch's seeded generator, so every rank agrees; ``padding=None`` leaves
-    ranks uneven by at most one. With ``drop_last`` the tail is cut to a
-    multiple (``padding`` is then irrelevant). Rank ``r`` takes positions
-    ``r, r + W, ...``.
-
-    Args:
-        num_examples: Size of the data set.
-        num_replicas: World size (total replicas over all workers).
-        rank: This replica's global rank.
-        shuffle: Shuffle each epoch; False gives ``range(num_examples)`` order.
-        seed: Unsigned 64-bit seed; with the epoch it keys the shuffle.
-        drop_last: Drop the tail instead of padding.
-        padding: ``"wrap"``, ``"random"`` or ``None``.
-        permutation: Optional ``epoch -> permutation`` replacing the shuffle.
-
-    Example:
-        >>> s = DistributedSampler(10, num_replicas=4, rank=3, shuffle=False)
-        >>> s.indices().tolist()
-        [3, 7, 1]
-        >>> DistributedSampler(10, 4, 3, shuffle=False, drop_last=True).indices().tolist()
-        [3, 7]
-    """
-
-    _KIND = "DistributedSampler"
-    PADDINGS = ("wrap", "random", None)
-
-    def __init__(
-        self,
-        num_examples: int,
-        num_replicas: int,
-        rank: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = False,
-        padding: str | None = "wrap",
-        *,
-        permutation: PermutationCallable | None = None,
-    ) -> None:
-        super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
-        if padding not in self.PADDINGS:
-            raise ValueError(f"padding must be one of 'wrap', 'random' or None, got {padding!r}")
-        if drop_last and self.num_examples < self.num_replicas:
-            raise ValueError(
-                f"drop_last=True with num_examples={self.num_examples} < "
-                f"num_replicas={self.num_replicas} would give every rank an empty epoch; "
-                "use drop_last=False or fewer replicas"
-            )
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
-        self.padding = padding
-        self._len = _ix.distributed_num_samples(
-            self.num_examples,
-            self.num_replicas,
-            self.rank,
-            drop_last=self.drop_last,
-            padding=self.padding,
-        )
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            **super()._config(),
-            "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-            "padding": self.padding,
-        }
-
-    def _length(self) -> int:
-        return self._len
-
-    @property
-    def global_length(self) -> int:  # noqa: D102 - Sampler.global_length
-        return self.total_size
-
-    @property
-    def total_size(self) -> int:
-        """Length of the global list after padding or dropping (all ranks together)."""
-        if self.padding is None and not self.drop_last:
-            return self.num_examples
-        return self._len * self.num_replicas
-
-    def _compute(self, start: int, stop: int) -> np.ndarray:
-        perm = self._epoch_permutation(self.shuffle)
-        extra = None
-        shortfall = self.total_size - self.num_examples
-        if self.padding == "random" and not self.drop_last and shortfall >= self.num_examples:
-            extra = _ix.random_padding_ids(self.num_examples, shortfall, self.seed, self.epoch)
-        return _ix.distributed_indices(
-            perm,
-            self.num_examples,
-            self.num_replicas,
-            self.rank,
-            drop_last=self.drop_last,
-            padding=self.padding,
-            extra_ids=extra,
-            start=start,
-            stop=stop,
-        )
-
-    def _global_entries(self, positions: np.ndarray) -> np.ndarray:
-        perm = self._epoch_permutation(self.shuffle)
-        shortfall = self.total_size - self.num_examples
-        random_pad = self.padding == "random" and not self.drop_last
-        extra = None
-        if random_pad and shortfall >= self.num_examples:
-            extra = _ix.random_padding_ids(self.num_examples, shortfall, self.seed, self.epoch)
-        total = self.total_size if random_pad else self.num_examples
-        return _ix.distributed_entries(
-            perm, self.num_examples, positions, total=total, extra_ids=extra
-        )
-
-
-class RepeatAugSampler(Sampler):
-    """Repeated Augmentation: DeiT's ``RASampler`` and timm's ``RepeatAugSampler``.
-
-    Each permuted index is repeated ``num_repeats`` times in a row (timm's
-    non-integer repeats too: entry ``i`` is ``perm[floor(i / R)]`` for
-    ``i < ceil(R * N)``), the list is padded by wrapping to a multiple of
-    ``num_replicas``, rank ``r`` takes positions ``r, r + W, ...`` -- so with
-    ``W >= R`` the copies of a sample land on different ranks in the same
-    step -- and keeps the first
-    ``floor(N // selected_round * selected_round / selected_ratio)`` of them
-    (``ceil(N / selected_ratio)`` when ``selected_round=0``; the ratio defaults
-    to ``num_replicas``). Unlike DeiT and timm, whose order depends on the
-    epoch alone, ``seed`` keys the order too.
-
-    Args:
-        num_examples: Size of the data set.
-        num_replicas: World size.
-        rank: This replica's global rank.
-        num_repeats: Copies of each sample per epoch (``>= 1``, may be fractional).
-        shuffle: Shuffle each epoch.
-        seed: Unsigned 64-bit seed.
-        selected_round: Round the selected count down to multiples of this
-            (DeiT: 256); 0 disables rounding.
-        selected_ratio: Divide the data set size by this to get the per-rank
-            count (default: ``num_replicas``).
-        permutation: Optional ``epoch -> permutation`` replacing the shuffle.
-
-    Raises:
-        ValueError: for bad arguments, and when an epoch would select no sample
-            (DeiT's ``N < 256``), naming the fix.
-
-    Example:
-        >>> s = RepeatAugSampler(8, num_replicas=3, rank=0, shuffle=False, selected_round=0)
-        >>> s.indices().tolist()
-        [0, 1, 2]
-    """
-
-    _KIND = "RepeatAugSampler"
-
-    def __init__(
-        self,
-        num_examples: int,
-        num_replicas: int,
-        rank: int,
-        num_repeats: float = 3,
-        shuffle: bool = True,
-        seed: int = 0,
-        selected_round: int = 256,
-        selected_ratio: float | None = None,
-        *,
-        permutation: PermutationCallable | None = None,
-    ) -> None:
-        super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
-        if not _is_positive_number(num_repeats) or num_repeats < 1:
-            raise ValueError(f"num_repeats must be a finite number >= 1, got {num_repeats!r}")
-        self.selected_round = check_int("selected_round", selected_round, 0)
-        if selected_ratio is not None and not _is_positive_number(selected_ratio):
-            raise ValueError(
-                "selected_ratio must be None (num_replicas) or a number > 0, "
-                f"got {selected_ratio!r}"
-            )
-        self.num_repeats = _plain_number(num_repeats)
-        self.selected_ratio = None if selected_ratio is None else _plain_number(selected_ratio)
-        if self.selected_ratio is not None and not math.isfinite(
-            self.num_examples / self.selected_ratio
-        ):
-            raise ValueError(
-                f"selected_ratio={selected_ratio!r} is too small: num_examples / selected_ratio "
-                "must be finite"
-            )
-        self.shuffle = bool(shuffle)
-        self.num_samples, self.total_size, self.num_selected = _ix.repeat_aug_sizes(
-            self.num_examples,
-            self.num_replicas,
-            self.num_repeats,
-            self.selected_round,
-            self.selected_ratio,
-        )
-        if self.num_selected < 1:
-            ratio = self.num_replicas if selected_ratio is None else selected_ratio
-            raise ValueError(
-                f"RepeatAugSampler would select no sample per epoch: num_examples="
-                f"{self.num_examples} // selected_round={self.selected_round} * "
-                f"{self.selected_round} / selected_ratio={ratio} < 1. Pass a smaller "
-                f"selected_round (at most {self.num_examples}, e.g. selected_round=0 to keep "
-                f"ceil(num_examples / selected_ratio))"
-            )
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            **super()._config(),
-            "num_repeats": self.num_repeats,
-            "shuffle": self.shuffle,
-            "selected_round": self.selected_round,
-            "selected_ratio": self.selected_ratio,
-        }
-
-    def _length(self) -> int:
-        return self.num_selected
-
-    def _global_entries(self, positions: np.ndarray) -> np.ndarray:
-        perm = self._epoch_permutation(self.shuffle)
-        return _ix.repeat_aug_entries(perm, self.num_examples, self.num_repeats, positions)
-
-    def _compute(self, start: int, stop: int) -> np.ndarray:
-        perm = self._epoch_permutation(self.shuffle)
-        return _ix.repeat_aug_indices(
-            perm,
-            self.num_examples,
-            self.num_replicas,
-            self.rank,
-            self.num_repeats,
-            start=start,
-            stop=stop,
-        )
-
-
-class DistributedEvalSampler(Sampler):
-    """Exact distributed evaluation: equal-length ranks plus a mask of the padding.
-
-    Pads ``range(num_examples)`` by wrapping like
-    ``DistributedSampler(shuffle=False)`` so every replica runs the same number
-    of steps (optionally to a multiple of ``multiple_of``, e.g. the per-replica
-    batch size, so every batch is full), and :meth:`mask` says which entries
-    are real. Weighting padding 0 makes distributed metrics equal to a
-    single-device pass over the whole set -- unlike timm's
-    ``OrderedDistributedSampler``, whose padding counts twice.
-
-    Args:
-        num_examples: Size of the evaluation set.
-        num_replicas: World size.
-        rank: This replica's global rank.
-        multiple_of: Pad each rank's share to a multiple of this (default 1).
-        permutation: Optional ``epoch -> permutation`` (default: the identity).
-
-    Example:
-        >>> s = DistributedEvalSampler(5, num_replicas=2, rank=1)
-        >>> s.indices().tolist(), s.mask().tolist()
-        ([1, 3, 0], [True, True, False])
-    """
-
-    _KIND = "DistributedEvalSampler"
-
-    def __init__(
-        self,
-        num_examples: int,
-        num_replicas: int,
-        rank: int,
-        multiple_of: int = 1,
-        *,
-        permutation: PermutationCallable | None = None,
-    ) -> None:
-        super().__init__(num_examples, num_replicas, rank, permutation=permutation)
-        self.multiple_of = check_int("multiple_of", multiple_of, 1)
-        self._len = _ix.eval_num_samples(self.num_examples, self.num_replicas, self.multiple_of)
-
-    def _config(self) -> dict[str, Any]:
-        cfg = super()._config()
-        cfg.pop("seed")
-        return {**cfg, "multiple_of": self.multiple_of}
-
-    def _length(self) -> int:
-        return self._len
-
-    def _global_entries(self, positions: np.ndarray) -> np.ndarray:
-        return self._epoch_permutation(shuffle=False)(positions % self.num_examples)
-
-    def _compute(self, start: int, stop: int) -> np.ndarray:
-        return self.indices_and_mask(start, stop)[0]
-
-    def follow(self, plan: Sampler, start: int = 0) -> None:
-        """Refused: exact evaluation has no position to continue, it runs whole at any world size.
-
-        Raises:
-            StateError: always.
-
-        Example:
-            >>> DistributedEvalSampler(4, 2, 0).follow(DistributedEvalSampler(4, 1, 0))
-            Traceback (most recent call last):
-            ...
-            tfdp.errors.StateError: a DistributedEvalSampler has no position to continue: exact evaluation runs whole at any world size
-        """  # noqa: E501
-        raise StateError(
-            "a DistributedEvalSampler has no position to continue: exact evaluation "
-            "runs whole at any world size"
-        )
-
-    def indices_and_mask(
-        self, start: int = 0, stop: int | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`indices` and :meth:`mask` together, computed once.
-
-        Example:
-            >>> idx, mask = DistributedEvalSampler(3, 2, 1).indices_and_mask()
-            >>> idx.tolist(), mask.tolist()
-            ([1, 0], [True, False])
-        """
-        return _ix.eval_indices(
-            self._epoch_permutation(shuffle=False),
-            self.num_examples,
-            self.num_replicas,
-            self.rank,
-            multiple_of=self.multiple_of,
-            start=start,
-            stop=stop,
-        )
-
-    def mask(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """True where the entry is a real sample, False where it is padding.
-
-        Example:
-            >>> DistributedEvalSampler(3, 2, 1).mask().tolist()
-            [True, False]
-        """
-        return self.positions(start, stop) < self.num_examples
-
-    def weights(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """:meth:`mask` as float32 sample weights (1 real, 0 padding).
-
-        Example:
-            >>> DistributedEvalSampler(3, 2, 1).weights().tolist()
-            [1.0, 0.0]
-        """
-        return self.mask(start, stop).astype(np.float32)
