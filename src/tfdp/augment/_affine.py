@@ -33,6 +33,9 @@ import tensorflow as tf
 
 __all__ = ["AFFINE_INTERPOLATIONS", "affine", "rotation"]
 
+#: The interpolation's arithmetic: double, as PIL's.
+DTYPE = tf.float64
+
 #: The resampling filters of :func:`affine` (PIL's names).
 AFFINE_INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
 
@@ -77,6 +80,7 @@ def affine(
     matrices: tf.Tensor,
     interpolation: str,
     fill: Sequence[float],
+    axes: str = "xy",
 ) -> tf.Tensor:
     """PIL's affine transform of each 8-bit-valued image by its matrix (see the module docstring).
 
@@ -85,60 +89,99 @@ def affine(
         matrices: ``[B, 6]``: PIL's ``(a, b, c, d, e, f)`` per sample (output -> input).
         interpolation: ``"nearest"``, ``"bilinear"`` or ``"bicubic"``.
         fill: The fill colour, one value per channel (or one for all).
+        axes: ``"xy"``; or ``"x"`` for matrices that keep every row (``d, e, f = 0, 1,
+            0``: shears and translations along x), ``"y"`` for those that keep every
+            column (``a, b, c = 1, 0, 0``): PIL's interpolation across the kept axis
+            weighs the pixel itself by exactly 1, so only the other axis' taps are
+            read (4 per pixel instead of 16) -- the same values.
 
     Returns:
         float32 ``[B, H, W, C]``, integer values.
     """
+    if axes == "y":  # the transposed image, rows and columns (and the matrix) swapped
+        m = tf.cast(matrices, tf.float64)
+        swapped = tf.stack([m[:, 4], m[:, 3], m[:, 5], m[:, 1], m[:, 0], m[:, 2]], axis=1)
+        out = affine(tf.transpose(images, [0, 2, 1, 3]), swapped, interpolation, fill, "x")
+        return tf.transpose(out, [0, 2, 1, 3])
     shape = tf.shape(images)
     batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
     m = tf.cast(matrices, tf.float64)
-    flat = tf.reshape(images, [batch, -1, channels])  # [B, HW, C]
-
-    def gather(rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
-        rows = tf.clip_by_value(rows, 0, height - 1)
-        cols = tf.clip_by_value(cols, 0, width - 1)
-        return tf.gather(flat, rows * width + cols, batch_dims=1)
-
-    gy, gx = tf.meshgrid(tf.range(height), tf.range(width), indexing="ij")
-    gx, gy = tf.reshape(gx, [1, -1]), tf.reshape(gy, [1, -1])  # [1, HW]
-    if interpolation == "nearest":
-        out, inside = _nearest(m, gx, gy, height, width)
-        out = gather(*out)
-    else:
-        xs, ys = (tf.cast(g, tf.float64) + 0.5 for g in (gx, gy))
-        xs, ys = (  # [B, HW], in double as PIL
-            m[:, 0:1] * xs + m[:, 1:2] * ys + m[:, 2:3],
-            m[:, 3:4] * xs + m[:, 4:5] * ys + m[:, 5:6],
-        )
-        w_f, h_f = tf.cast(width, tf.float64), tf.cast(height, tf.float64)
-        inside = (xs >= 0.0) & (xs < w_f) & (ys >= 0.0) & (ys < h_f)
-        xs, ys = xs - 0.5, ys - 0.5
-        x0, y0 = tf.floor(xs), tf.floor(ys)
-        dx, dy = xs - x0, ys - y0
-        x0, y0 = tf.cast(x0, tf.int32), tf.cast(y0, tf.int32)
-        taps = 2 if interpolation == "bilinear" else 4
-        first = 0 if taps == 2 else -1
-        offsets = tf.range(first, first + taps)
-        rows = y0[..., tf.newaxis, tf.newaxis] + offsets[:, tf.newaxis]  # [B, HW, taps, 1]
-        cols = x0[..., tf.newaxis, tf.newaxis] + offsets  # [B, HW, 1, taps]
-        values = tf.cast(gather(rows, cols), tf.float64)  # [B, HW, taps, taps, C]
-        dx, dy = dx[..., tf.newaxis], dy[..., tf.newaxis]  # [B, HW, 1]
-        if taps == 2:  # each row along x, then the rows along y, as PIL
-            top, bottom = (_linear(values[:, :, r, 0], values[:, :, r, 1], dx) for r in (0, 1))
-            out = _linear(top, bottom, dy)
-        else:
-            per_row = [_cubic(*(values[:, :, r, k] for k in range(4)), dx) for r in range(4)]
-            out = _cubic(*per_row, dy)  # [B, HW, C]
-        out = tf.cast(tf.floor(tf.clip_by_value(out, 0.0, 255.0)), tf.float32)
     fill_value = tf.broadcast_to(tf.constant(fill, tf.float32), [channels])
-    out = tf.where(inside[..., tf.newaxis], out, fill_value)
-    return tf.reshape(out, shape)
+    if interpolation == "nearest":
+        flat = tf.reshape(images, [batch, -1, channels])  # [B, HW, C]
+        gy, gx = tf.meshgrid(tf.range(height), tf.range(width), indexing="ij")
+        rows, cols = _nearest(m, tf.reshape(gx, [1, -1]), tf.reshape(gy, [1, -1]))
+        h64, w64 = tf.cast(height, tf.int64), tf.cast(width, tf.int64)
+        inside = (cols >= 0) & (cols < w64) & (rows >= 0) & (rows < h64)
+        rows = tf.cast(tf.clip_by_value(rows, 0, h64 - 1), tf.int32)
+        cols = tf.cast(tf.clip_by_value(cols, 0, w64 - 1), tf.int32)
+        out = tf.gather(flat, rows * width + cols, batch_dims=1)
+        out = tf.where(inside[..., tf.newaxis], out, fill_value)
+        return tf.reshape(out, shape)
+    gx = tf.range(width, dtype=tf.float64)[tf.newaxis, tf.newaxis, :] + 0.5  # [1, 1, W]
+    gy = tf.range(height, dtype=tf.float64)[tf.newaxis, :, tf.newaxis] + 0.5  # [1, H, 1]
+    coef = [m[:, k, tf.newaxis, tf.newaxis] for k in range(6)]  # [B, 1, 1] each
+    xs = coef[0] * gx + coef[1] * gy + coef[2]  # [B, H, W], in double as PIL
+    inside = (xs >= 0.0) & (xs < tf.cast(width, tf.float64))
+    taps = 2 if interpolation == "bilinear" else 4
+    pad = taps // 2  # the taps of x0 in [-1, W - 1] lie in [-pad, W - 1 + pad]
+    x0 = tf.floor(xs - 0.5)
+    dx = tf.cast(xs - 0.5 - x0, DTYPE)[..., tf.newaxis]  # [B, H, W, 1]
+    # PIL clamps each tap to the image: the image edge-padded, and each pixel's taps side by
+    # side in its last axis, so that one gather per pixel (and row) reads all of them --
+    # TensorFlow's gather costs per index, not per byte.
+    col = tf.clip_by_value(tf.cast(x0, tf.int32) + 1, 0, width)  # first tap in the padding
+    if axes == "x":  # every row kept: the taps along x of the pixel's own row
+        wide = _taps_side_by_side(images, taps, pad)  # [B, H, W + 1, taps * C]
+        values = tf.cast(tf.gather(wide, col, axis=2, batch_dims=2), DTYPE)  # [B, H, W, taps C]
+        values = tf.reshape(values, tf.concat([shape[:3], [taps, channels]], 0))
+        out = _interpolate(tf.unstack(values, taps, axis=3), dx)
+    else:
+        ys = coef[3] * gx + coef[4] * gy + coef[5]
+        inside &= (ys >= 0.0) & (ys < tf.cast(height, tf.float64))
+        y0 = tf.floor(ys - 0.5)
+        dy = tf.cast(ys - 0.5 - y0, DTYPE)[..., tf.newaxis]
+        rows = _edge_pad(images, pad, axis=1)  # [B, H + 2 pad, W, C]
+        wide = _taps_side_by_side(rows, taps, pad)  # [B, H + 2 pad, W + 1, taps * C]
+        row = tf.clip_by_value(tf.cast(y0, tf.int32) + 1, 0, height)  # first tap row
+        row = row + tf.reshape(tf.range(taps), [taps, 1, 1, 1])  # [taps, B, H, W]
+        start = tf.reshape(tf.range(batch) * (height + 2 * pad), [1, -1, 1, 1])
+        index = (start + row) * (width + 1) + col
+        flat = tf.reshape(wide, [-1, taps * channels])
+        values = tf.cast(tf.gather(flat, index), DTYPE)  # [rows, B, H, W, cols * C]
+        values = tf.reshape(values, tf.concat([[taps], shape[:3], [taps, channels]], 0))
+        per_row = _interpolate(tf.unstack(values, taps, axis=4), dx)  # [rows, B, H, W, C]
+        out = _interpolate(tf.unstack(per_row, taps), dy)  # rows along x, then along y, as PIL
+    out = tf.cast(tf.floor(tf.clip_by_value(out, 0.0, 255.0)), tf.float32)
+    return tf.where(inside[..., tf.newaxis], out, fill_value)
 
 
-def _nearest(
-    m: tf.Tensor, gx: tf.Tensor, gy: tf.Tensor, height: tf.Tensor, width: tf.Tensor
-) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """PIL's nearest affine (``affine_fixed``): source pixels in 16.16 fixed point, and which exist.
+def _edge_pad(images: tf.Tensor, pad: int, axis: int) -> tf.Tensor:
+    """``images`` with ``pad`` copies of the first and last row (``axis=1``) or column (2)."""
+    first = tf.gather(images, [0] * pad, axis=axis)
+    last = tf.gather(images, tf.fill([pad], tf.shape(images)[axis] - 1), axis=axis)
+    return tf.concat([first, images, last], axis=axis)
+
+
+def _taps_side_by_side(images: tf.Tensor, taps: int, pad: int) -> tf.Tensor:
+    """``[B, H, W + 1, taps * C]``: at column ``j``, edge-padded columns ``j .. j + taps - 1``."""
+    padded = _edge_pad(images, pad, axis=2)  # [B, H, W + 2 pad, C]
+    width = tf.shape(images)[2]
+    return tf.concat([padded[:, :, k : k + width + 1] for k in range(taps)], axis=3)
+
+
+def _interpolate(values: list[tf.Tensor], d: tf.Tensor) -> tf.Tensor:
+    """PIL's bilinear (2 taps) or cubic (4 taps) of ``values`` at fraction ``d`` ``[..., 1]``.
+
+    ``d`` is tiled to the values' channels first: TensorFlow's CPU kernels
+    broadcast a last axis of 1 several times slower than they multiply alike shapes.
+    """
+    d = tf.tile(d, tf.concat([tf.ones([d.shape.rank - 1], tf.int32), tf.shape(values[0])[-1:]], 0))
+    return _linear(*values, d) if len(values) == 2 else _cubic(*values, d)
+
+
+def _nearest(m: tf.Tensor, gx: tf.Tensor, gy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """PIL's nearest affine (``affine_fixed``): the source pixels (int64), in 16.16 fixed point.
 
     PIL's ``FIX(v) = floor(v * 65536 + 0.5)`` of the matrix (the offsets
     taken at the pixel centres), integer steps per pixel, ``>> 16``.
@@ -153,6 +196,4 @@ def _nearest(
     x, y = tf.cast(gx, tf.int64), tf.cast(gy, tf.int64)
     cols = tf.bitwise.right_shift(a2 + y * a1 + x * a0, 16)
     rows = tf.bitwise.right_shift(a5 + y * a4 + x * a3, 16)
-    inside = (cols >= 0) & (cols < tf.cast(width, tf.int64))
-    inside &= (rows >= 0) & (rows < tf.cast(height, tf.int64))
-    return (tf.cast(rows, tf.int32), tf.cast(cols, tf.int32)), inside
+    return rows, cols

@@ -9,6 +9,13 @@ a batch of one -- what the window path's per-image stages and the per-example
 path hand them -- and through ``tf.map_fn`` over the samples otherwise, so
 every path computes a sample with the same ops: bit-identical results.
 
+:func:`compiled` compiles such a unit with XLA: a chain of elementwise ops
+and gathers over an image runs as one loop instead of a kernel (and a pass
+over memory) per op -- RandAugment's bicubic rotation took 20 ms per 224x224
+image op by op and 5 ms compiled, its shears 6 ms and 1 ms (one thread). XLA
+compiles once per image shape (at its first use in a process) and the same
+compiled code serves every path, so the paths still agree bit for bit.
+
 Example:
     >>> import tensorflow as tf
     >>> double = lambda images, params: images * params[:, :1, tf.newaxis, tf.newaxis]
@@ -22,7 +29,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-__all__ = ["each_sample"]
+__all__ = ["compiled", "each_sample"]
 
 
 def each_sample(
@@ -42,3 +49,20 @@ def each_sample(
 
     spec = tf.TensorSpec(images.shape[1:], tf.float32)
     return tf.map_fn(one, (images, params), fn_output_signature=spec)
+
+
+def compiled(fn: Callable[..., tf.Tensor], jit_compile: bool = True) -> Callable[..., tf.Tensor]:
+    """``fn`` as a ``tf.function`` compiled with XLA (``jit_compile``), or ``fn`` itself.
+
+    Traced without AutoGraph (tfdp's own graph code), generalising the image
+    shape after a few (``reduce_retracing``).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> double = compiled(lambda x: x * 2.0)
+        >>> float(double(tf.constant(1.5)))
+        3.0
+    """
+    if not jit_compile:
+        return fn
+    return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False)

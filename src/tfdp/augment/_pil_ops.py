@@ -31,7 +31,11 @@ function            PIL's definition (Pillow 13), and how it is reproduced
 ==================  =========================================================================
 
 Each function works on whole batches; sample ``b`` depends only on image
-``b`` and argument ``b`` (integer sums: no reduction order to differ).
+``b`` and argument ``b`` (integer sums: no reduction order to differ). The
+stages call them on a batch of one (:mod:`tfdp.augment._each`), where an
+argument is a scalar and a per-channel value a tiled row: TensorFlow's CPU
+kernels broadcast a ``[B, 1, 1, 1]`` or a length-``C`` operand several times
+slower than they run a plain elementwise op (see :mod:`tfdp.augment._fast`).
 
 Example:
     >>> import tensorflow as tf
@@ -42,8 +46,11 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
+from tfdp.augment._fast import per_channel
 from tfdp.errors import ConfigError
 
 __all__ = [
@@ -64,9 +71,28 @@ __all__ = [
 ]
 
 
-def _per_sample(values: tf.Tensor) -> tf.Tensor:
-    """A ``[B]`` argument as ``[B, 1, 1, 1]`` float32, to broadcast over images."""
-    return tf.reshape(tf.cast(values, tf.float32), [-1, 1, 1, 1])
+def _per_sample(values: Any, images: tf.Tensor) -> tf.Tensor:
+    """A ``[B]`` argument against ``images``: a scalar for a batch of one, else ``[B, 1, 1, 1]``."""
+    values = tf.cast(values, tf.float32)
+    if images.shape[0] == 1:
+        return tf.reshape(values, [])
+    return tf.reshape(values, [-1, 1, 1, 1])
+
+
+def _channel_index(images: tf.Tensor) -> tf.Tensor:
+    """int32 ``v + 256 * (b * C + c)``: each value's entry in per-(sample, channel) tables."""
+    channels = images.shape[-1]
+    offsets = tuple(256.0 * c for c in range(channels))
+    index = tf.cast(per_channel(images, offsets, tf.add), tf.int32)
+    if images.shape[0] == 1:
+        return index
+    offsets = tf.range(tf.shape(images)[0]) * (256 * channels)
+    return index + offsets[:, tf.newaxis, tf.newaxis, tf.newaxis]
+
+
+def _lookup(images: tf.Tensor, tables: tf.Tensor) -> tf.Tensor:
+    """``images`` through per-(sample, channel) tables ``[B, C, 256]``: one gather."""
+    return tf.gather(tf.reshape(tf.cast(tables, tf.float32), [-1]), _channel_index(images))
 
 
 def quantize(images: tf.Tensor) -> tf.Tensor:
@@ -91,7 +117,7 @@ def blend(degenerate: tf.Tensor, images: tf.Tensor, factor: tf.Tensor) -> tf.Ten
         >>> blend(tf.zeros([1, 1, 1, 1]), tf.fill([1, 1, 1, 1], 201.0), [0.5]).numpy().item()
         100.0
     """
-    f = _per_sample(factor)
+    f = _per_sample(factor, images)
     return tf.clip_by_value(tf.floor(degenerate + f * (images - degenerate)), 0.0, 255.0)
 
 
@@ -115,15 +141,17 @@ def grayscale(images: tf.Tensor) -> tf.Tensor:
     """
     if _channels(images) == 1:
         return images
-    rgb = tf.cast(images, tf.int32)
-    weights = tf.constant([19595, 38470, 7471], tf.int32)
-    level = tf.bitwise.right_shift(tf.reduce_sum(rgb * weights, -1, keepdims=True) + 0x8000, 16)
-    return tf.cast(level, tf.float32)
+    # A matrix product: every partial sum is an integer below 2**24, exact in float32.
+    weights = tf.constant([[19595.0], [38470.0], [7471.0]])
+    shape = tf.shape(images)
+    total = tf.matmul(tf.reshape(images, [-1, 3]), weights) + 0x8000
+    level = tf.floor(total / 65536.0)  # the >> 16 (a power of two: exact)
+    return tf.reshape(level, tf.concat([shape[:3], [1]], 0))
 
 
 def color(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
     """``ImageEnhance.Color(img).enhance(factor)``: saturation (0: gray, 1: unchanged)."""
-    return blend(tf.broadcast_to(grayscale(images), tf.shape(images)), images, factor)
+    return blend(tf.tile(grayscale(images), [1, 1, 1, images.shape[-1]]), images, factor)
 
 
 def contrast(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
@@ -132,7 +160,7 @@ def contrast(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
     total = tf.reduce_sum(level, axis=[1, 2, 3])
     count = tf.cast(tf.reduce_prod(tf.shape(level)[1:3]), tf.int64)
     mean = tf.math.floordiv(2 * total + count, 2 * count)  # int(total / count + 0.5), exactly
-    return blend(_per_sample(mean), images, factor)
+    return blend(_per_sample(mean, images), images, factor)
 
 
 def brightness(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
@@ -143,21 +171,15 @@ def brightness(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
 def _smooth(images: tf.Tensor) -> tf.Tensor:
     """PIL's ``ImageFilter.SMOOTH``: ``[[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13``, rounded.
 
-    The border pixels are kept.
-
-    The sums are of integers (exact in float32); ``(s + 6.5) / 13`` is never
-    within 0.03 of a rounding boundary, so PIL's float32 kernel rounds alike.
+    The border pixels are kept. The sums are of integers (exact in float32);
+    ``(s + 6.5) / 13`` is never within 0.03 of a rounding boundary, so PIL's
+    float32 kernel rounds alike.
     """
-    channels = images.shape[-1]
-    kernel = tf.constant([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]])
-    kernel = tf.tile(kernel[:, :, tf.newaxis, tf.newaxis], [1, 1, channels, 1])
-    sums = tf.nn.depthwise_conv2d(images, kernel, [1, 1, 1, 1], "SAME")
-    smooth = tf.floor((sums + 6.5) / 13.0)
-    shape = tf.shape(images)
-    rows = tf.range(shape[1])[:, tf.newaxis]
-    cols = tf.range(shape[2])[tf.newaxis, :]
-    inner = (rows > 0) & (rows < shape[1] - 1) & (cols > 0) & (cols < shape[2] - 1)
-    return tf.where(inner[tf.newaxis, :, :, tf.newaxis], smooth, images)
+    rows = images[:, :-2] + images[:, 1:-1] + images[:, 2:]  # [B, H - 2, W, C]
+    sums = rows[:, :, :-2] + rows[:, :, 1:-1] + rows[:, :, 2:] + 4.0 * images[:, 1:-1, 1:-1]
+    inner = tf.floor((sums + 6.5) / 13.0)
+    inner = tf.concat([images[:, 1:-1, :1], inner, images[:, 1:-1, -1:]], axis=2)
+    return tf.concat([images[:, :1], inner, images[:, -1:]], axis=1)
 
 
 def sharpness(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
@@ -178,19 +200,20 @@ def posterize(images: tf.Tensor, bits: tf.Tensor) -> tf.Tensor:
         >>> posterize(tf.constant([[[[255.0, 100.0]]]]), [2]).numpy().ravel().tolist()
         [192.0, 64.0]
     """
-    bits = tf.clip_by_value(_per_sample(bits), 0.0, 8.0)
+    bits = tf.clip_by_value(_per_sample(bits, images), 0.0, 8.0)
     step = tf.pow(2.0, 8.0 - bits)  # a power of two: exact
     return tf.floor(images / step) * step
 
 
 def solarize(images: tf.Tensor, threshold: tf.Tensor) -> tf.Tensor:
     """``ImageOps.solarize(img, threshold)``: values ``>= threshold`` inverted."""
-    return tf.where(images < _per_sample(threshold), images, 255.0 - images)
+    return tf.where(images < _per_sample(threshold, images), images, 255.0 - images)
 
 
 def solarize_add(images: tf.Tensor, add: tf.Tensor, threshold: float = 128.0) -> tf.Tensor:
     """The ``solarize_add`` of timm: ``min(255, v + add)`` below ``threshold``, else unchanged."""
-    return tf.where(images < threshold, tf.minimum(images + _per_sample(add), 255.0), images)
+    add = _per_sample(add, images)
+    return tf.where(images < threshold, tf.minimum(images + add, 255.0), images)
 
 
 def autocontrast(images: tf.Tensor) -> tf.Tensor:
@@ -205,14 +228,14 @@ def autocontrast(images: tf.Tensor) -> tf.Tensor:
         >>> autocontrast(tf.constant([[[[50.0], [100.0], [150.0]]]])).numpy().ravel().tolist()
         [0.0, 127.0, 255.0]
     """
-    lo = tf.cast(tf.reduce_min(images, axis=[1, 2], keepdims=True), tf.float64)
-    hi = tf.cast(tf.reduce_max(images, axis=[1, 2], keepdims=True), tf.float64)
+    lo = tf.cast(tf.reduce_min(images, axis=[1, 2]), tf.float64)[..., tf.newaxis]  # [B, C, 1]
+    hi = tf.cast(tf.reduce_max(images, axis=[1, 2]), tf.float64)[..., tf.newaxis]
     spread = hi > lo
     scale = 255.0 / tf.where(spread, hi - lo, 1.0)
     offset = -lo * scale
-    stretched = tf.floor(tf.cast(images, tf.float64) * scale + offset)
-    stretched = tf.cast(tf.clip_by_value(stretched, 0.0, 255.0), tf.float32)
-    return tf.where(spread, stretched, images)
+    levels = tf.range(256, dtype=tf.float64)
+    table = tf.clip_by_value(tf.floor(levels * scale + offset), 0.0, 255.0)  # PIL's table
+    return _lookup(images, tf.where(spread, table, levels))
 
 
 def equalize(images: tf.Tensor) -> tf.Tensor:
@@ -230,10 +253,12 @@ def equalize(images: tf.Tensor) -> tf.Tensor:
     """
     shape = tf.shape(images)
     batch, channels = shape[0], shape[3]
-    levels = tf.cast(images, tf.int32)
-    per_channel = tf.reshape(tf.transpose(levels, [0, 3, 1, 2]), [batch * channels, -1])
-    hist = tf.math.bincount(per_channel, minlength=256, maxlength=256, axis=-1)  # [BC, 256]
-    hist = tf.cast(hist, tf.int64)
+    index = _channel_index(images)
+    flat = tf.reshape(index, [-1])
+    # A segment sum, not bincount: bincount's size depends on the values, which XLA would
+    # take for a constant (a new compilation for every image).
+    hist = tf.math.unsorted_segment_sum(tf.ones_like(flat), flat, batch * channels * 256)
+    hist = tf.reshape(tf.cast(hist, tf.int64), [-1, 256])  # [BC, 256]
     used = hist > 0
     last = 255 - tf.argmax(tf.reverse(tf.cast(used, tf.int32), [1]), axis=1, output_type=tf.int32)
     last_count = tf.gather(hist, last, batch_dims=1)
@@ -245,11 +270,7 @@ def equalize(images: tf.Tensor) -> tf.Tensor:
     table = tf.minimum((safe // 2 + below) // safe, 255)
     identity = tf.broadcast_to(tf.range(256, dtype=tf.int64), tf.shape(table))
     table = tf.where(keep[:, tf.newaxis], identity, table)  # [BC, 256]
-    table = tf.reshape(tf.cast(table, tf.float32), [batch, channels * 256])
-    index = levels + tf.range(channels) * 256  # channel c's table at c * 256
-    out = tf.gather(table, tf.reshape(index, [batch, -1]), batch_dims=1)
-    return tf.reshape(out, shape)
-
+    return tf.gather(tf.cast(tf.reshape(table, [-1]), tf.float32), index)
 
 def _f32(x: tf.Tensor) -> tf.Tensor:
     return tf.cast(x, tf.float32)

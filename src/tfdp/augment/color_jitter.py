@@ -69,7 +69,7 @@ class ColorJitter(Augmentation):
         self.spec = ColorJitterSpec(brightness, contrast, saturation, hue)
 
     @classmethod
-    def from_timm(cls, color_jitter: Any, *, image_key: str = "image") -> ColorJitter:
+    def from_timm(cls, color_jitter: Any, **kwargs: Any) -> ColorJitter:
         """From timm's ``color_jitter``: a number ``v`` means ``(v, v, v)``, or 3 or 4 values.
 
         Example:
@@ -77,7 +77,7 @@ class ColorJitter(Augmentation):
             ('brightness', 'contrast', 'saturation')
         """
         spec = ColorJitterSpec.from_timm(color_jitter)
-        return cls(spec.brightness, spec.contrast, spec.saturation, spec.hue, image_key=image_key)
+        return cls(spec.brightness, spec.contrast, spec.saturation, spec.hue, **kwargs)
 
     def draw_count(self) -> int:
         """8 uniforms per sample: the order (4) and the four factors."""

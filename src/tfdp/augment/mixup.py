@@ -284,9 +284,10 @@ class Mixup:
             cutmix = u[:, 1] < spec.switch_prob
         else:
             cutmix = tf.fill(tf.shape(mixed), spec.cutmix_alpha > 0)
-        lam_mix = beta(u[:, 6 : 6 + BETA_UNIFORMS], spec.mixup_alpha) if spec.mixup_alpha else 1.0
-        lam_cut = beta(u[:, 6 + BETA_UNIFORMS :], spec.cutmix_alpha) if spec.cutmix_alpha else 1.0
-        lam = tf.where(mixed, tf.where(cutmix, lam_cut, lam_mix), 1.0)
+        one = tf.ones_like(u[:, 0])
+        lam_mix = beta(u[:, 6 : 6 + BETA_UNIFORMS], spec.mixup_alpha) if spec.mixup_alpha else one
+        lam_cut = beta(u[:, 6 + BETA_UNIFORMS :], spec.cutmix_alpha) if spec.cutmix_alpha else one
+        lam = tf.where(mixed, tf.where(cutmix, lam_cut, lam_mix), one)
         cutmix &= mixed
         box, corrected = cutmix_box(
             lam, u[:, 2:6], height, width, spec.cutmix_minmax, spec.correct_lam
@@ -301,7 +302,8 @@ class Mixup:
             params = MixParams(*(tf.gather(t, first) for t in params))
             middle = index == batch - 1 - index
             return params._replace(
-                lam=tf.where(middle, 1.0, params.lam), cutmix=params.cutmix & ~middle
+                lam=tf.where(middle, tf.ones_like(params.lam), params.lam),
+                cutmix=params.cutmix & ~middle,
             )
         return params
 
