@@ -54,21 +54,55 @@ from tfdp.augment._fast import per_channel
 from tfdp.errors import ConfigError
 
 __all__ = [
+    "as_double",
     "autocontrast",
     "blend",
     "brightness",
     "color",
     "contrast",
+    "div",
     "equalize",
     "grayscale",
     "hue",
     "invert",
+    "mul",
     "posterize",
     "quantize",
     "sharpness",
     "solarize",
     "solarize_add",
 ]
+
+
+def mul(a: Any, b: Any) -> tf.Tensor:
+    """``a * b`` (float64), kept as written through Grappler.
+
+    Grappler's constant folding reassociates chains of products by constants
+    (``x / c1 * c2`` into ``x * (c2 / c1)``), an ulp away from timm's Python
+    -- enough to move a truncated pixel -- and only in the graphs it folds
+    (not the window loader's): ``multiply_no_nan`` is not folded so, and
+    equals ``a * b`` for finite values.
+
+    Example:
+        >>> float(mul(div(10.0, 10.0), 0.45) * 40.0)
+        18.0
+    """
+    return tf.math.multiply_no_nan(as_double(a), as_double(b))
+
+
+def as_double(x: Any) -> tf.Tensor:
+    """``x`` as float64 (a Python number directly: ``tf.cast`` would round it to float32 first).
+
+    Example:
+        >>> float(as_double(1.8))
+        1.8
+    """
+    return tf.cast(x, tf.float64) if tf.is_tensor(x) else tf.constant(x, tf.float64)
+
+
+def div(a: Any, b: Any) -> tf.Tensor:
+    """``a / b`` (float64, ``b`` nonzero), kept as written through Grappler (see :func:`mul`)."""
+    return tf.math.divide_no_nan(as_double(a), as_double(b))
 
 
 def _per_sample(values: Any, images: tf.Tensor) -> tf.Tensor:
@@ -81,7 +115,7 @@ def _per_sample(values: Any, images: tf.Tensor) -> tf.Tensor:
 
 def _channel_index(images: tf.Tensor) -> tf.Tensor:
     """int32 ``v + 256 * (b * C + c)``: each value's entry in per-(sample, channel) tables."""
-    channels = images.shape[-1]
+    channels = _channels(images)
     offsets = tuple(256.0 * c for c in range(channels))
     index = tf.cast(per_channel(images, offsets, tf.add), tf.int32)
     if images.shape[0] == 1:
@@ -125,7 +159,8 @@ def _channels(images: tf.Tensor) -> int:
     channels = images.shape[-1]
     if channels not in (1, 3):
         raise ConfigError(
-            f"colour operations take images with 1 or 3 channels (L or RGB), got {channels}",
+            f"colour operations take images with 1 or 3 channels (L or RGB), known when the "
+            f"graph is built; got {channels}",
             argument="images",
         )
     return int(channels)
@@ -315,7 +350,7 @@ def hue(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
     shift = tf.cast(tf.reshape(_f64(factor) * 255.0, [-1, 1, 1]), tf.int32)  # np.int32(f * 255)
     uh = tf.math.floormod(uh + shift, 256)
     # Back to RGB (hsv2rgb): sector i, remainder f, and the rounded p, q, t.
-    scaled = _f64(_f32(uh)) * 6.0 / 255.0
+    scaled = div(mul(_f32(uh), 6.0), 255.0)  # (float)h * 6.0 / 255.0
     sector = tf.floor(scaled)
     f = _f32(scaled - sector)
     fs = _f32(_f64(_f32(us)) / 255.0)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
 
+from tfdp.augment._pil_ops import as_double
 from tfdp.augment.base import as_images, get_image, put_image
 from tfdp.augment.spec import MixupSpec
 from tfdp.errors import ConfigError
@@ -71,7 +72,7 @@ def mixup_target(
     on = 1.0 - smoothing + off
     y1 = tf.one_hot(tf.cast(labels, tf.int32), num_classes, on_value=on, off_value=off)
     y2 = tf.reverse(y1, [0])
-    lam = tf.cast(lam, tf.float64)
+    lam = as_double(lam)
     if lam.shape.rank:
         lam = lam[:, tf.newaxis]
     return y1 * tf.cast(lam, tf.float32) + y2 * tf.cast(1.0 - lam, tf.float32)
@@ -111,8 +112,8 @@ def cutmix_box(
         >>> box.numpy().tolist(), lam.numpy().tolist()
         ([[2, 6, 2, 6]], [0.75])
     """
-    lam = tf.cast(lam, tf.float64)
-    u = tf.cast(u, tf.float64)
+    lam = as_double(lam)
+    u = as_double(u)
     h, w = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
     if minmax is None:  # rand_bbox
         ratio = tf.sqrt(1.0 - lam)

@@ -10,51 +10,42 @@ Example:
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from tfdp.augment import _pil_ops as pil
-from tfdp.augment._affine import AFFINE_INTERPOLATIONS, affine, rotation
-from tfdp.augment._each import compiled, each_sample
+from tfdp.augment._affine import AFFINE_INTERPOLATIONS
+from tfdp.augment._each import each_sample
+from tfdp.augment._rand_ops import IMAGENET_FILL, rand_ops
 from tfdp.augment.base import Augmentation
 from tfdp.augment.spec import MAX_LEVEL, RandAugmentSpec, parse_rand_augment
 from tfdp.errors import ConfigError
 from tfdp.random.distributions import normal
 
-__all__ = ["IMAGENET_FILL", "RandAugment"]
+__all__ = ["IMAGENET_FILL", "RandAugment", "RandDecisions"]
 
-#: timm's fill colour with ImageNet's mean (``round(255 * IMAGENET_DEFAULT_MEAN)``), DeiT's.
-IMAGENET_FILL = (124.0, 116.0, 104.0)
 #: Uniforms per layer: op choice, apply, magnitude noise (2), sign, resampling filter.
 _PER_LAYER = 6
 
 
-@functools.cache
-def _resampler(axes: str, method: str, fill: tuple[float, ...], jit_compile: bool) -> Callable:
-    """The affine resampling of one kind, compiled with XLA once per process (and image shape).
+class RandDecisions(NamedTuple):
+    """What a sample's RandAugment draws decide, per layer (:meth:`RandAugment.decisions`).
 
-    XLA speeds up the pixel work without changing a value beyond the
-    interpolation's rounding; the matrices are computed outside it, in double
-    as timm's Python. The blends are not compiled: XLA fuses their
-    multiply-add, rounding once where PIL rounds twice.
+    Attributes:
+        op: int32 ``[B, num_layers]``: the op's index in ``spec.ops``.
+        applied: bool: the op is applied (probability ``prob``).
+        level: float64: the magnitude, noise added and clipped.
+        negate: bool: the random sign of the signed ops.
+        bicubic: bool: bicubic rather than bilinear (``interpolation="random"``).
     """
-    return compiled(
-        functools.partial(affine, interpolation=method, fill=fill, axes=axes), jit_compile
-    )
 
-
-@functools.cache
-def _equalizer(jit_compile: bool) -> Callable:
-    """PIL's equalize (integer arithmetic), compiled with XLA once per process."""
-    return compiled(pil.equalize, jit_compile)
-
-
-def _signed(value: tf.Tensor, negate: tf.Tensor) -> tf.Tensor:
-    """The ``_randomly_negate`` of timm: ``-value`` where ``negate``."""
-    return tf.where(negate, -value, value)
+    op: tf.Tensor
+    applied: tf.Tensor
+    level: tf.Tensor
+    negate: tf.Tensor
+    bicubic: tf.Tensor
 
 
 class RandAugment(Augmentation):
@@ -148,13 +139,7 @@ class RandAugment(Augmentation):
             )
         self.fill = tuple(float(v) for v in fills)
         self.jit_compile = bool(jit_compile)
-        resamplers = ("bicubic", "bilinear") if interpolation == "random" else (interpolation,)
-        self._affine = {
-            (axes, method): _resampler(axes, method, self.fill, self.jit_compile)
-            for axes in ("x", "y", "xy")
-            for method in resamplers
-        }
-        self._equalize = _equalizer(self.jit_compile)
+        self._ops = rand_ops(self.spec.ops, self.fill, interpolation, self.jit_compile)
 
     @classmethod
     def from_string(cls, text: str, **kwargs: Any) -> RandAugment:
@@ -187,112 +172,49 @@ class RandAugment(Augmentation):
             )
         return each_sample(self._one, images, params)
 
-    # -- one sample ------------------------------------------------------------------------
-    def _choices(self, params: tf.Tensor) -> list[tf.Tensor]:
-        """Each layer's op index (int32 scalar) from one sample's draws."""
+    def decisions(self, params: tf.Tensor) -> RandDecisions:
+        """What the draws ``params`` ``[B, draw_count()]`` decide, per sample and layer.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> ra = RandAugment(magnitude=9, prob=1.0)
+            >>> d = ra.decisions(ra.draw(tf.constant([[0, 0], [0, 1]], tf.int64)))
+            >>> tuple(d.op.shape), bool(tf.reduce_all(d.applied)), float(d.level[0, 0])
+            ((2, 2), True, 9.0)
+        """
         spec, n = self.spec, self.spec.num_layers
         count = len(spec.ops)
+        layers = tf.reshape(params[:, : _PER_LAYER * n], [-1, n, _PER_LAYER])
         if spec.weighted:  # Gumbel top-k: numpy.random.choice without replacement, p=weights
-            u = params[0, _PER_LAYER * n :]
-            gumbel = -tf.math.log(-tf.math.log(u + 2.0**-25))
+            gumbel = -tf.math.log(-tf.math.log(params[:, _PER_LAYER * n :] + 2.0**-25))
             scores = tf.math.log(tf.constant(spec.weights, tf.float32)) + gumbel
-            top = tf.math.top_k(scores, n).indices
-            return [top[k] for k in range(n)]
-        picks = tf.cast(params[0, 0 : _PER_LAYER * n : _PER_LAYER] * count, tf.int32)
-        return [tf.minimum(picks[k], count - 1) for k in range(n)]
-
-    def _level(self, u1: tf.Tensor, u2: tf.Tensor) -> tf.Tensor:
-        """The drawn magnitude (float64 ``[1]``), clipped as timm's ``AugmentOp`` does."""
-        spec = self.spec
+            op = tf.math.top_k(scores, n).indices
+        else:  # uniform, with replacement
+            op = tf.minimum(tf.cast(layers[..., 0] * count, tf.int32), count - 1)
         magnitude = tf.constant(float(spec.magnitude), tf.float64)
-        u1, u2 = tf.cast(u1, tf.float64), tf.cast(u2, tf.float64)
+        u1, u2 = tf.cast(layers[..., 2], tf.float64), tf.cast(layers[..., 3], tf.float64)
         if spec.magnitude_std == float("inf"):
             level = u1 * magnitude
         elif spec.magnitude_std > 0:
             level = magnitude + spec.magnitude_std * normal(u1, u2)
         else:
             level = tf.broadcast_to(magnitude, tf.shape(u1))
-        return tf.clip_by_value(level, 0.0, spec.bound)
-
-    def _one(self, image: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
-        image = pil.quantize(image)
-        choices = self._choices(params)
-        for layer, choice in enumerate(choices):
-            p = params[:, _PER_LAYER * layer : _PER_LAYER * (layer + 1)]
-            level = self._level(p[:, 2], p[:, 3])
-            negate = p[:, 4] > 0.5  # timm: -v if random() > 0.5
-            bicubic = p[0, 5] < 0.5
-            branches = [
-                functools.partial(self._op, name, image, level, negate, bicubic)
-                for name in self.spec.ops
-            ]
-            image = tf.cond(
-                p[0, 1] < self.spec.prob,
-                lambda c=choice, b=branches: tf.switch_case(c, b),
-                lambda i=image: i,
-            )
-            image.set_shape(params.shape[:1].concatenate(image.shape[1:]))
-        return image
-
-    def _geometric(
-        self, image: tf.Tensor, matrices: tf.Tensor, bicubic: tf.Tensor, axes: str
-    ) -> tf.Tensor:
-        if self.interpolation != "random":
-            return self._affine[axes, self.interpolation](image, matrices)
-        return tf.cond(
-            bicubic,
-            lambda: self._affine[axes, "bicubic"](image, matrices),
-            lambda: self._affine[axes, "bilinear"](image, matrices),
+        return RandDecisions(
+            op=op,
+            applied=layers[..., 1] < spec.prob,  # timm: skipped if random() > prob
+            level=tf.clip_by_value(level, 0.0, spec.bound),
+            negate=layers[..., 4] > 0.5,  # timm: -v if random() > 0.5
+            bicubic=layers[..., 5] < 0.5,
         )
 
-    def _op(
-        self, name: str, image: tf.Tensor, level: tf.Tensor, negate: tf.Tensor, bicubic: tf.Tensor
-    ) -> tf.Tensor:
-        """The op ``name`` at ``level`` (its ``LEVEL_TO_ARG``, in float64 as timm's Python)."""
-        fraction = level / MAX_LEVEL
-        shape = tf.shape(image)
-        height, width = shape[1], shape[2]
-        one, zero = tf.ones_like(level), tf.zeros_like(level)
-        base = name.removesuffix("Increasing")
-        increasing = name != base
-        if base in ("Color", "Contrast", "Brightness", "Sharpness"):
-            if increasing:
-                factor = tf.maximum(1.0 + _signed(fraction * 0.9, negate), 0.1)
-            else:
-                factor = fraction * 1.8 + 0.1
-            fn = {"Color": pil.color, "Contrast": pil.contrast, "Brightness": pil.brightness,
-                  "Sharpness": pil.sharpness}[base]  # fmt: skip
-            return fn(image, tf.cast(factor, tf.float32))  # PIL's float alpha
-        if base == "Posterize":
-            bits = tf.floor(fraction * 4)
-            return pil.posterize(image, 4 - bits if increasing else bits)
-        if base == "Solarize":
-            threshold = tf.minimum(tf.floor(fraction * 256), 256.0)
-            return pil.solarize(image, 256 - threshold if increasing else threshold)
-        if name == "SolarizeAdd":
-            return pil.solarize_add(image, tf.minimum(tf.floor(fraction * 110), 128.0))
-        if name == "AutoContrast":
-            return pil.autocontrast(image)
-        if name == "Equalize":
-            return self._equalize(image)
-        if name == "Invert":
-            return pil.invert(image)
-        axes = "y" if name in ("ShearY", "TranslateYRel") else "x"
-        if name == "Rotate":
-            axes = "xy"
-            matrices = rotation(_signed(fraction * 30.0, negate), height, width)
-        elif name in ("ShearX", "ShearY"):
-            shear = _signed(fraction * 0.3, negate)
-            row = [one, shear, zero, zero, one, zero] if name == "ShearX" else [
-                one, zero, zero, shear, one, zero]  # fmt: skip
-            matrices = tf.stack(row, axis=1)
-        elif name in ("TranslateXRel", "TranslateYRel"):
-            pct = _signed(fraction * 0.45, negate)  # timm's translate_pct
-            if name == "TranslateXRel":
-                row = [one, zero, pct * tf.cast(width, tf.float64), zero, one, zero]
-            else:
-                row = [one, zero, zero, zero, one, pct * tf.cast(height, tf.float64)]
-            matrices = tf.stack(row, axis=1)
-        else:  # pragma: no cover - the spec's op names are all handled above
-            raise ConfigError(f"unknown RandAugment op {name!r}")
-        return self._geometric(image, matrices, bicubic, axes)
+    # -- one sample ------------------------------------------------------------------------
+    def _one(self, image: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        image = pil.quantize(image)
+        d = self.decisions(params)
+        for layer in range(self.spec.num_layers):
+            image = self._ops.layer(
+                image, d.op[0, layer], d.applied[0, layer], d.level[:, layer],
+                d.negate[:, layer], d.bicubic[0, layer],
+            )  # fmt: skip
+            image.set_shape(params.shape[:1].concatenate(image.shape[1:]))
+        return image
