@@ -139,6 +139,32 @@ def cutmix_box(
     return box, lam
 
 
+def _mix(images: tf.Tensor, partner: tf.Tensor, params: MixParams) -> tf.Tensor:
+    """``images`` (``[..., H, W, C]``) mixed with ``partner`` by one draw (scalar ``params``).
+
+    Scalars and a mask of the image's own shape, broadcast over the leading
+    axis only: TensorFlow's CPU kernels broadcast a ``[B, 1, 1, 1]`` weight or
+    a ``[B, H, W, 1]`` mask several times slower than they run an elementwise op.
+    """
+
+    def cut() -> tf.Tensor:
+        shape = tf.shape(images)
+        rows = tf.range(shape[-3])[:, tf.newaxis]
+        cols = tf.range(shape[-2])[tf.newaxis, :]
+        top, bottom, left, right = tf.unstack(params.box)
+        inside = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)
+        inside = tf.tile(inside[..., tf.newaxis], tf.stack([1, 1, shape[-1]]))
+        return tf.where(inside, partner, images)
+
+    def blend() -> tf.Tensor:  # float32 weights, as torch's x.mul_(lam) + x_flip.mul_(1 - lam)
+        lam = params.lam
+        return images * tf.cast(lam, tf.float32) + partner * tf.cast(1.0 - lam, tf.float32)
+
+    return tf.cond(
+        params.cutmix, cut, lambda: tf.cond(params.lam != 1.0, blend, lambda: images)
+    )
+
+
 class Mixup:
     """timm's ``Mixup`` (``timm.data.mixup``) as a batch stage: each replica's batch is mixed.
 
@@ -329,18 +355,17 @@ class Mixup:
         """
         images = tf.cast(images, tf.float32)
         partner = tf.reverse(images, [0])
+        if self.spec.mode == "batch":  # one lambda and one box: scalars and one mask, batched
+            first = MixParams(*(t[0] for t in params))
+            out = _mix(images, partner, first)
+        else:  # each sample its own, with the same arithmetic
+            spec = tf.TensorSpec(images.shape[1:], tf.float32)
+            out = tf.map_fn(
+                lambda a: _mix(a[0], a[1], MixParams(*a[2:])),
+                (images, partner, *params),
+                fn_output_signature=spec,
+            )
         lam = params.lam
-        weight = tf.reshape(tf.cast(lam, tf.float32), [-1, 1, 1, 1])
-        rest = tf.reshape(tf.cast(1.0 - lam, tf.float32), [-1, 1, 1, 1])
-        blended = images * weight + partner * rest
-        blend = tf.reshape((lam != 1.0) & ~params.cutmix, [-1, 1, 1, 1])
-        shape = tf.shape(images)
-        rows = tf.range(shape[1])[tf.newaxis, :, tf.newaxis]
-        cols = tf.range(shape[2])[tf.newaxis, tf.newaxis, :]
-        top, bottom, left, right = (params.box[:, k, tf.newaxis, tf.newaxis] for k in range(4))
-        inside = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)
-        pasted = (inside & params.cutmix[:, tf.newaxis, tf.newaxis])[..., tf.newaxis]
-        out = tf.where(pasted, partner, tf.where(blend, blended, images))
         if self.spec.num_classes is not None:
             limit = tf.cast(self.spec.num_classes, labels.dtype)
             check = tf.debugging.Assert(
