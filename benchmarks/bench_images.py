@@ -307,6 +307,16 @@ def wait_idle(limit: float = 10.0) -> None:
             return
 
 
+def timed_batches(strategy, it, warmup: int, window: int, check) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of ``window`` batches of ``it`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        check(strategy, next(it))
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    for _ in range(window):
+        check(strategy, next(it))
+    return time.perf_counter() - t0, cpu_seconds() - c0
+
+
 def touch(strategy, batch) -> None:
     images = batch[0]
     for t in strategy.experimental_local_results(images):
@@ -343,12 +353,7 @@ def run_window(
         samples.append((t_first - t0, t_built - t0, t_iter - t_built))
         if k < firsts - 1:
             del it, dds
-    for _ in range(warmup):
-        touch(strategy, next(it))
-    t1, c1 = time.perf_counter(), cpu_seconds()
-    for _ in range(window):
-        touch(strategy, next(it))
-    wall, cpu = time.perf_counter() - t1, cpu_seconds() - c1
+    wall, cpu = timed_batches(strategy, it, warmup, window, touch)
     del it, dds
     images = window * GLOBAL_BATCH
     first, build, iterator = (float(np.median(column)) for column in zip(*samples, strict=True))
@@ -585,12 +590,7 @@ def deit_tfdp_window(strategy, inp, epoch: int, warmup: int, window: int) -> dic
     """Images/s and CPU ms per image of tfdp's DeiT input over ``window`` global batches."""
     wait_idle()
     it = iter(inp.epochs(epoch, None))
-    for _ in range(warmup):
-        touch_deit(strategy, next(it))
-    t0, c0 = time.perf_counter(), cpu_seconds()
-    for _ in range(window):
-        touch_deit(strategy, next(it))
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    wall, cpu = timed_batches(strategy, it, warmup, window, touch_deit)
     del it
     images = window * GLOBAL_BATCH
     return {"rate": images / wall, "cpu_ms": cpu / images * 1e3}

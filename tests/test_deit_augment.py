@@ -274,6 +274,28 @@ def test_the_deit_pipeline_is_the_same_on_every_path(tmp_path, mirrored_of):
     assert (targets.max(1) < 0.9).any()  # some batches were mixed
 
 
+def test_the_guides_deit_example_runs(tmp_path, mirrored_of):
+    """docs/guide.md's DeiT pipeline, at 16 pixels and a global batch of 4: soft targets."""
+    import re
+    from pathlib import Path
+
+    import tfdp
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "Mixup" in b]
+    block = block.replace("224", "16").replace("global_batch_size=1024", "global_batch_size=4")
+    scope = {"tfdp": tfdp, "strategy": mirrored_of(2), "root": write_folder(
+        tmp_path / "photos", 4, classes=3, sizes=((30, 40),), seed=2)}  # fmt: skip
+    exec(block, scope)
+    images, targets = next(iter(scope["inp"].epoch(0)))
+    for x, y in zip(*(scope["strategy"].experimental_local_results(t) for t in (images, targets)),
+                    strict=True):  # fmt: skip
+        assert x.shape == (2, 16, 16, 3) and x.dtype == tf.float32
+        assert y.shape == (2, 1000) and np.allclose(y.numpy().sum(1), 1.0, atol=1e-5)
+        assert y.numpy().max() < 1.0  # smoothed (and mixed)
+    assert scope["loss"](y, tf.zeros_like(y)).shape == (2,)  # one loss per sample
+
+
 # ------------------------------------------------------------------ timm's distributions
 
 
