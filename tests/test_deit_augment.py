@@ -284,6 +284,8 @@ def test_the_guides_deit_example_runs(tmp_path, mirrored_of):
     guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
     (block,) = [b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "Mixup" in b]
     block = block.replace("224", "16").replace("global_batch_size=1024", "global_batch_size=4")
+    block = block.replace('"repeat_aug",', '"repeat_aug", sampler_options={"selected_round": 0},')
+    assert "selected_round" in block
     scope = {"tfdp": tfdp, "strategy": mirrored_of(2), "root": write_folder(
         tmp_path / "photos", 4, classes=3, sizes=((30, 40),), seed=2)}  # fmt: skip
     exec(block, scope)
