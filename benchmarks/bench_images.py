@@ -33,8 +33,9 @@ devices, global batch 128), through ``strategy.distribute_datasets_from_function
   image folder used before the window path (whole file decoded, then the
   augmentation on a batch of one), with ``sampler="repeat_aug"``.
 
-* ``deit_vs_timm`` (when timm is installed; ``--deit-only`` runs it alone,
-  ``--no-deit`` skips it): DeiT's whole training input (issue 26) -- Repeated
+* ``deit_vs_timm`` (when timm is installed; after the others in the full mode,
+  alone with ``--deit-only``, left out by ``--quick`` without ``--deit-only``
+  and by ``--no-deit``): DeiT's whole training input (issue 26) -- Repeated
   Augmentation 3, RandomResizedCrop bicubic (low-pass filtered as PIL's
   resize), flip, RandAugment ``rand-m9-mstd0.5-inc1``, colour jitter 0.3 as
   timm applies it (not next to RandAugment), normalise, RandomErasing 0.25
@@ -67,7 +68,7 @@ Usage (on a shared machine, under the lock, e.g.
 ``flock /work/notes/bench.lock .venv/bin/python benchmarks/bench_images.py``):
     python benchmarks/bench_images.py            # 3,000 images, 7 rounds (~15 min on 2 cores)
     python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
-    python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's only
+    python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's (~1 min)
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -818,7 +819,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         heads["epoch_boundary_batch_vs_median_batch_tfdp_ra"] = boundary / typical
         heads["first_batch_in_stream_ra_vs_model_garden"] = boundary / mg_boundary
-    if not args.no_deit:
+    if not (args.no_deit or args.quick):  # --quick --deit-only: DeiT's part alone, quick
         heads.update(deit_vs_timm(strategy, root, cfg))
     print()
     checks = (
