@@ -185,6 +185,24 @@ def color_jitter_cases(image: Any, cases: list[tuple]) -> list[Any]:
     return out
 
 
+def resized_crop_cases(image: Any, cases: list[tuple]) -> list[Any]:
+    """timm's ``RandomResizedCropAndInterpolation`` on uint8 ``image`` for given boxes.
+
+    A case is ``(top, left, height, width, size, interpolation)``: what ``get_params``
+    returns, the output side and timm's interpolation name. Returns the uint8 outputs.
+    """
+    import numpy as np
+    from PIL import Image
+    from timm.data.transforms import RandomResizedCropAndInterpolation
+
+    out = []
+    for top, left, h, w, size, interpolation in cases:
+        crop = RandomResizedCropAndInterpolation(size, interpolation=interpolation)
+        crop.get_params = lambda *a, box=(top, left, h, w), **k: box
+        out.append(np.asarray(crop(Image.fromarray(np.asarray(image, np.uint8)))))
+    return out
+
+
 def soft_target_losses(logits: Any, targets: Any) -> Any:
     """timm's ``SoftTargetCrossEntropy`` of each sample alone (its mean over a batch of one)."""
     import numpy as np
