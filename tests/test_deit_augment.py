@@ -237,8 +237,8 @@ def test_an_id_and_copy_gets_the_same_augmentation_on_1_and_3_replicas(mirrored_
 
 def test_the_deit_pipeline_is_the_same_on_every_path(tmp_path, mirrored_of):
     """Window decoding, whole files per example, and decoded arrays batched: bit for bit, with
-    Mixup / CutMix on each replica's batch."""
-    root = write_folder(tmp_path / "photos", 8, classes=3, sizes=((30, 40),), seed=8)
+    Mixup / CutMix on each replica's batch; and so is a resume in the middle of the epoch."""
+    root = write_folder(tmp_path / "photos", 16, classes=3, sizes=((30, 40),), seed=8)
     folder = ImageFolderSource(root)
     decoded = [folder.load(i) for i in range(folder.num_examples)]
     arrays = ArraySource((np.stack([x.numpy() for x, _ in decoded]),
@@ -269,7 +269,15 @@ def test_the_deit_pipeline_is_the_same_on_every_path(tmp_path, mirrored_of):
         for a, b in zip(runs[0], other, strict=True):
             for x, y in zip(a, b, strict=True):
                 np.testing.assert_array_equal(x, y)
-    targets = np.concatenate([s[2] for s in runs[0]])
+    # a mid-epoch resume (here on the arrays' path) gives the rest of the epoch, Mixup included
+    resumed = [[t.numpy() for t in (*strategy.experimental_local_results(images),
+                                    *strategy.experimental_local_results(targets))]
+               for images, targets in paths[2].epoch(1, start_step=1)]  # fmt: skip
+    assert len(resumed) == len(runs[2]) - 1 >= 1
+    for a, b in zip(runs[2][1:], resumed, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+    targets = np.concatenate([t for s in runs[0] for t in s[2:]])
     assert targets.shape[1] == 3 and np.allclose(targets.sum(1), 1.0, atol=1e-6)
     assert (targets.max(1) < 0.9).any()  # some batches were mixed
 
