@@ -303,7 +303,7 @@ def test_the_guides_deit_example_runs(tmp_path, mirrored_of):
         assert x.shape == (2, 16, 16, 3) and x.dtype == tf.float32
         assert y.shape == (2, 1000) and np.allclose(y.numpy().sum(1), 1.0, atol=1e-5)
         assert y.numpy().max() < 1.0  # smoothed (and mixed)
-    assert scope["loss"](y, tf.zeros_like(y)).shape == (2,)  # one loss per sample
+    assert scope["criterion"](y, tf.zeros_like(y)).shape == (2,)  # one loss per sample
 
 
 # ------------------------------------------------------------------ timm's distributions
