@@ -11,7 +11,8 @@ Example:
     >>> import tensorflow as tf
     >>> ops = rand_ops(("Invert",), (0.0,), "bicubic", False)
     >>> image = tf.fill([1, 2, 2, 1], 10.0)
-    >>> args = (0, True, tf.constant([5.0], tf.float64), tf.constant([False]), True)
+    >>> op, applied, level = tf.constant(0), tf.constant(True), tf.constant([5.0], tf.float64)
+    >>> args = (op, applied, level, tf.constant([False]), tf.constant(True))
     >>> ops.layer(image, *args)[0, 0, 0, 0].numpy().item()
     245.0
 """
