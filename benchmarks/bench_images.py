@@ -614,8 +614,9 @@ def deit_vs_timm(strategy, root: Path, cfg: dict) -> dict[str, float]:
     """
     import importlib.util
 
-    if importlib.util.find_spec("timm") is None:
-        print("\ndeit_vs_timm: timm is not installed, skipped")
+    missing = [m for m in ("torch", "torchvision", "timm") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"\ndeit_vs_timm: {', '.join(missing)} not installed, skipped")
         return {}
     workers = os.cpu_count() or 1
     half = GLOBAL_BATCH // REPLICAS
