@@ -33,6 +33,20 @@ devices, global batch 128), through ``strategy.distribute_datasets_from_function
   image folder used before the window path (whole file decoded, then the
   augmentation on a batch of one), with ``sampler="repeat_aug"``.
 
+* ``deit_vs_timm`` (when timm is installed; after the others in the full mode,
+  alone with ``--deit-only``, left out by ``--quick`` without ``--deit-only``
+  and by ``--no-deit``): DeiT's whole training input (issue 26) -- Repeated
+  Augmentation 3, RandomResizedCrop bicubic (low-pass filtered as PIL's
+  resize), flip, RandAugment ``rand-m9-mstd0.5-inc1``, colour jitter 0.3 as
+  timm applies it (not next to RandAugment), normalise, RandomErasing 0.25
+  ``pixel``, Mixup 0.8 / CutMix 1.0 (switch 0.5, smoothing 0.1) on each
+  replica's batch -- in tfdp against timm's own training loader
+  (``timm.data.create_loader(..., auto_augment='rand-m9-mstd0.5-inc1',
+  re_prob=0.25, ...)``, a torch DataLoader with one worker per core, timm's
+  ``Mixup`` per batch in the main process as DeiT's loop), run by
+  ``_timm_loader.py`` in a subprocess (torchvision and TensorFlow cannot share
+  a process). The two sides take turns, each timed while the other is idle.
+
 How it measures. One process. Each round visits every pipeline in turn (the
 order rotates): from an idle process it builds a new epoch's dataset, creates
 its iterator and takes its first batch, ``FIRST_SAMPLES`` times
@@ -54,6 +68,7 @@ Usage (on a shared machine, under the lock, e.g.
 ``flock /work/notes/bench.lock .venv/bin/python benchmarks/bench_images.py``):
     python benchmarks/bench_images.py            # 3,000 images, 7 rounds (~15 min on 2 cores)
     python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
+    python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's (~1 min)
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -63,6 +78,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import gc
+import json
 import os
 import platform
 import resource
@@ -292,6 +308,16 @@ def wait_idle(limit: float = 10.0) -> None:
             return
 
 
+def timed_batches(strategy, it, warmup: int, window: int, check) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of ``window`` batches of ``it`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        check(strategy, next(it))
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    for _ in range(window):
+        check(strategy, next(it))
+    return time.perf_counter() - t0, cpu_seconds() - c0
+
+
 def touch(strategy, batch) -> None:
     images = batch[0]
     for t in strategy.experimental_local_results(images):
@@ -328,12 +354,7 @@ def run_window(
         samples.append((t_first - t0, t_built - t0, t_iter - t_built))
         if k < firsts - 1:
             del it, dds
-    for _ in range(warmup):
-        touch(strategy, next(it))
-    t1, c1 = time.perf_counter(), cpu_seconds()
-    for _ in range(window):
-        touch(strategy, next(it))
-    wall, cpu = time.perf_counter() - t1, cpu_seconds() - c1
+    wall, cpu = timed_batches(strategy, it, warmup, window, touch)
     del it, dds
     images = window * GLOBAL_BATCH
     first, build, iterator = (float(np.median(column)) for column in zip(*samples, strict=True))
@@ -478,6 +499,183 @@ def breakdown(root: Path, count: int = 120) -> dict[str, float]:
     return out
 
 
+# --------------------------------------------------------------------------- DeiT vs timm
+# A part of its own: DeiT's whole training input (issue 26) in tfdp and in timm, side by side.
+DEIT_AUTO_AUGMENT = "rand-m9-mstd0.5-inc1"
+DEIT_TIMM_SCRIPT = Path(__file__).resolve().parent / "_timm_loader.py"
+
+
+def deit_augment(classes: int):
+    """DeiT's training augmentation (its ``main.py`` defaults) as tfdp stages.
+
+    RandomResizedCrop (bicubic, low-pass filtered as PIL's resize), flip, RandAugment
+    ``rand-m9-mstd0.5-inc1``, colour jitter 0.3 as timm applies it next to RandAugment (not
+    at all), normalisation, random erasing 0.25 ``pixel``, then Mixup 0.8 / CutMix 1.0 (switch
+    0.5, smoothing 0.1) on each replica's batch.
+    """
+    from tfdp import augment
+    from tfdp.augment.spec import color_jitter_applies
+
+    stages = [
+        augment.RandomResizedCrop(SIZE, interpolation="bicubic", antialias=True),
+        augment.RandomFlip(),
+        augment.RandAugment.from_string(DEIT_AUTO_AUGMENT),
+    ]
+    if color_jitter_applies(DEIT_AUTO_AUGMENT):  # timm: no colour jitter next to RandAugment
+        stages.append(augment.ColorJitter.from_timm(0.3))
+    stages += [
+        augment.Normalize(MEAN_RGB, STDDEV_RGB),
+        augment.RandomErasing(0.25, mode="pixel"),
+        augment.Mixup(0.8, 1.0, switch_prob=0.5, label_smoothing=0.1, num_classes=classes),
+    ]
+    return augment.Compose(stages)
+
+
+def deit_input(strategy, root: Path):
+    """DeiT's input in tfdp: Repeated Augmentation (3), the window path, DeiT's augmentation."""
+    from tfdp.input import DistributedInput
+    from tfdp.sources import ImageFolderSource
+
+    source = ImageFolderSource(root)
+    inp = DistributedInput(
+        strategy,
+        source,
+        sampler="repeat_aug",
+        sampler_options={"num_repeats": 3, "selected_round": 0},
+        global_batch_size=GLOBAL_BATCH,
+        augment=deit_augment(int(np.max(source.labels)) + 1),
+    )
+    assert inp.window_loader is not None
+    return inp
+
+
+class TimmLoader:
+    """timm's DeiT loader in a subprocess (``_timm_loader.py``): torchvision and TensorFlow
+    cannot share a process. ``run`` times batches of ``GLOBAL_BATCH // REPLICAS`` (DeiT's
+    per-process batch), Mixup included."""
+
+    def __init__(self, root: Path, workers: int) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, str(DEIT_TIMM_SCRIPT), "--folder", str(root),
+             "--batch", str(GLOBAL_BATCH // REPLICAS), "--workers", str(workers),
+             "--size", str(SIZE)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        )  # fmt: skip
+        self.workers = workers
+        self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"timm's loader stopped (exit status {self.proc.wait()})")
+        return json.loads(line)
+
+    def run(self, warmup: int, count: int) -> dict:
+        self.proc.stdin.write(f"run {warmup} {count}\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=60)
+        except Exception:
+            self.proc.kill()
+
+
+def deit_tfdp_window(strategy, inp, epoch: int, warmup: int, window: int) -> dict:
+    """Images/s and CPU ms per image of tfdp's DeiT input over ``window`` global batches."""
+    wait_idle()
+    it = iter(inp.epochs(epoch, None))
+    wall, cpu = timed_batches(strategy, it, warmup, window, touch_deit)
+    del it
+    images = window * GLOBAL_BATCH
+    return {"rate": images / wall, "cpu_ms": cpu / images * 1e3}
+
+
+def touch_deit(strategy, batch) -> None:
+    images, targets = batch[0], batch[1]
+    for x, y in zip(*(strategy.experimental_local_results(t) for t in (images, targets)),
+                    strict=True):  # fmt: skip
+        assert x.shape == (GLOBAL_BATCH // REPLICAS, SIZE, SIZE, 3) and y.shape.rank == 2
+        float(x[0, 0, 0, 0])
+
+
+def deit_vs_timm(strategy, root: Path, cfg: dict) -> dict[str, float]:
+    """Rounds of tfdp's and timm's DeiT input, in turns (the order alternating); the ratios.
+
+    timm's loader has one worker per core (``os.cpu_count()``); each side runs while the
+    other is idle (tfdp's iterator dropped, timm's workers blocked on a full queue, which
+    each side's warm-up batches drain before the timed ones).
+    """
+    import importlib.util
+
+    missing = [m for m in ("torch", "torchvision", "timm") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"\ndeit_vs_timm: {', '.join(missing)} not installed, skipped")
+        return {}
+    workers = os.cpu_count() or 1
+    half = GLOBAL_BATCH // REPLICAS
+    warmup_timm = 2 * workers + 2  # DataLoader's queue: prefetch_factor 2 per worker
+    print(
+        f"\nDeiT's input (RandomResizedCrop bicubic + flip + RandAugment {DEIT_AUTO_AUGMENT} + "
+        "colour jitter 0.3 as timm applies it (not next to RandAugment) + normalise + erasing "
+        f"0.25 pixel + Mixup 0.8 / CutMix 1.0, Repeated Augmentation 3): tfdp ({REPLICAS} "
+        f"replicas, global batch {GLOBAL_BATCH}) vs timm's create_loader ({workers} workers, "
+        f"batch {half}, Mixup in the main process as DeiT), load average "
+        f"{os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    inp = deit_input(strategy, root)
+    t0 = time.perf_counter()
+    deit_tfdp_window(strategy, inp, 0, 1, 1)  # tracing and XLA compilation, not timed
+    print(f"  tfdp's first batches (tracing, XLA): {time.perf_counter() - t0:.1f}s", flush=True)
+    timm = TimmLoader(root, workers)
+    tfdp_runs, timm_runs = [], []
+    try:
+        for rnd in range(cfg["rounds"]):
+            sides = ["tfdp", "timm"] if rnd % 2 == 0 else ["timm", "tfdp"]
+            for side in sides:
+                if side == "tfdp":
+                    tfdp_runs.append(
+                        deit_tfdp_window(strategy, inp, rnd + 1, cfg["warmup"], cfg["window"])
+                    )
+                else:
+                    wait_idle()
+                    r = timm.run(warmup_timm, cfg["window"] * REPLICAS)
+                    timm_runs.append(
+                        {"rate": r["images"] / r["wall"], "cpu_ms": r["cpu"] / r["images"] * 1e3}
+                    )
+            print(
+                f"  round {rnd + 1}: images/s tfdp {tfdp_runs[-1]['rate']:.0f} "
+                f"timm {timm_runs[-1]['rate']:.0f}  (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+    finally:
+        timm.close()
+    ratios = [a["rate"] / b["rate"] for a, b in zip(tfdp_runs, timm_runs, strict=True)]
+    heads = {
+        "deit_vs_timm": float(np.median(ratios)),
+        "deit_images_per_s_tfdp": float(np.median([r["rate"] for r in tfdp_runs])),
+        "deit_images_per_s_timm": float(np.median([r["rate"] for r in timm_runs])),
+        "deit_cpu_ms_per_image_tfdp": float(np.median([r["cpu_ms"] for r in tfdp_runs])),
+        "deit_cpu_ms_per_image_timm": float(np.median([r["cpu_ms"] for r in timm_runs])),
+    }
+    print(f"  load average at the end: {os.getloadavg()[0]:.2f}")
+    ok = heads["deit_vs_timm"] >= DEIT_TARGET
+    print(f"  target deit_vs_timm >= {DEIT_TARGET}: {'PASS' if ok else 'FAIL'} "
+          f"({heads['deit_vs_timm']:.2f})", flush=True)  # fmt: skip
+    return heads
+
+
+#: tfdp's DeiT input against timm's loader, images/s (issue 26).
+DEIT_TARGET = 1.5
+
+
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -487,6 +685,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folder", type=Path, help="use this image folder instead of making one")
     ap.add_argument("--rounds", type=int, help="rounds (default 7, quick 3)")
     ap.add_argument("--no-breakdown", action="store_true", help="skip the op breakdown")
+    ap.add_argument("--no-deit", action="store_true", help="skip DeiT's input vs timm's")
+    ap.add_argument("--deit-only", action="store_true", help="only DeiT's input vs timm's")
     args = ap.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     if args.rounds:
@@ -511,6 +711,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg['warmup']} warm-up batches",
         flush=True,
     )
+    if args.deit_only:  # DeiT's input vs timm's, and nothing else
+        for key, value in deit_vs_timm(strategy, root, cfg).items():
+            print(f"{key}: {value:.2f}")
+        sys.stdout.flush()
+        os._exit(0)
     ra = tfdp_input(strategy, root, "repeat_aug")
     plain = tfdp_input(strategy, root, "distributed")
     pipelines: dict[str, Callable[[int], object]] = {
@@ -615,6 +820,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         heads["epoch_boundary_batch_vs_median_batch_tfdp_ra"] = boundary / typical
         heads["first_batch_in_stream_ra_vs_model_garden"] = boundary / mg_boundary
+    if not (args.no_deit or args.quick):  # --quick --deit-only: DeiT's part alone, quick
+        heads.update(deit_vs_timm(strategy, root, cfg))
     print()
     checks = (
         ("ra_vs_model_garden", ">=", TARGETS["ra"]),

@@ -771,11 +771,18 @@ def test_resized_crop_validates_arguments():
         {"scale": (0.0, 1.0)},
         {"scale": (0.5, 0.2)},
         {"ratio": (2.0, 1.0)},
-        {"interpolation": "lanczos5"},
+        {"interpolation": "hamming"},
+        {"interpolation": "random"},
         {"attempts": 0},
     ):
         with pytest.raises(ValueError):
             augment.RandomResizedCrop(8, **kwargs)
+    # tf.image.resize's methods, and timm's names for two of them
+    for name, method in (("lanczos", "lanczos3"), ("box", "area"), ("lanczos5", "lanczos5")):
+        crop = augment.CenterCrop(6, crop_fraction=1.0, interpolation=name)
+        image = tf.reshape(tf.range(10 * 10 * 3, dtype=tf.float32), [1, 10, 10, 3])
+        want = tf.image.resize(image[0], [6, 6], method=method)
+        np.testing.assert_array_equal(crop(image, [[0, 0]])[0].numpy(), want.numpy())
 
 
 def _center_crop_reference(height, width, size, fraction):

@@ -34,6 +34,9 @@ name                    value         what it keys
                                       (a sample's ``j``-th draw: hash of ``(seed words, j)``)
 ``MURMUR_SALT_FOLD``    0x7F4A7C15    MurmurHash3 seed of :func:`tfdp.augment.fold_in`
                                       (``Compose`` stage ``i`` gets ``fold_in(seeds, i)``)
+``TAG_MIX``             ``"MIXB"``    ``fold_in(seeds, TAG_MIX)`` of a batch's first seed (or each
+                        0x4D495842    sample's): the draws of :class:`tfdp.augment.Mixup` (lambda,
+                                      Mixup or CutMix, the box) for that replica's batch
 ``FOLDER_SPLIT_TAG``    0x5EEDF01D    ``default_rng([seed, FOLDER_SPLIT_TAG])``: the held-out split
                                       of an image folder (the main job's ``held_out`` option)
 ======================  ============  ==============================================================
@@ -68,6 +71,7 @@ __all__ = [
     "MURMUR_N",
     "MURMUR_SALT_FOLD",
     "MURMUR_SALT_UNIFORM",
+    "TAG_MIX",
     "TAG_PADDING",
     "TAG_SHUFFLE",
     "TAG_STREAM",
@@ -89,6 +93,8 @@ TAG_SHUFFLE = 0x5348_5546
 TAG_PADDING = 0x5041_4444
 #: "STRE": a TFRecord lane's block-shuffle key.
 TAG_STREAM = 0x5354_5245
+#: "MIXB": folded into a replica batch's seed for Mixup / CutMix (a stream of its own).
+TAG_MIX = 0x4D49_5842
 #: XORed into the seed before :func:`round_keys` for the augmentation key of an epoch.
 AUGMENT_KEY_XOR = 0xA5A5_A5A5
 #: MurmurHash3 seeds separating the augmentation hash's two uses.

@@ -54,8 +54,14 @@ per image, and from the first callable that is not an :class:`Augmentation`
 on -- a stage that mixes the samples of a batch -- to each replica's assembled
 batch).
 
+Importing the package loads no TensorFlow: its names are imported on first
+use (``from tfdp.augment import RandomFlip``), and :mod:`tfdp.augment.spec`
+(the configuration of the timm / DeiT stages, with timm's RandAugment
+strings) and :mod:`tfdp.augment.contract` are pure Python.
+
 Example:
     >>> import tensorflow as tf
+    >>> from tfdp.augment import Compose, RandomCrop, RandomFlip, ToFloat
     >>> aug = Compose([ToFloat(), RandomCrop(32, padding=4), RandomFlip()])
     >>> images = tf.zeros([8, 32, 32, 3], tf.uint8)
     >>> labels = tf.range(8)
@@ -67,41 +73,45 @@ Example:
 
 from __future__ import annotations
 
-from tfdp.augment.base import Augmentation
-from tfdp.augment.brightness import RandomBrightness
-from tfdp.augment.center_crop import CenterCrop
-from tfdp.augment.compose import Compose
-from tfdp.augment.contract import (
-    AugmentationFn,
-    BatchedAugmentation,
-    PerExampleAugmentation,
-    is_batched_augmentation,
-)
-from tfdp.augment.crop import RandomCrop
-from tfdp.augment.flip import RandomFlip
-from tfdp.augment.normalize import Normalize
-from tfdp.augment.resized_crop import RandomResizedCrop
-from tfdp.augment.shift import RandomShift
-from tfdp.augment.to_float import ToFloat
-from tfdp.augment.window import WindowAugmentation
-from tfdp.random import fold_in, per_sample_uniform
+import importlib
+from typing import Any
 
-__all__ = [
-    "Augmentation",
-    "AugmentationFn",
-    "BatchedAugmentation",
-    "CenterCrop",
-    "Compose",
-    "Normalize",
-    "PerExampleAugmentation",
-    "RandomBrightness",
-    "RandomCrop",
-    "RandomFlip",
-    "RandomResizedCrop",
-    "RandomShift",
-    "ToFloat",
-    "WindowAugmentation",
-    "fold_in",
-    "is_batched_augmentation",
-    "per_sample_uniform",
-]
+#: Public name -> the module that owns it (imported on first use).
+_EXPORTS = {
+    "Augmentation": "tfdp.augment.base",
+    "AugmentationFn": "tfdp.augment.contract",
+    "BatchedAugmentation": "tfdp.augment.contract",
+    "CenterCrop": "tfdp.augment.center_crop",
+    "ColorJitter": "tfdp.augment.color_jitter",
+    "Compose": "tfdp.augment.compose",
+    "Mixup": "tfdp.augment.mixup",
+    "Normalize": "tfdp.augment.normalize",
+    "PerExampleAugmentation": "tfdp.augment.contract",
+    "RandAugment": "tfdp.augment.rand_augment",
+    "RandomBrightness": "tfdp.augment.brightness",
+    "RandomCrop": "tfdp.augment.crop",
+    "RandomErasing": "tfdp.augment.random_erasing",
+    "RandomFlip": "tfdp.augment.flip",
+    "RandomResizedCrop": "tfdp.augment.resized_crop",
+    "RandomShift": "tfdp.augment.shift",
+    "ToFloat": "tfdp.augment.to_float",
+    "WindowAugmentation": "tfdp.augment.window",
+    "fold_in": "tfdp.random",
+    "is_batched_augmentation": "tfdp.augment.contract",
+    "per_sample_uniform": "tfdp.random",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfdp.augment' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *globals()})

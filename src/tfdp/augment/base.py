@@ -186,5 +186,7 @@ class Augmentation:
         return self.augment(images, params)
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "image_key")
+        args = ", ".join(
+            f"{k}={v!r}" for k, v in vars(self).items() if k != "image_key" and k[0] != "_"
+        )
         return f"{type(self).__name__}({args})"

@@ -40,7 +40,8 @@ class CenterCrop(WindowAugmentation):
         crop_fraction: Fraction of the shorter side kept (DeiT and TF Model
             Garden: ``0.875``, i.e. 224 of 256); ``1.0`` keeps the shorter
             side whole.
-        interpolation: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
+        interpolation: ``"bilinear"``, ``"bicubic"``, ``"nearest"``, ... (see
+            :data:`~tfdp.augment.window.INTERPOLATIONS`).
         antialias: Low-pass filter when shrinking (slower).
         image_key: Key of the images when the example is a dict.
 

@@ -10,6 +10,11 @@ BatchedAugmentation        ``batched`` (True) and ``__call__(batch, seeds[B, 2])
                            whole batches (every stage of :mod:`tfdp.augment`, ``Compose``)
 PerExampleAugmentation     ``__call__(example, seed[2])``, stateless random ops: called per
                            example (a plain function)
+BatchStage                 ``batched`` and ``mixes_samples`` (True) and ``__call__(batch,
+                           seeds[B, 2])``: a stage whose output for a sample depends on the
+                           other samples of the batch (:class:`tfdp.augment.Mixup`); the input
+                           layer applies it, and every stage after it, to each replica's
+                           assembled batch, on every path
 =========================  =====================================================================
 
 The seeds are handed in (``[key(seed, epoch), position]``, see
@@ -27,8 +32,10 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "AugmentationFn",
+    "BatchStage",
     "BatchedAugmentation",
     "PerExampleAugmentation",
+    "is_batch_stage",
     "is_batched_augmentation",
 ]
 
@@ -71,6 +78,42 @@ class PerExampleAugmentation(Protocol):
     def __call__(self, example: Any, seed: Any) -> Any:
         """The augmented ``example`` with its ``seed`` int64 ``[2]``."""
         ...
+
+
+@runtime_checkable
+class BatchStage(Protocol):
+    """A stage that mixes the samples of a batch: ``mixes_samples = True`` (and ``batched``).
+
+    Its output for a sample depends on the batch it is in (Mixup pairs
+    sample ``i`` with sample ``B - 1 - i``), so it must see the batch a
+    replica trains on: the input layer applies it -- and every stage after it
+    -- after batching, to each replica's batch, whatever the path (a
+    window-decoding source, a per-example source, a batch source, a stream).
+    Its seeds are the batch's per-sample seeds (``[B, 2]``).
+
+    Example:
+        >>> from tfdp import augment
+        >>> isinstance(augment.Mixup(num_classes=10), BatchStage)
+        True
+    """
+
+    batched: bool
+    mixes_samples: bool
+
+    def __call__(self, example: Any, seeds: Any) -> Any:
+        """The mixed batch ``example`` with per-sample ``seeds`` int64 ``[B, 2]``."""
+        ...
+
+
+def is_batch_stage(fn: Any) -> bool:
+    """Whether ``fn`` mixes the samples of a batch (a :class:`BatchStage` that says so).
+
+    Example:
+        >>> from tfdp import augment
+        >>> is_batch_stage(augment.Mixup(num_classes=10)), is_batch_stage(augment.RandomFlip())
+        (True, False)
+    """
+    return isinstance(fn, BatchStage) and bool(fn.mixes_samples)
 
 
 #: Either kind of augmentation, as :class:`tfdp.DistributedInput` accepts it (not to be confused

@@ -49,7 +49,8 @@ class RandomResizedCrop(WindowAugmentation):
         size: Output ``(height, width)``, or one int for a square output.
         scale: ``(min, max)`` fraction of the image area of the crop.
         ratio: ``(min, max)`` aspect ratio (width / height) of the crop.
-        interpolation: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
+        interpolation: ``"bilinear"``, ``"bicubic"``, ``"nearest"``, ... (see
+            :data:`~tfdp.augment.window.INTERPOLATIONS`).
         attempts: Candidate boxes per sample before the fallback (torchvision: 10).
         antialias: Low-pass filter when shrinking (slower).
         image_key: Key of the images when the example is a dict.

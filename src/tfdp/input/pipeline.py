@@ -53,6 +53,7 @@ import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
 from tfdp._util import deterministic_unsharded
+from tfdp.augment.compose import split_batch_stages
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.elastic import epoch_plan, plan_steps
 from tfdp.errors import ConfigError, ConfigTypeError
@@ -160,6 +161,9 @@ class DistributedInput:
         # What this input calls in the graph: tfdp's own code as is, a user's as AutoGraph
         # converts it (see tfdp._autograph).
         self._augment = user_code(augment) if augment is not None else None
+        # Stages that mix the samples of a batch (tfdp.augment.contract.BatchStage) run on each
+        # replica's batch: a per-example path applies the rest per example, these after .batch.
+        self._per_sample, self._batch_stages = split_batch_stages(augment)
         self.seed = int(seed)
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
@@ -370,7 +374,7 @@ class DistributedInput:
                 num_parallel_calls=self.num_parallel_calls,
                 deterministic=True,
             )
-            return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+            return self._batched(ds)
 
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         return tf.data.Dataset.range(first_epoch, last).flat_map(plain(per_epoch))
@@ -401,6 +405,25 @@ class DistributedInput:
             return example, {"index": idx, "position": pos}
         return example
 
+    def _batched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
+        """A per-example dataset batched; its elements finished (batch stages, weights, ids)."""
+        ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        if self._batch_stages is None:  # the examples were finished one by one
+            return ds
+        parallel = self.num_parallel_calls
+        return ds.map(plain(self._finish_batch), num_parallel_calls=parallel, deterministic=True)
+
+    def _finish_batch(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
+        """A batch of per-example augmented examples, through the batch stages, finished."""
+        example = self._batch_stages(example, sample_seeds(key, pos))
+        return self.finish_element(example, idx, pos, weight)
+
+    def _finish_one(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
+        """An example's element, or (with batch stages) what the batch map needs."""
+        if self._batch_stages is None:
+            return self.finish_element(example, idx, pos, weight)
+        return example, idx, pos, key, weight
+
     def _load_batch(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         example = user_code(self.source.gather)(idx)
         if self._augment is not None:
@@ -413,17 +436,19 @@ class DistributedInput:
             weight = weight * tf.cast(ok, tf.float32)
         else:
             example = user_code(self.source.load)(idx)
-        return self.finish_element(self._augment_one(example, key, pos), idx, pos, weight)
+        return self._finish_one(self._augment_one(example, key, pos), idx, pos, key, weight)
 
     def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
-        if self._augment is None:
+        """The per-sample stages on one example (the batch stages come after batching)."""
+        augment = self._augment if self._batch_stages is None else self._per_sample
+        if augment is None:
             return example
         seed = tf.stack([key, pos])
-        if is_batched_augmentation(self.augment):
+        if is_batched_augmentation(augment):
             batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
-            out = self._augment(batch, tf.expand_dims(seed, 0))
+            out = augment(batch, tf.expand_dims(seed, 0))
             return tf.nest.map_structure(lambda t: t[0], out)
-        return self._augment(example, seed)
+        return augment(example, seed)
 
     def _stream_rank_dataset(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
@@ -480,11 +505,11 @@ class DistributedInput:
             num_parallel_calls=self.num_parallel_calls,
             deterministic=True,
         )
-        return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        return self._batched(ds)
 
     def _stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         example = self._augment_one(example, key, pos)
-        return self.finish_element(example, idx, pos, tf.constant(1.0))
+        return self._finish_one(example, idx, pos, key, tf.constant(1.0))
 
     def _check_start_step(self, start_step: int, epoch: int | None = None) -> None:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)

@@ -277,7 +277,8 @@ def decode_windows(
     def finish(j: tf.Tensor, out: Any) -> Any:
         f, begin, size = tf.split(tf.gather(cuts, j), [1, 3, 3])
         region = tf.ensure_shape(regions.read(f[0]), [None, None, channels])
-        return out.write(j, request.finish(tf.slice(region, begin, size), j))
+        window = tf.ensure_shape(tf.slice(region, begin, size), [None, None, channels])
+        return out.write(j, request.finish(window, j))
 
     spec = request.output_spec(tf.TensorSpec([None, None, channels], tf.uint8))
     out = _loop(
