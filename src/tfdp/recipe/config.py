@@ -173,8 +173,10 @@ class TrainConfig:
     )
     model: str = _opt(
         "cnn",
-        "'cnn', 'resnet' or 'module:function' returning a keras.Model "
-        "(called with input_shape, num_classes)",
+        "'cnn', 'resnet', a keras.applications model ('resnet50', "
+        "'keras.applications:EfficientNetB0': random weights, logits out) or 'module:function' "
+        "returning a keras.Model of logits (called with input_shape= and num_classes= or "
+        "classes=, as its signature names them; a module in the current folder is found)",
     )
     epochs: int = _opt(
         15, "epochs to train (a resumed run continues up to this number)", resume="record"
