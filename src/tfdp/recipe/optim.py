@@ -83,10 +83,11 @@ class TorchSGD(keras.optimizers.SGD):
         lr = ops.cast(learning_rate, variable.dtype)
         g = ops.cast(gradient, variable.dtype)
         if self.l2 and decays(variable):
-            g = ops.add(g, ops.multiply(variable, ops.cast(self.l2, variable.dtype)))
+            l2 = ops.convert_to_tensor(self.l2, dtype=variable.dtype)  # not via float32
+            g = ops.add(g, ops.multiply(variable, l2))
         if self.momentum != 0:
             b = optimizer_slot(self, self.momentums, variable)
-            mu = ops.cast(self.momentum, variable.dtype)
+            mu = ops.convert_to_tensor(self.momentum, dtype=variable.dtype)
             self.assign(b, ops.add(ops.multiply(b, mu), g))
             g = ops.add(g, ops.multiply(b, mu)) if self.nesterov else b
         self.assign_sub(variable, ops.multiply(g, lr))
