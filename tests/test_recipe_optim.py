@@ -200,3 +200,29 @@ def test_timm_names_are_flags_and_config_keys(tmp_path):
     (tmp_path / "c.toml").write_text('opt = "lion"\nsched = "cosine"\nmin-lr = 1e-5\n')
     assert load_config_file(tmp_path / "c.toml") == {
         "optimizer": "lion", "schedule": "cosine", "min_lr": 1e-5}  # fmt: skip
+
+
+def test_the_deit_config_and_the_guides_flag_table_name_real_options():
+    """examples/deit.toml is a valid config holding DeiT's values (trained in a minute on the
+    digits: its run is not repeated here), and every tfdp flag the guide's DeiT table names
+    exists."""
+    import re
+    from pathlib import Path
+
+    from tfdp.cli import build_parser
+
+    root = Path(__file__).resolve().parents[1]
+    deit = load_config_file(root / "examples/deit.toml")
+    check_config(TrainConfig(**deit))
+    assert {k: deit[k] for k in ("optimizer", "weight_decay", "schedule", "warmup_lr", "min_lr",
+                                 "smoothing", "model_ema", "sampler", "repeats")} == {
+        "optimizer": "adamw", "weight_decay": 0.05, "schedule": "cosine", "warmup_lr": 1e-6,
+        "min_lr": 1e-5, "smoothing": 0.1, "model_ema": True, "sampler": "repeat-aug",
+        "repeats": 3.0}  # fmt: skip
+    guide = (root / "docs/guide.md").read_text()
+    table = guide.split("### DeiT's and timm's recipe flags", 1)[1].split("**EMA.**", 1)[0]
+    train_help = build_parser().commands["train"].format_help()
+    ours = {f for row in table.splitlines()[6:] if row.startswith("|")
+            for f in re.findall(r"--[a-z][a-z0-9-]*", row.split("|")[2])}  # fmt: skip
+    assert len(ours) > 15
+    assert [f for f in ours if f not in train_help] == []
