@@ -38,6 +38,10 @@ lightly_optimized_map         tf.data instantiates a function with ``experimenta
                               prefetch-to-device functions carry); a call op's ``config_proto``
                               (set from the thread's ``function_call_options`` when it is traced)
                               is the Grappler configuration of the called function
+optimizer_slot                ``optimizer._get_variable_index(variable)``: the index of a variable
+                              (or a replica's component of a distributed one) in the lists of
+                              slots an optimizer's ``build`` made, as Keras's own ``update_step``
+                              finds them
 configure_heartbeat           ``context.configure_coordination_service`` before
                               MultiWorkerMirroredStrategy is built: the strategy then keeps it
                               (it configures its own only when none is set); its
@@ -70,6 +74,7 @@ __all__ = [
     "fit_step_overrides",
     "gradients_reduced",
     "lightly_optimized_map",
+    "optimizer_slot",
     "seed_generator_states",
     "supports_no_merge_call",
 ]
@@ -94,6 +99,23 @@ def compiled_metrics_container(model: Any) -> Any | None:
         False
     """
     return getattr(model, "_compile_metrics", None)
+
+
+def optimizer_slot(optimizer: Any, slots: list[Any], variable: Any) -> Any:
+    """The slot of ``variable`` in ``slots`` (a list ``optimizer.build`` made in variable order).
+
+    Inside ``update_step`` under a strategy ``variable`` is a replica's
+    component; Keras's ``_get_variable_index`` maps it to its index as Keras's
+    own optimizers do.
+
+    Example:
+        >>> import keras
+        >>> v = keras.Variable([1.0, 2.0]); opt = keras.optimizers.SGD(momentum=0.9)
+        >>> opt.build([v])
+        >>> optimizer_slot(opt, opt.momentums, v) is opt.momentums[0]
+        True
+    """
+    return slots[optimizer._get_variable_index(variable)]
 
 
 def checkpoint_value_key(name: str) -> str:

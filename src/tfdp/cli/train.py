@@ -36,7 +36,14 @@ from typing import Any
 
 from tfdp.cli.args import quiet_tf, require
 from tfdp.errors import ConfigError
-from tfdp.recipe.config import TrainConfig, coerce, default_help, flag, load_config_file
+from tfdp.recipe.config import (
+    ALIASES,
+    TrainConfig,
+    coerce,
+    default_help,
+    flag,
+    load_config_file,
+)
 
 __all__ = ["add_parser", "run", "stop_on_signals", "train", "train_request"]
 
@@ -88,14 +95,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="YAML, TOML or JSON file of options (flags given here win)",
     )
     batch = p.add_mutually_exclusive_group()
+    aliases = {name: flag(alias) for alias, name in ALIASES.items()}
     for name, f in TrainConfig.fields().items():
+        strings = [flag(name), *([aliases[name]] if name in aliases else [])]
         type_name = str(f.type).replace("'", "")
         shown = default_help(name)  # the value, or how a None default is computed
         help_text = f.metadata["help"] + (f" (default: {shown})" if shown is not None else "")
         target = batch if name in _EXCLUSIVE else p
         if type_name.startswith("bool"):
             target.add_argument(
-                flag(name),
+                *strings,
                 dest=name,
                 default=None,
                 action=argparse.BooleanOptionalAction,
@@ -104,7 +113,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             continue
         choices = f.metadata.get("choices")
         target.add_argument(
-            flag(name),
+            *strings,
             dest=name,
             default=None,
             type=_arg_type(type_name),
@@ -325,7 +334,9 @@ def _print_outcome(result: dict[str, Any]) -> None:
         )
     else:
         accuracy = result.get("val_sparse_categorical_accuracy", float("nan"))
-        _say("info", f"done in {result['seconds']:.1f}s: held-out accuracy {accuracy:.4f}")
+        ema = result.get("val_ema_sparse_categorical_accuracy")
+        also = f" (EMA weights: {ema:.4f})" if ema is not None else ""
+        _say("info", f"done in {result['seconds']:.1f}s: held-out accuracy {accuracy:.4f}{also}")
     if result.get("model_path"):
         _say("info", f"model saved to {result['model_path']} (keras.models.load_model reads it)")
 

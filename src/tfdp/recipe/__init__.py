@@ -7,8 +7,13 @@ in the order the data flows:
   default, help, resume policy), config files, cheap checks, the run directory;
 * :mod:`tfdp.recipe.resume` -- a run's ``config.json`` and the resume policy;
 * :mod:`tfdp.recipe.data` -- the data, the held-out split and the augmentation;
-* :mod:`tfdp.recipe.model` -- the model, the optimizer, the saved ``model.keras``;
+* :mod:`tfdp.recipe.model` -- the model, the optimizer, the loss, the saved ``model.keras``;
 * :mod:`tfdp.recipe.run` -- :func:`run_train` and :func:`run_evaluate`.
+
+The training recipe's pieces that need Keras, loaded when a run builds them:
+:mod:`tfdp.recipe.optim` (timm's cosine schedule, torch's SGD),
+:mod:`tfdp.recipe.ema` (``--model-ema``'s weights evaluated and saved) and
+:mod:`tfdp.recipe.best` (``model_best.keras``).
 
 Beside them, what the commands share, in the library's words (the commands say
 an error's arguments their way): :mod:`tfdp.recipe.dataspec` (opening and

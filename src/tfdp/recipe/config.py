@@ -36,6 +36,7 @@ from tfdp.errors import ConfigError, DataError
 from tfdp.recipe.networks import check_model_module, check_model_ref
 
 __all__ = [
+    "ALIASES",
     "DEFAULT_LOG_EVERY",
     "GRADIENT_COMPRESSIONS",
     "OPTIONS_HELP",
@@ -58,6 +59,9 @@ OPTIONS_HELP = "see `tfdp train --help`"
 #: or nothing for the options that only locate the run.
 RESUME_POLICIES = ("refuse", "record", "locate")
 
+
+#: timm's and DeiT's names of options tfdp names otherwise (flags and config-file keys alike).
+ALIASES = {"opt": "optimizer", "sched": "schedule"}
 
 #: ``--log-every``'s default when stdout is not a terminal (a batch job's log, a pipe): a step
 #: line every 50 optimizer steps, as timm's ``--log-interval``. At 0.05 to 1 s a step (a small
@@ -178,8 +182,10 @@ class TrainConfig:
     )
     model: str = _opt(
         "cnn",
-        "'cnn', 'resnet' or 'module:function' returning a keras.Model "
-        "(called with input_shape, num_classes)",
+        "'cnn', 'resnet', a keras.applications model ('resnet50', "
+        "'keras.applications:EfficientNetB0': random weights, logits out) or 'module:function' "
+        "returning a keras.Model of logits (called with input_shape= and num_classes= or "
+        "classes=, as its signature names them; a module in the current folder is found)",
     )
     epochs: int = _opt(
         15, "epochs to train (a resumed run continues up to this number)", resume="record"
@@ -194,15 +200,71 @@ class TrainConfig:
         "batch size of each replica; the global batch is this times the number of replicas "
         "(instead of --batch-size)",
     )
-    lr: float = _opt(3e-3, "learning rate", resume="record")
-    optimizer: str = _opt("adam", "optimizer", ("adam", "adamw", "sgd"))
+    lr: float = _opt(3e-3, "learning rate (the peak of the schedule)", resume="record")
+    optimizer: str = _opt(
+        "adam",
+        "optimizer, as timm names them (also --opt): adam and adamw (Keras's; adamw's weight "
+        "decay is decoupled, as torch's AdamW), sgd and nesterov (torch's SGD with Nesterov "
+        "momentum, as timm's), momentum (torch's SGD without Nesterov), lion",
+        ("adam", "adamw", "sgd", "nesterov", "momentum", "lion"),
+    )
+    momentum: float = _opt(0.9, "momentum of sgd, nesterov and momentum", resume="record")
+    weight_decay: float = _opt(
+        0.0,
+        "weight decay as timm applies it: decoupled for adamw and lion (p -= lr * wd * p), an "
+        "L2 term of the gradient for sgd, nesterov and momentum (torch's SGD); weights of one "
+        "dimension (biases, normalisation) get none; refused with adam",
+        resume="record",
+    )
     schedule: str = _opt(
         "cosine",
-        "learning-rate schedule: cosine decay to 0 over the run "
-        "(after a one-epoch linear warm-up), or constant",
+        "learning-rate schedule (also --sched): timm's cosine (linear warm-up from --warmup-lr "
+        "over --warmup-epochs, then cosine from --lr to --min-lr at --epochs, the warm-up "
+        "counted in) or constant",
         ("cosine", "constant"),
     )
-    weight_decay: float = _opt(0.0, "decoupled weight decay (adamw, sgd)", resume="record")
+    warmup_epochs: int = _opt(1, "cosine: epochs of linear warm-up", resume="record")
+    warmup_lr: float = _opt(0.0, "cosine: the rate the warm-up starts from", resume="record")
+    min_lr: float = _opt(0.0, "cosine: the rate at the end", resume="record")
+    sched_on_updates: bool = _opt(
+        True,
+        "cosine: a new rate after every optimizer step (timm's --sched-on-updates); "
+        "--no-sched-on-updates changes it once per epoch, as DeiT and timm do by default",
+        resume="record",
+    )
+    clip_grad: float | None = _opt(
+        None,
+        "clip the all-reduced gradient to this global norm (timm's --clip-grad, --clip-mode "
+        "norm); none when not given",
+        resume="record",
+    )
+    smoothing: float = _opt(
+        0.0,
+        "label smoothing of the training loss (timm's --smoothing; the held-out loss is plain "
+        "cross-entropy)",
+        resume="record",
+    )
+    accum_steps: int = _opt(
+        1,
+        "micro-batches whose gradients are summed per optimizer step (the effective batch is "
+        "this times the global batch)",
+    )
+    model_ema: bool = _opt(
+        False,
+        "keep an exponential moving average of the trainable weights (timm's ModelEma; in the "
+        "checkpoints; evaluated after every epoch as val_ema_*, saved as model_ema.keras)",
+    )
+    model_ema_decay: float = _opt(0.99996, "--model-ema: the decay", resume="record")
+    keep_checkpoints: int = _opt(
+        3, "checkpoints kept in RUN_DIR/checkpoints (the newest)", resume="record"
+    )
+    eval_metric: str = _opt(
+        "top1",
+        "held-out metric that picks RUN_DIR/model_best.keras (timm's --eval-metric; top5 needs "
+        "more than 5 classes)",
+        ("top1", "top5", "loss"),
+        resume="record",
+    )
     augment: str = _opt(
         "auto",
         "augmentation: 'shift' (random shifts, digits), 'crop-flip' "
@@ -376,6 +438,7 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     out = {}
     for key, value in raw.items():
         name = str(key).replace("-", "_")
+        name = ALIASES.get(name, name)
         out[name] = coerce(name, value, f"config file {str(p)!r}")
     return out
 
@@ -394,7 +457,8 @@ def check_config(cfg: TrainConfig) -> None:
         ...
         tfdp.errors.ConfigError: --image-size must be an integer >= 1, got -4
     """
-    for name in ("epochs", "batch_size", "replicas", "steps_per_call"):
+    for name in ("epochs", "batch_size", "replicas", "steps_per_call", "accum_steps",
+                 "keep_checkpoints"):  # fmt: skip
         value = getattr(cfg, name)
         if value < 1:
             raise ConfigError(f"{flag(name)} must be an integer >= 1, got {value}")
@@ -402,13 +466,16 @@ def check_config(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"{flag(name)} must be an integer >= 1, got {value}")
-    for name in ("seed", "selected_round", "log_every"):
+    for name in ("seed", "selected_round", "log_every", "warmup_epochs"):
         if (getattr(cfg, name) or 0) < 0:
             raise ConfigError(f"{flag(name)} must be an integer >= 0, got {getattr(cfg, name)}")
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
         raise ConfigError(f"--lr must be a finite number > 0, got {cfg.lr}")
-    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise ConfigError(f"--weight-decay must be a finite number >= 0, got {cfg.weight_decay}")
+    for name in ("weight_decay", "momentum", "warmup_lr", "min_lr"):
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{flag(name)} must be a finite number >= 0, got {value}")
+    _check_recipe(cfg)
     if not (math.isfinite(cfg.repeats) and cfg.repeats >= 1):
         raise ConfigError(f"--repeats must be a finite number >= 1, got {cfg.repeats}")
     if not 0 < cfg.eval_fraction < 1:
@@ -424,6 +491,23 @@ def check_config(cfg: TrainConfig) -> None:
             "itself (use --mixed-precision mixed_bfloat16, or --gradient-compression none)"
         )
     check_model_ref(cfg.model)
+
+
+def _check_recipe(cfg: TrainConfig) -> None:
+    """The training recipe's numbers: clipping, smoothing, EMA decay, adam's weight decay."""
+    if cfg.clip_grad is not None and not (math.isfinite(cfg.clip_grad) and cfg.clip_grad > 0):
+        raise ConfigError(f"--clip-grad must be a finite number > 0, got {cfg.clip_grad}")
+    if not 0 <= cfg.smoothing < 1:
+        raise ConfigError(f"--smoothing must be in [0, 1), got {cfg.smoothing}")
+    if not 0 <= cfg.model_ema_decay < 1:
+        raise ConfigError(f"--model-ema-decay must be in [0, 1), got {cfg.model_ema_decay}")
+    if cfg.optimizer == "adam" and cfg.weight_decay:
+        raise ConfigError(
+            f"--weight-decay {cfg.weight_decay} with --optimizer adam: torch's Adam (timm's "
+            "adam) adds weight decay to the gradient, Keras's Adam decouples it, so neither "
+            "would be what the name says; use --optimizer adamw (decoupled, as DeiT) or "
+            "--weight-decay 0"
+        )
 
 
 def step_lines_every(cfg: TrainConfig, stdout: Any) -> int:

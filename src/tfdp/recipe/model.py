@@ -1,16 +1,17 @@
 """The training job's model and optimizer, and what is kept of the model at the end.
 
 This module owns :func:`build_optimizer` (the options' optimizer and
-learning-rate schedule), :func:`model_factory` (the seeded model builder the
+learning-rate schedule), :func:`training_loss` (cross-entropy, label-smoothed),
+:func:`job_metrics` (top-1, top-5), :func:`model_factory` (the seeded model builder the
 Trainer calls inside the strategy's scope), :func:`save_model` (the final
 ``model.keras`` of a run, written atomically) and
 :func:`weights_fingerprint` (a short hash that is equal on every worker of
 a healthy job).
 
 Example:
-    >>> opt = build_optimizer(TrainConfig(optimizer="sgd", schedule="constant"), 10)
-    >>> type(opt).__name__, round(float(opt.learning_rate), 6)
-    ('SGD', 0.003)
+    >>> opt = build_optimizer(TrainConfig(optimizer="adamw", weight_decay=0.0), 10)
+    >>> type(opt).__name__, opt.weight_decay  # a 0 stays 0
+    ('AdamW', 0.0)
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from tfdp._util import replaced_atomically
 from tfdp.recipe.config import TrainConfig
 
 __all__ = [
+    "EVAL_METRICS",
     "MODEL_FILE",
     "build_optimizer",
+    "job_metrics",
     "model_factory",
     "save_model",
+    "training_loss",
     "weights_fingerprint",
 ]
 
@@ -34,30 +38,112 @@ __all__ = [
 MODEL_FILE = "model.keras"
 
 
-def build_optimizer(cfg: TrainConfig, steps_per_epoch: int) -> Any:
-    """The optimizer of ``cfg``: cosine decay after a one-epoch warm-up, or a constant rate.
+def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -> Any:
+    """The optimizer of ``cfg`` (``--optimizer``, timm's names) and its learning-rate schedule.
+
+    ``cosine``: timm's cosine (:class:`tfdp.recipe.optim.TimmCosine`) over
+    ``cfg.epochs`` with ``cfg.warmup_epochs`` of warm-up from
+    ``cfg.warmup_lr`` to ``cfg.min_lr``, per optimizer step or per epoch
+    (``cfg.sched_on_updates``); ``constant``: ``cfg.lr``. Weight decay as
+    timm applies it (decoupled for adamw / lion, an L2 gradient term for the
+    SGDs), none for the one-dimensional weights of ``model`` (biases,
+    normalisation) when it is given. ``cfg.model_ema``: Keras's EMA of the
+    trainable weights (``use_ema``, ``ema_momentum=cfg.model_ema_decay``),
+    which lives in the optimizer's variables and so in its checkpoints.
+
+    Args:
+        cfg: The options.
+        steps_per_epoch: Optimizer steps per epoch (batches / ``accum_steps``, rounded up).
+        model: The model the optimizer trains (its weights of one dimension get no decay).
 
     Example:
         >>> type(build_optimizer(TrainConfig(), 10)).__name__
         'Adam'
+        >>> opt = build_optimizer(TrainConfig(optimizer="sgd", schedule="constant"), 10)
+        >>> type(opt).__name__, opt.nesterov, round(float(opt.learning_rate), 6)
+        ('TorchSGD', True, 0.003)
     """
     import keras
 
+    from tfdp.recipe.optim import TimmCosine, TorchSGD, decays
+
     lr: Any = cfg.lr
     if cfg.schedule == "cosine":
-        total = max(1, cfg.epochs * steps_per_epoch)
-        warmup = min(steps_per_epoch, total // 2)
-        lr = keras.optimizers.schedules.CosineDecay(
-            0.0 if warmup else cfg.lr,
-            total - warmup,
-            warmup_target=cfg.lr if warmup else None,
-            warmup_steps=warmup,
+        per_t = 1 if cfg.sched_on_updates else max(1, steps_per_epoch)
+        units = steps_per_epoch if cfg.sched_on_updates else 1
+        lr = TimmCosine(
+            cfg.lr,
+            t_initial=cfg.epochs * units,
+            warmup_t=cfg.warmup_epochs * units,
+            warmup_lr_init=cfg.warmup_lr,
+            lr_min=cfg.min_lr,
+            steps_per_t=per_t,
         )
-    if cfg.optimizer == "adam":
-        return keras.optimizers.Adam(lr)
+    ema = {"use_ema": cfg.model_ema, "ema_momentum": cfg.model_ema_decay}
+    wd = cfg.weight_decay
+    if cfg.optimizer in ("sgd", "nesterov", "momentum"):
+        return TorchSGD(
+            lr, momentum=cfg.momentum, nesterov=cfg.optimizer != "momentum", l2=wd, **ema
+        )
+    if cfg.optimizer == "adam":  # check_config refuses a weight decay for it
+        return keras.optimizers.Adam(lr, epsilon=1e-8, **ema)  # torch's eps, as timm's
     if cfg.optimizer == "adamw":
-        return keras.optimizers.AdamW(lr, weight_decay=cfg.weight_decay or 0.004)
-    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=cfg.weight_decay or None)
+        opt = keras.optimizers.AdamW(lr, weight_decay=wd, epsilon=1e-8, **ema)
+    else:
+        opt = keras.optimizers.Lion(lr, weight_decay=wd or None, **ema)
+    if wd and model is not None:
+        opt.exclude_from_weight_decay(
+            var_list=[v for v in model.trainable_variables if not decays(v)]
+        )
+    return opt
+
+
+def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
+    """The training loss: cross-entropy from logits, label-smoothed by ``cfg.smoothing``.
+
+    Smoothing ``s`` is timm's ``LabelSmoothingCrossEntropy``: the target
+    ``(1 - s) * onehot + s / K`` (Keras's ``label_smoothing``), one loss per example.
+
+    Example:
+        >>> import numpy as np
+        >>> loss = training_loss(TrainConfig(smoothing=0.1), 4)
+        >>> out = loss(np.array([2]), np.log(np.array([[0.1, 0.2, 0.6, 0.1]], "float32")))
+        >>> round(float(out[0]), 5)  # 0.9 * -log(.6) + 0.1 * mean(-log p)
+        0.62788
+    """
+    if not cfg.smoothing:
+        return "sparse_categorical_crossentropy_from_logits"
+    smoothing = cfg.smoothing
+
+    def smoothed_cross_entropy(y_true: Any, logits: Any) -> Any:
+        import keras
+
+        labels = keras.ops.cast(keras.ops.reshape(y_true, [-1]), "int32")
+        onehot = keras.ops.one_hot(labels, num_classes, dtype=logits.dtype)
+        return keras.losses.categorical_crossentropy(
+            onehot, logits, from_logits=True, label_smoothing=smoothing
+        )
+
+    return smoothed_cross_entropy
+
+
+#: What ``--eval-metric`` names, as the held-out record's keys.
+EVAL_METRICS = {"top1": "val_sparse_categorical_accuracy", "top5": "val_top5", "loss": "val_loss"}
+
+
+def job_metrics(num_classes: int) -> list[Any]:
+    """Top-1 accuracy, and top-5 (named ``top5``) when there are more than 5 classes.
+
+    Example:
+        >>> [m if isinstance(m, str) else m.name for m in job_metrics(10)]
+        ['sparse_categorical_accuracy', 'top5']
+    """
+    import keras
+
+    out: list[Any] = ["sparse_categorical_accuracy"]
+    if num_classes > 5:
+        out.append(keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5"))
+    return out
 
 
 def model_factory(
@@ -82,8 +168,8 @@ def model_factory(
     return build
 
 
-def save_model(model: Any, run_dir: str | os.PathLike[str]) -> str:
-    """Save ``model`` as ``run_dir/model.keras`` (a temporary file renamed when complete).
+def save_model(model: Any, run_dir: str | os.PathLike[str], name: str = MODEL_FILE) -> str:
+    """Save ``model`` as ``run_dir/<name>`` (a temporary file renamed when complete).
 
     Returns:
         The path written.
@@ -95,7 +181,7 @@ def save_model(model: Any, run_dir: str | os.PathLike[str]) -> str:
         >>> keras.models.load_model(path).output_shape
         (None, 1)
     """
-    target = os.path.join(os.fspath(run_dir), MODEL_FILE)
+    target = os.path.join(os.fspath(run_dir), name)
     with replaced_atomically(target, suffix=".keras") as tmp:  # Keras wants the extension
         model.save(tmp)
     return target

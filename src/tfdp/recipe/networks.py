@@ -1,9 +1,12 @@
 """Built-in models for the ``tfdp train`` command, and loading a user's model factory.
 
 This module owns the small CNN (digits-sized inputs), a ResNet-style network,
-and model references: ``"cnn"``, ``"resnet"`` or ``"module:function"``
-(:func:`check_model_ref` checks one without importing Keras, so a bad
-reference is refused before TensorFlow loads; :func:`load_factory` resolves it).
+and model references: ``"cnn"``, ``"resnet"``, a ``keras.applications`` name
+(``"resnet50"``, ``"keras.applications:EfficientNetB0"``) or
+``"module:function"`` (:func:`check_model_ref` checks one without importing
+Keras, so a bad reference is refused before TensorFlow loads;
+:func:`load_factory` resolves it; :func:`call_factory` calls it with
+keywords, its own errors reported as the user's model's).
 
 Example:
     >>> model = small_cnn((8, 8, 1), 10)
@@ -15,8 +18,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
+import os
+import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tfdp.errors import ConfigError
 
@@ -26,7 +32,9 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTIN_MODELS",
     "IMAGENET_STEM_MIN_SIZE",
+    "KERAS_APPLICATIONS",
     "build_model",
+    "call_factory",
     "check_model_module",
     "check_model_ref",
     "load_factory",
@@ -36,6 +44,32 @@ __all__ = [
 
 #: The models :func:`build_model` knows by name.
 BUILTIN_MODELS = ("cnn", "resnet")
+
+#: ``keras.applications``' model functions (Keras 3.15; tests/test_networks.py pins the list):
+#: ``--model resnet50`` or ``--model keras.applications:ResNet50`` names one, built with
+#: random weights (``weights=None``) and logits out (``classifier_activation=None``).
+KERAS_APPLICATIONS = (
+    *(f"ConvNeXt{s}" for s in ("Base", "Large", "Small", "Tiny", "XLarge")),
+    "DenseNet121",
+    "DenseNet169",
+    "DenseNet201",
+    *(f"EfficientNetB{i}" for i in range(8)),
+    *(f"EfficientNetV2{s}" for s in ("B0", "B1", "B2", "B3", "L", "M", "S")),
+    "InceptionResNetV2",
+    "InceptionV3",
+    "MobileNet",
+    "MobileNetV2",
+    "MobileNetV3Large",
+    "MobileNetV3Small",
+    "NASNetLarge",
+    "NASNetMobile",
+    *(f"ResNet{d}{v}" for d in (50, 101, 152) for v in ("", "V2")),
+    "VGG16",
+    "VGG19",
+    "Xception",
+)
+_APPLICATIONS_BY_LOWER = {name.lower(): name for name in KERAS_APPLICATIONS}
+_APPLICATIONS_MODULE = "keras.applications"
 
 
 def small_cnn(input_shape: Sequence[int], num_classes: int, width: int = 32) -> keras.Model:
@@ -110,11 +144,20 @@ def resnet(
     return keras.Model(inputs, outputs, name="resnet")
 
 
+def _resolve(ref: str) -> str:
+    """``ref`` with a bare ``keras.applications`` name (any case) spelt ``module:function``."""
+    if ref in BUILTIN_MODELS or ":" in ref:
+        return ref
+    name = _APPLICATIONS_BY_LOWER.get(ref.lower())
+    return f"{_APPLICATIONS_MODULE}:{name}" if name else ref
+
+
 def check_model_ref(ref: str) -> str:
-    """``ref`` if it names a built-in model or has the form ``"module:function"``.
+    """``ref`` if it names a built-in model, a ``keras.applications`` model or a factory.
 
     Cheap (imports nothing): it checks the form; :func:`load_factory`
-    imports the module and finds the function.
+    imports the module and finds the function. A ``keras.applications`` name
+    may be given bare, in any case (``"resnet50"``).
 
     Raises:
         ConfigError: naming the reference and the valid forms.
@@ -122,18 +165,41 @@ def check_model_ref(ref: str) -> str:
     Example:
         >>> check_model_ref("resnet"), check_model_ref("my_models:wide_resnet")
         ('resnet', 'my_models:wide_resnet')
+        >>> check_model_ref("efficientnetb0")
+        'efficientnetb0'
         >>> check_model_ref("nosuch")
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: model 'nosuch': expected 'cnn', 'resnet' or 'module:function'
-    """
-    if ref in BUILTIN_MODELS:
+        tfdp.errors.ConfigError: model 'nosuch': expected 'cnn', 'resnet', a keras.applications name (resnet50, efficientnetb0, convnexttiny, ...) or 'module:function'
+    """  # noqa: E501
+    resolved = _resolve(ref)
+    if resolved in BUILTIN_MODELS:
         return ref
-    module_name, sep, attr = ref.partition(":")
+    module_name, sep, attr = resolved.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
         names = ", ".join(map(repr, BUILTIN_MODELS))
-        raise ConfigError(f"model {ref!r}: expected {names} or 'module:function'", argument="model")
+        raise ConfigError(
+            f"model {ref!r}: expected {names}, a keras.applications name (resnet50, "
+            "efficientnetb0, convnexttiny, ...) or 'module:function'",
+            argument="model",
+        )
+    if module_name == _APPLICATIONS_MODULE and attr not in KERAS_APPLICATIONS:
+        raise ConfigError(
+            f"model {ref!r}: keras.applications has no model {attr!r}; it has "
+            + ", ".join(KERAS_APPLICATIONS),
+            argument="model",
+        )
     return ref
+
+
+def _with_cwd_on_path() -> None:
+    """Let ``module:function`` find a module in the current folder, as ``python -m`` does.
+
+    The folder goes last on ``sys.path``: an installed package of the same name wins.
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.append(cwd)
 
 
 def check_model_module(ref: str) -> None:
@@ -142,7 +208,8 @@ def check_model_module(ref: str) -> None:
     The module is looked up without being imported (a dotted name's parent
     packages are imported), so a misspelt module is refused before TensorFlow
     loads; whether it has the function is known only once it is imported
-    (:func:`load_factory`). Built-in names pass.
+    (:func:`load_factory`). The current folder is searched too (last).
+    Built-in names pass.
 
     Raises:
         ConfigError: naming the reference and the module.
@@ -154,9 +221,11 @@ def check_model_module(ref: str) -> None:
         ...
         tfdp.errors.ConfigError: model 'no_such_module_xyz:net': cannot import module 'no_such_module_xyz' (No module named 'no_such_module_xyz')
     """  # noqa: E501
-    if check_model_ref(ref) in BUILTIN_MODELS:
+    resolved = _resolve(check_model_ref(ref))
+    if resolved in BUILTIN_MODELS or resolved.startswith(_APPLICATIONS_MODULE + ":"):
         return
-    module_name = ref.partition(":")[0]
+    _with_cwd_on_path()
+    module_name = resolved.partition(":")[0]
     try:
         found = importlib.util.find_spec(module_name) is not None
     except (ImportError, ValueError):  # a parent package that is missing or broken
@@ -170,23 +239,35 @@ def check_model_module(ref: str) -> None:
 
 
 def load_factory(ref: str) -> Callable[..., keras.Model]:
-    """Resolve ``"package.module:function"`` to the function (a model factory).
+    """Resolve ``"package.module:function"`` (or a ``keras.applications`` name) to the function.
+
+    The current folder is on the import path (last), so a ``my_models.py``
+    beside the command is found without ``PYTHONPATH``.
 
     Raises:
         ConfigError: naming the reference when it has another form (see
-            :func:`check_model_ref`) or the module or function is missing.
+            :func:`check_model_ref`), or the module or function is missing,
+            or importing the module fails.
 
     Example:
         >>> load_factory("tfdp.recipe.networks:small_cnn").__name__
         'small_cnn'
+        >>> load_factory("resnet50").__name__
+        'ResNet50'
     """
-    module_name, _, attr = check_model_ref(ref).partition(":")
+    module_name, _, attr = _resolve(check_model_ref(ref)).partition(":")
+    _with_cwd_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(
             f"model {ref!r}: cannot import module {module_name!r} ({exc})", argument="model"
         ) from None
+    except Exception as exc:  # the user's module fails as it is imported: theirs to fix
+        raise ConfigError(
+            f"model {ref!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}",
+            argument="model",
+        ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(
@@ -195,22 +276,103 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
     return fn
 
 
+def _factory_arguments(
+    fn: Callable[..., Any], input_shape: tuple[int, ...], num_classes: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """How :func:`call_factory` calls ``fn``: keywords where its signature names them.
+
+    ``input_shape=`` and ``num_classes=`` (or ``classes=``, as
+    ``keras.applications`` names it) when the signature has them (or takes
+    ``**kwargs``), ``weights=None`` and ``classifier_activation=None`` when it
+    has those; a factory naming neither gets ``(input_shape, num_classes)``
+    positionally.
+    """
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return (input_shape, num_classes), {}
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs: dict[str, Any] = {}
+    if "input_shape" in params or var_kw:
+        kwargs["input_shape"] = input_shape
+    if "num_classes" in params:
+        kwargs["num_classes"] = num_classes
+    elif "classes" in params:
+        kwargs["classes"] = num_classes
+    elif var_kw:
+        kwargs["num_classes"] = num_classes
+    if "input_shape" not in kwargs or not ({"num_classes", "classes"} & set(kwargs)):
+        return (input_shape, num_classes), {}
+    if "weights" in params:
+        kwargs["weights"] = None  # never a download: the run trains from its seeded weights
+    if "classifier_activation" in params:
+        kwargs["classifier_activation"] = None  # logits, as the loss expects
+    return (), kwargs
+
+
+def call_factory(
+    ref: str, fn: Callable[..., Any], input_shape: Sequence[int], num_classes: int
+) -> keras.Model:
+    """Call model factory ``fn`` (named ``ref``) and check that it returns a Keras model.
+
+    Keywords where its signature names them (see :func:`_factory_arguments`):
+    ``keras.applications.ResNet50`` is called as ``ResNet50(input_shape=...,
+    classes=..., weights=None, classifier_activation=None)``. The model must
+    output logits, one per class.
+
+    Raises:
+        ConfigError: the factory raised (its error, its type and the arguments
+            given are in the message: the model is the user's to fix), returned
+            no ``keras.Model``, or a model whose output is not ``num_classes`` wide.
+
+    Example:
+        >>> from tfdp.recipe.networks import load_factory
+        >>> call_factory("cnn", small_cnn, (8, 8, 1), 10).output_shape
+        (None, 10)
+        >>> call_factory("resnet50", load_factory("resnet50"), (8, 8, 3), 10)
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: model 'resnet50': ResNet50(input_shape=(8, 8, 3), classes=10, weights=None, classifier_activation=None) raised ValueError: Input size must be at least 32x32; Received: input_shape=(8, 8, 3)
+    """  # noqa: E501
+    import keras
+
+    shape = tuple(int(d) for d in input_shape)
+    args, kwargs = _factory_arguments(fn, shape, num_classes)
+    name = getattr(fn, "__name__", repr(fn))
+    shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+    try:
+        model = fn(*args, **kwargs)
+    except Exception as exc:  # the factory is the user's code (or their choice of model)
+        detail = " ".join(str(exc).split())
+        raise ConfigError(
+            f"model {ref!r}: {name}({shown}) raised {type(exc).__name__}: {detail}",
+            argument="model",
+        ) from exc
+    if not isinstance(model, keras.Model):
+        raise ConfigError(
+            f"model {ref!r} returned {type(model).__name__}, not a keras.Model", argument="model"
+        )
+    width = model.output_shape[-1] if isinstance(model.output_shape, tuple) else None
+    if width != num_classes:
+        raise ConfigError(
+            f"model {ref!r}: its output has shape {model.output_shape}, expected "
+            f"(..., {num_classes}): one logit per class",
+            argument="model",
+        )
+    return model
+
+
 def build_model(name: str, input_shape: Sequence[int], num_classes: int) -> keras.Model:
-    """Build ``"cnn"``, ``"resnet"`` or a user's ``module:function(input_shape, num_classes)``.
+    """Build ``"cnn"``, ``"resnet"``, a ``keras.applications`` model or a user's factory.
 
     Example:
         >>> build_model("cnn", (8, 8, 1), 10).name
         'small_cnn'
+        >>> build_model("keras.applications:MobileNet", (32, 32, 3), 5).output_shape
+        (None, 5)
     """
-    import keras
-
     if name == "cnn":
         return small_cnn(input_shape, num_classes)
     if name == "resnet":
         return resnet(input_shape, num_classes)
-    model = load_factory(name)(tuple(input_shape), num_classes)
-    if not isinstance(model, keras.Model):
-        raise ConfigError(
-            f"model {name!r} returned {type(model).__name__}, not a keras.Model", argument="model"
-        )
-    return model
+    return call_factory(name, load_factory(name), input_shape, num_classes)

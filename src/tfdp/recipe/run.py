@@ -39,7 +39,16 @@ from tfdp.recipe.config import (
     step_lines_every,
 )
 from tfdp.recipe.data import build_augment, build_data, check_one_step, eval_input
-from tfdp.recipe.model import build_optimizer, model_factory, save_model, weights_fingerprint
+from tfdp.recipe.ema import EmaEvaluator
+from tfdp.recipe.model import (
+    EVAL_METRICS,
+    build_optimizer,
+    job_metrics,
+    model_factory,
+    save_model,
+    training_loss,
+    weights_fingerprint,
+)
 from tfdp.recipe.resume import (
     Resumed,
     has_checkpoints,
@@ -254,7 +263,6 @@ def _train(
     import tensorflow as tf
 
     from tfdp.input import DistributedInput
-    from tfdp.train import Trainer
 
     w = strategy.num_replicas_in_sync
     if info.is_chief and isinstance(strategy, tf.distribute.MirroredStrategy):
@@ -295,19 +303,7 @@ def _train(
     eval_in = eval_input(cfg, strategy, data)
     if info.is_chief:
         os.makedirs(run_dir, exist_ok=True)
-    trainer = Trainer(
-        strategy,
-        model_factory(cfg, data.shape, data.num_classes),
-        # The schedule keeps the run's first steps/epoch when the world size changes on resume.
-        lambda: build_optimizer(cfg, _first(resumed, "steps_per_epoch", train_in.steps_per_epoch)),
-        "sparse_categorical_crossentropy_from_logits",
-        metrics=["sparse_categorical_accuracy"],
-        **trainer_options(cfg),
-        run_dir=run_dir,
-        progress=cfg.progress and sys.stdout.isatty(),
-        # A line every N steps off a terminal (the Trainer decides what a line holds).
-        log_every=step_lines_every(cfg, sys.stdout),
-    )
+    trainer = _trainer(cfg, strategy, data, run_dir, resumed, train_in.steps_per_epoch)
     if resumed is not None:
         trainer.restore(train_in)  # before config.json records the resume: it may be refused
         if cfg.schedule == "constant":  # a constant rate is an optimizer variable: restored too
@@ -333,9 +329,19 @@ def _train(
         )
     if stop is not None:
         stop.attach(trainer.request_stop)
+    from tfdp.recipe.best import BestModel
+
+    best = BestModel(run_dir, EVAL_METRICS[cfg.eval_metric], is_chief=info.is_chief)
     t0 = time.perf_counter()
     try:
-        trainer.fit(train_in, cfg.epochs, eval_input=eval_in, resume=False, on_step=on_step)
+        trainer.fit(
+            train_in,
+            cfg.epochs,
+            eval_input=eval_in,
+            resume=False,
+            on_step=on_step,
+            callbacks=[best],
+        )
     except tf.errors.FailedPreconditionError as err:
         from tfdp.sources import TFRecordSource
 
@@ -372,7 +378,81 @@ def _train(
         say("info", f"held-out data: {data.eval.report()}")  # --on-bad-file skip
     if info.is_chief and not state.stopped_early:
         result["model_path"] = save_model(trainer.model, run_dir)
+        if cfg.model_ema:
+            from tfdp.recipe.ema import ema_weights
+
+            with ema_weights(trainer.model, trainer.optimizer):
+                result["ema_model_path"] = save_model(trainer.model, run_dir, EMA_MODEL_FILE)
     return result
+
+
+#: The EMA weights' final model (``--model-ema``), beside ``model.keras``.
+EMA_MODEL_FILE = "model_ema.keras"
+
+
+def _trainer(
+    cfg: TrainConfig,
+    strategy: Any,
+    data: Any,
+    run_dir: str,
+    resumed: Resumed | None,
+    batches_per_epoch: int,
+) -> Any:
+    """The job's Trainer: its model, optimizer, loss, metrics, evaluation (EMA) and checkpoints.
+
+    The learning-rate schedule counts the optimizer steps of the run's first
+    epoch (``config.json``'s start entry), so that a resume at another world
+    size keeps it.
+    """
+    from tfdp.train import Evaluator, Trainer
+    from tfdp.train.assemble import default_parts
+
+    if cfg.eval_metric == "top5" and data.num_classes <= 5:
+        raise ConfigError(
+            f"--eval-metric top5 needs more than 5 classes; the data has {data.num_classes}: "
+            "use top1 or loss"
+        )
+    batches = _first(resumed, "steps_per_epoch", batches_per_epoch)
+    steps = -(-batches // cfg.accum_steps)
+    built: dict[str, Any] = {}
+    make_model = model_factory(cfg, data.shape, data.num_classes)
+
+    def model() -> Any:
+        built["model"] = make_model()
+        return built["model"]
+
+    metrics = job_metrics(data.num_classes)
+    options = trainer_options(cfg)
+    parts = default_parts(
+        strategy,
+        model,
+        lambda: build_optimizer(cfg, steps, built.get("model")),
+        training_loss(cfg, data.num_classes),
+        metrics=metrics,
+        accumulation_steps=cfg.accum_steps,
+        clip_global_norm=cfg.clip_grad,
+        mixed_precision=options["mixed_precision"],
+        gradient_compression=options["gradient_compression"],
+        run_dir=run_dir,
+        max_to_keep=cfg.keep_checkpoints,
+        progress=cfg.progress and sys.stdout.isatty(),
+        record_samples=options["record_samples"],
+        # A line every N steps off a terminal (the Trainer decides what a line holds).
+        log_every=step_lines_every(cfg, sys.stdout),
+    )
+    step = parts.step
+    if cfg.smoothing:  # the held-out loss is plain cross-entropy, as timm's validate
+        parts.evaluator = Evaluator(
+            strategy, step.model, "sparse_categorical_crossentropy_from_logits", metrics
+        )
+    if cfg.model_ema:
+        parts.evaluator = EmaEvaluator(parts.evaluator, step.model, step.optimizer)
+    return Trainer.from_parts(
+        parts,
+        steps_per_call=options["steps_per_call"],
+        accumulation_steps=cfg.accum_steps,
+        checkpoint_every=options["checkpoint_every"],
+    )
 
 
 def _record_resume(
@@ -451,7 +531,7 @@ def run_evaluate(run_dir: str, replicas: int | None = None) -> dict[str, Any]:
         model,
         eval_input(cfg, strategy, data),
         "sparse_categorical_crossentropy_from_logits",
-        ["sparse_categorical_accuracy"],
+        job_metrics(data.num_classes),
     )
     out["replicas"] = w
     out["checkpoint"] = manager.restored
