@@ -18,7 +18,7 @@ What the seed got wrong
     * MNIST is downloaded at run time (no network here).
 
 How tfdp fixes it
-    The bundled UCI digits (8x8, 1,797 images, :func:`tfdp.datasets.load_digits`)
+    The bundled UCI digits (8x8, 1,797 images, :func:`tfdp.recipe.digits.load_digits`)
     stand in for MNIST: no download. :class:`tfdp.DistributedInput` feeds each
     replica its own shard (sampler indices -> batched gather -> seeded
     augmentation), :func:`tfdp.train.fit` runs ``model.fit`` on it -- each
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tfdp import ArraySource, DistributedInput
     from tfdp import augment as aug
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
     from tfdp.train import evaluate, fit
 
     print(f"strategy: {type(strategy).__name__} with {info.num_replicas} replica(s)")

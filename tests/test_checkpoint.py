@@ -13,7 +13,6 @@ import tensorflow as tf
 
 from tfdp.checkpoint import (
     CheckpointCallback,
-    CheckpointError,
     CheckpointManager,
     CheckpointWarning,
     DataPosition,
@@ -21,6 +20,7 @@ from tfdp.checkpoint import (
     remove_interrupted_saves,
 )
 from tfdp.distribute import resolver_role as _role  # the chief rule checkpoints rely on
+from tfdp.errors import CheckpointError
 from tfdp.input import DistributedInput
 from tfdp.sources import ArraySource
 

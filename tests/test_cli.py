@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tfdp.cli import main, sampler_table
-from tfdp.job import TrainConfig, coerce, load_config_file
+from tfdp.recipe import TrainConfig, coerce, load_config_file
 from tfdp.samplers import RepeatAugSampler
 
 

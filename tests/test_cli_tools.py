@@ -125,7 +125,7 @@ def test_plot_missing_inputs(tmp_path, capsys):
 
 
 def test_round_trip_digits_npz_folder_tfrecord_npz(tmp_path, capsys):
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
 
     images, labels = load_digits("all")
 
@@ -283,7 +283,7 @@ def test_convert_argument_errors(tmp_path, capsys):
 
 
 def test_inspect_digits_prints_size_and_classes(capsys):
-    from tfdp.datasets import load_digits
+    from tfdp.recipe.digits import load_digits
 
     _, labels = load_digits("all")
     code, out, err = _run(capsys, "data", "inspect", "digits", "--examples", "3")
@@ -320,18 +320,11 @@ def test_inspect_npz_folder_and_tfrecord(tmp_path):
 
 
 def test_manifest_suffix_matches_the_writer():
-    from tfdp import dataspec
+    """The reader (recipe.dataspec, cli.convert) and the writer share one name (tfdp._names)."""
+    from tfdp import _names
     from tfdp.sources import tfrecord
 
-    assert dataspec.MANIFEST_SUFFIX == tfrecord.MANIFEST_SUFFIX
-
-
-def test_old_module_names_still_work():
-    from tfdp import cli_tools, job, recipe
-
-    assert cli_tools.convert_data is convert_data
-    assert cli_tools.plot_metrics is cli_plot.plot_metrics
-    assert job.TrainConfig is recipe.TrainConfig and job.run_train is recipe.run_train
+    assert _names.MANIFEST_SUFFIX == tfrecord.MANIFEST_SUFFIX
 
 
 def test_register_adds_plot_and_data():

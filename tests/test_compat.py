@@ -107,10 +107,12 @@ def test_call_outside_strategy_creates_plain_host_variables_and_reraises():
 
 
 def test_no_private_reach_outside_compat_in_the_modules_it_serves():
-    files = [SRC / "checkpoint.py", *(SRC / "train").glob("*.py")]
+    files = [*(SRC / "checkpoint").glob("*.py"), *(SRC / "train").glob("*.py")]
     private = re.compile(
         r"_compile_metrics|\.ATTRIBUTES/|__internal__|\"seed_generator\"|_call_flat"
         r"|_all_reduce_sum_gradients|function_type"
+        r"|\.train_function\b|model\.train_step\s*=[^=]|\.apply_gradients\s*=[^=]"
+        r"|setattr\((model|optimizer)"
     )
     found = [
         f"{f.name}:{i}"
@@ -260,6 +262,61 @@ def test_rows_in_place_write_into_the_batch_itself_in_a_parallel_loop():
         [tf.image.resize(tf.fill([5, 7, 3], float(j)), [8, 8]) * 2.0 for j in range(50)]
     )
     np.testing.assert_array_equal(got, want.numpy())
+
+
+def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradients(mirrored_of):
+    """model.fit traces the instance's train_step; Keras's train_step calls the instance's
+    apply_gradients once per replica, in its replica context, with that replica's own gradient;
+    outside, fit traces the class's methods again."""
+    strategy = mirrored_of(2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+        model.compile(keras.optimizers.SGD(0.0), "mse")
+        calls = tf.Variable(
+            0.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
+        grad_sum = tf.Variable(
+            0.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
+    x = np.array([[1.0], [2.0]], "float32")  # one row per replica: distinct gradients
+    y = np.zeros((2, 1), "float32")
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)  # a cached train function
+    traced = []
+
+    def step(original):
+        def wrapped(data):
+            traced.append("step")
+            return original(data)
+
+        return wrapped
+
+    def apply(original):
+        def wrapped(grads_and_vars, *args, **kwargs):
+            grads_and_vars = list(grads_and_vars)
+            assert not tf.distribute.in_cross_replica_context()  # a replica context
+            calls.assign_add(1.0)
+            grad_sum.assign_add(tf.reduce_sum(grads_and_vars[0][0]))
+            return original(grads_and_vars, *args, **kwargs)
+
+        return wrapped
+
+    with _compat.fit_step_overrides(model, train_step=step, apply_gradients=apply):
+        model.fit(x, y, batch_size=2, epochs=2, verbose=0, shuffle=False)
+    assert traced == ["step", "step"]  # traced once, inside: once per replica
+    assert float(calls.numpy()) == 2 * 2  # 2 replicas x 2 steps
+    w = float(model.layers[0].kernel.numpy()[0, 0])  # lr 0: the kernel never moves
+    # mse's gradient for the one row x of a replica: 2 * (w x - 0) * x, divided by the 2 replicas
+    # (Keras scales a replica's mean loss so that the sum is the global mean); per step, the sum
+    # of the two replicas' own gradients (not all-reduced: each is added once):
+    per_step = sum(2 * w * v * v / 2 for v in (1.0, 2.0))
+    np.testing.assert_allclose(float(grad_sum.numpy()), 2 * per_step, rtol=1e-5)
+    assert "train_step" not in vars(model) and "apply_gradients" not in vars(model.optimizer)
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
+    assert len(traced) == 2 and float(calls.numpy()) == 4  # outside: the class's methods
 
 
 def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):

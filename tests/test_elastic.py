@@ -1,7 +1,7 @@
 """Elastic resume: stop on W replicas or workers, continue on W', losing or repeating no sample.
 
-The pure arithmetic (a sampler's global list, the deal of its rest over other ranks, states of
-both versions) is checked against a plain transcription with hypothesis; the Trainer on real
+The pure arithmetic (a sampler's global list, the deal of its rest over other ranks, its state
+format) is checked against a plain transcription with hypothesis; the Trainer on real
 MirroredStrategy replicas (1, 2 and 4 logical CPUs) from its audit trail; the CLI through
 ``tfdp launch`` with real worker processes stopped by SIGTERM.
 """
@@ -26,8 +26,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfdp import ArraySource, DistributedInput
-from tfdp.checkpoint import CheckpointManager, DataPosition, input_config
-from tfdp.errors import StateError
+from tfdp.checkpoint import (
+    CheckpointManager,
+    CheckpointWarning,
+    DataPosition,
+    input_config,
+)
+from tfdp.errors import CheckpointError, StateError
 from tfdp.samplers import DistributedSampler, RepeatAugSampler
 from tfdp.train import Trainer
 
@@ -168,24 +173,19 @@ def test_a_chain_of_world_sizes_consumes_the_first_plan_exactly(n, sizes, repeat
     assert all(global_list[p] == v for p, v in consumed)
 
 
-@settings(max_examples=40, deadline=None)
-@given(kind=st.sampled_from(KINDS), n=st.integers(1, 60), w=st.integers(1, 6), data=st.data())
-def test_same_world_size_state_of_version_1_loads_as_before(kind, n, w, data):
-    if kind == "drop_last" and n < w:
-        return
-    saver = make_sampler(kind, n, w, seed=1)
+def test_a_state_of_another_format_is_refused_naming_what_differs():
+    """One state format: the one written before elastic resume (version 1) no longer loads."""
+    saver = DistributedSampler(20, 2, 0, seed=1)
     saver.set_epoch(3)
-    position = data.draw(st.integers(0, len(saver)))
-    v2 = saver.state_dict(position=position)
-    v1 = {k: v for k, v in v2.items() if k not in ("global_position", "plan_replicas")}
-    v1["version"] = 1
-    for r in range(w):
-        a, b = make_sampler(kind, n, w, r, seed=1), make_sampler(kind, n, w, r, seed=1)
-        a.load_state_dict(v1)
-        b.load_state_dict(v2)
-        expected = a.with_rank(r).indices()[min(position, len(a)) :].tolist()
-        assert list(a) == list(b) == expected
-        assert a.plan is None and b.plan is None
+    state = saver.state_dict(position=4)
+    old = {k: v for k, v in state.items() if k not in ("global_position", "plan_replicas")}
+    loader = DistributedSampler(20, 2, 1, seed=1)
+    with pytest.raises(StateError, match=r"version 1 is not supported \(this tfdp reads version 2"):
+        loader.load_state_dict({**old, "version": 1})
+    with pytest.raises(StateError, match=r"missing field\(s\) \['global_position', 'plan_"):
+        loader.load_state_dict(old)
+    loader.load_state_dict(state)  # the current format loads
+    assert (loader.epoch, list(loader)) == (3, loader.indices(4).tolist())
 
 
 def test_repeated_augmentation_copies_land_on_distinct_ranks():
@@ -355,8 +355,9 @@ def test_a_global_batch_not_divided_by_the_replicas_names_the_valid_counts(mirro
         DistributedInput(mirrored_of(4), ArraySource((X, Y)), global_batch_size=6)
 
 
-def test_checkpoint_of_version_1_restores_at_the_same_world_size(mirrored_of, tmp_path):
-    """A data position written before elastic resume (version 1) still restores."""
+def test_a_checkpoint_of_another_format_is_not_restored_and_says_why(mirrored_of, tmp_path):
+    """A data position written before elastic resume (version 1) is not read: the refusal names
+    its version, and nothing is restored."""
     inp = _input(mirrored_of(2))
     layer = keras.layers.Dense(1)
     layer.build((None, 2))
@@ -372,10 +373,11 @@ def test_checkpoint_of_version_1_restores_at_the_same_world_size(mirrored_of, tm
     manager._step.assign(5)  # write it exactly as version 1 did
     manager._data.assign(json.dumps(text, sort_keys=True))
     manager._manager.save(checkpoint_number=5)
-    restored, step = CheckpointManager(tmp_path, layer=layer).restore(input_config(inp))
-    assert (restored.epoch, restored.step, step) == (1, 2, 5)
-    inp.resume_from(restored.sampler, restored.step)
-    assert inp.epoch_steps(1) == inp.steps_per_epoch and inp.rank_sampler(0, 1).plan is None
+    with pytest.raises(ValueError, match=r"version 1 is not supported \(this tfdp reads version 2"):
+        DataPosition.from_json(json.dumps(text))
+    with pytest.warns(CheckpointWarning), pytest.raises(CheckpointError) as err:
+        CheckpointManager(tmp_path, layer=layer).restore(input_config(inp))
+    assert "ckpt-5: ValueError: data position version 1 is not supported" in str(err.value)
 
 
 # -- the CLI: 2 workers stopped by SIGTERM, resumed on 3 through `tfdp launch` -------------------

@@ -17,16 +17,12 @@ def test_every_public_name_and_submodule_resolves():
         "augment",
         "checkpoint",
         "cli",
-        "datasets",
-        "dataspec",
         "distribute",
         "errors",
         "input",
         "launch",
-        "models",
         "random",
         "recipe",
-        "rundir",
         "sources",
         "train",
         "windows",
@@ -40,8 +36,8 @@ def test_every_public_name_and_submodule_resolves():
 def test_import_tfdp_does_not_load_tensorflow():
     code = (
         "import sys, tfdp; tfdp.RepeatAugSampler(10, 2, 0, selected_round=0); "
-        "import tfdp.dataspec, tfdp.errors, tfdp.rundir, tfdp.cli_tools, tfdp.cli, tfdp.recipe, "
-        "tfdp.job, tfdp.launch, tfdp.cli.app; "
+        "import tfdp.recipe.dataspec, tfdp.errors, tfdp.recipe.rundir, tfdp.cli, tfdp.recipe, "
+        "tfdp.cli.convert, tfdp.cli.inspect, tfdp.cli.plot, tfdp.launch, tfdp.cli.app; "
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run(
@@ -56,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_dir_shows_the_submodules_the_readme_uses():
     readme = (ROOT / "README.md").read_text()
     used = set(re.findall(r"(?<![\w./])tfdp\.([a-z_]+)", readme))
-    assert {"augment", "distribute", "train", "sources", "dataspec"} <= used
+    assert {"augment", "distribute", "train", "sources", "recipe"} <= used
     assert used <= set(dir(tfdp)), used - set(dir(tfdp))
 
 

@@ -546,9 +546,7 @@ def test_output_held_by_a_process_outside_the_group_is_given_up(tmp_path, capsys
         os.kill(escaped, signal.SIGKILL)
     captured = capsys.readouterr()
     assert status == 0 and "[worker 0] worker 0 exits" in captured.out
-    assert "worker 0's output is held open by a process outside its process group" in (
-        captured.err
-    )
+    assert "worker 0's output is held open by a process outside its process group" in (captured.err)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -134,8 +134,10 @@ def test_two_nodes_of_two_workers_form_one_ordered_cluster(cluster):
     assert [w.rsplit(":", 1)[0] for w in workers] == ["127.0.0.1"] * 2 + ["127.0.0.2"] * 2
     for rank, env in envs.items():
         node = int(rank) // 2
-        assert env["TF_CONFIG"] == {"cluster": {"worker": workers},
-                                    "task": {"type": "worker", "index": int(rank)}}
+        assert env["TF_CONFIG"] == {
+            "cluster": {"worker": workers},
+            "task": {"type": "worker", "index": int(rank)},
+        }
         assert (env["GROUP_RANK"], env["LOCAL_RANK"]) == (str(node), str(int(rank) % 2))
         assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_WORLD_SIZE"]) == (
             "4", "2", "2")  # fmt: skip
@@ -192,8 +194,10 @@ def test_the_master_lost_ends_the_job_on_every_node(cluster, tmp_path):
     nodes[0].proc.kill()
     os.kill(pids[0], signal.SIGKILL)
     assert nodes[1].finish() == 1, nodes[1].text
-    assert (f"error: the master node 0 at 127.0.0.1:{cluster.port} is gone (connection "
-            "refused): the job ends with it (node 0 hosts the rendezvous)") in nodes[1].text
+    assert (
+        f"error: the master node 0 at 127.0.0.1:{cluster.port} is gone (connection "
+        "refused): the job ends with it (node 0 hosts the rendezvous)"
+    ) in nodes[1].text
     assert "To continue from the last checkpoint, start the launchers again" in nodes[1].text
     assert "[worker 1] rank 1 got SIGTERM" in nodes[1].text and gone(pids[1])
 
@@ -237,8 +241,10 @@ def test_a_stopped_master_ends_the_job_within_the_bound(cluster, tmp_path):
     nodes[0].proc.kill()
     text = nodes[1].text
     assert "lost the master node 0 at 127.0.0.1:" in text and "(no message for 2s)" in text
-    assert "cannot be rejoined (no answer to this node's join (no message for 2s)): the job " \
+    assert (
+        "cannot be rejoined (no answer to this node's join (no message for 2s)): the job "
         "ends for this node" in text
+    )
     assert "To continue from the last checkpoint, start the launchers again" in text
     assert "[worker 1] rank 1 got SIGTERM" in text and gone(pids[1])
 

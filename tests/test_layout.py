@@ -15,7 +15,7 @@ OWNED = [
     SRC / "input.py",
     *sorted((SRC / "windows").rglob("*.py")),
     *sorted((SRC / "augment").rglob("*.py")),
-    SRC / "rundir.py",
+    SRC / "recipe" / "rundir.py",
     *sorted((SRC / "sources").rglob("*.py")),
 ]
 

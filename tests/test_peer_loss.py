@@ -17,6 +17,7 @@ from tfdp import ArraySource, DistributedInput
 from tfdp.checkpoint import keras_trackables
 from tfdp.distribute.faults import Peer, coordination_leader, is_peer_failure, lost_peers
 from tfdp.train import PeerLostError, Trainer, TrainState
+from tfdp.train.assemble import epoch_metric_states
 from tfdp.train.peer_loss import PeerLossWatch, save_at_fault
 
 CLUSTER = {"worker": ["10.231.0.1:2222", "10.231.0.2:2222"]}
@@ -143,13 +144,13 @@ def test_the_save_at_the_fault_equals_an_ordinary_save_of_the_same_state(mirrore
         verbose=0,
     )
     trainer.fit(inp, epochs=1, max_steps=3)  # stops mid-epoch: saves ckpt-3 the ordinary way
-    assert trainer.state.step == 3 and float(trainer.train_loss.count.numpy()) > 0
+    assert trainer.state.step == 3 and float(trainer.train_step.train_loss.count.numpy()) > 0
     fault = save_at_fault(
         str(tmp_path / "b"),
         strategy=mirrored4,
         trackables=keras_trackables(trainer.model, trainer.optimizer),
-        metric_states=trainer._metric_states(),
-        position=trainer._position(inp, 0, 3),
+        metric_states=epoch_metric_states(trainer.train_step),
+        position=trainer._resume.position(inp, 0, 3),
         global_step=3,
         max_to_keep=3,
     )

@@ -174,8 +174,8 @@ def test_cluster_paragraphs_name_what_the_tests_run():
 PYTHON_PRELUDE = """
 import json
 import numpy as np
-from tfdp.datasets import load_digits
-from tfdp.models import small_cnn
+from tfdp.recipe.digits import load_digits
+from tfdp.recipe.networks import small_cnn
 
 (x, labels), (x_val, y_val) = load_digits()
 

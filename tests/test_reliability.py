@@ -138,7 +138,7 @@ def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run, capsys):
     data = latest.with_suffix(".data-00000-of-00001")
     os.truncate(data, data.stat().st_size // 2)  # the fault
     from tfdp.checkpoint import CheckpointWarning
-    from tfdp.job import run_evaluate
+    from tfdp.recipe import run_evaluate
 
     with pytest.warns(CheckpointWarning, match=f"{ckpts / latest.stem} is unreadable"):
         assert run_evaluate(str(run), replicas=4)["checkpoint"] == str(ckpts / previous.stem)
@@ -149,7 +149,7 @@ def test_evaluate_and_resume_fall_back_past_a_truncated_checkpoint(run, capsys):
 
 @pytest.mark.parametrize("state", [b"", bytes(range(256)), b'model_checkpoint_path: "ckpt-999"\n'])
 def test_evaluate_with_a_damaged_state_file(run, state):
-    from tfdp.job import run_evaluate
+    from tfdp.recipe import run_evaluate
 
     ckpts = run / "checkpoints"
     latest = max(int(p.stem.split("-")[1]) for p in ckpts.glob("ckpt-*.index"))
@@ -164,8 +164,8 @@ def test_evaluate_with_a_damaged_state_file(run, state):
 
 
 def test_held_out_shards_and_folder_files_are_deterministic(tmp_path):
-    from tfdp.cli_tools import convert_data
-    from tfdp.job import TrainConfig, build_data
+    from tfdp.cli.convert import convert_data
+    from tfdp.recipe import TrainConfig, build_data
 
     convert_data("digits", tmp_path / "shards", shards=4, progress=False)
     for spec in ("shards", "shards/data.manifest.json", "shards/*.tfrecord"):
@@ -328,8 +328,8 @@ def test_config_files_that_are_not_text_or_not_valid_are_named(tmp_path, capsys)
 
 
 def test_equal_size_folder_is_not_said_to_vary_and_big_batches_name_the_flag(tmp_path):
-    from tfdp.cli_tools import convert_data
-    from tfdp.job import TrainConfig, _check_one_step, build_data
+    from tfdp.cli.convert import convert_data
+    from tfdp.recipe import TrainConfig, build_data, check_one_step
 
     convert_data("digits", tmp_path / "folder", to="folder", progress=False)
     with pytest.raises(ValueError) as err:
@@ -340,7 +340,7 @@ def test_equal_size_folder_is_not_said_to_vary_and_big_batches_name_the_flag(tmp
     np.savez(small, images=np.zeros((30, 4, 4), np.uint8), labels=np.arange(30) % 2)
     cfg = TrainConfig(data=str(tmp_path / "small.npz"), batch_size=512)
     with pytest.raises(ValueError) as err:
-        _check_one_step(cfg, build_data(cfg), 2)
+        check_one_step(cfg, build_data(cfg), 2)
     assert "--batch-size 512 is more than one epoch holds" in str(err.value)
     assert "at most 28" in str(err.value) and "drop_remainder" not in str(err.value)
 
@@ -355,7 +355,7 @@ def _npz(path: Path, labels=None) -> str:
 
 
 def _shards(tmp: Path, n: int) -> Path:
-    from tfdp.cli_tools import convert_data
+    from tfdp.cli.convert import convert_data
 
     convert_data(_npz(tmp / "src.npz"), tmp / "shards", shards=n, progress=False)
     return tmp / "shards"
@@ -386,7 +386,7 @@ def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "f.npz (key 'labels'): labels must be integer class ids; 30 are not" in bad.stderr
     assert not (tmp_path / "r1").exists()  # refused before anything was written
-    from tfdp.job import TrainConfig, build_data
+    from tfdp.recipe import TrainConfig, build_data
 
     one = build_data(TrainConfig(data=_npz(tmp_path / "o.npz", labels=np.zeros(30, int))))
     assert any(n.startswith("warning: ") and "a single class" in n for n in one.notes)

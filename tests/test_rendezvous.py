@@ -124,8 +124,12 @@ JSON = st.recursive(
 
 
 @settings(max_examples=100, deadline=None)
-@given(kind=st.sampled_from(sorted(SCHEMAS)), fields=st.dictionaries(
-    st.sampled_from(sorted({f for s in SCHEMAS.values() for f in s})), JSON, max_size=8))
+@given(
+    kind=st.sampled_from(sorted(SCHEMAS)),
+    fields=st.dictionaries(
+        st.sampled_from(sorted({f for s in SCHEMAS.values() for f in s})), JSON, max_size=8
+    ),
+)
 def test_decode_of_any_object_of_this_job_never_crashes(kind, fields):  # fmt: skip
     line = json.dumps({**fields, "v": 1, "job": JOB, "type": kind}).encode()
     try:
@@ -294,8 +298,10 @@ def test_rounds_of_a_static_job_a_failure_restarts_then_the_job_completes(server
     assert master.next()["type"] == "ack"
     start = _start([master, node])
     assert (start["round"], start["restart"]) == (0, 0)
-    assert start["nodes"] == [{"node_rank": 0, "addr": "127.0.0.1", "ports": [3000]},
-                              {"node_rank": 1, "addr": "127.0.0.1", "ports": [3001, 3002]}]
+    assert start["nodes"] == [
+        {"node_rank": 0, "addr": "127.0.0.1", "ports": [3000]},
+        {"node_rank": 1, "addr": "127.0.0.1", "ports": [3001, 3002]},
+    ]
     node.message("exited", round=0, returncode=3, detail="worker 2 exited with code 3")
     for raw in (master, node):
         stop = raw.next()

@@ -1,4 +1,4 @@
-"""One writer per run directory (tfdp.rundir.RunLock), with real processes; config.json I/O."""
+"""One writer per run directory (tfdp.recipe.rundir.RunLock), real processes; config.json I/O."""
 
 from __future__ import annotations
 
@@ -11,11 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from tfdp.rundir import LOCK_NAME, RunLock, RunLockedError, read_json_object, write_json_atomic
+from tfdp.recipe.rundir import (
+    LOCK_NAME,
+    RunLock,
+    RunLockedError,
+    read_json_object,
+    write_json_atomic,
+)
 
 HOLD = """
 import sys, time
-from tfdp.rundir import RunLock
+from tfdp.recipe.rundir import RunLock
 lock = RunLock(sys.argv[1]).acquire()
 print("HELD", flush=True)
 time.sleep(600)

@@ -258,6 +258,41 @@ def test_bad_numbers(mirrored4, kw, match):
         trainer(mirrored4, **kw)
 
 
+def test_a_trainer_of_parts_trains_as_the_constructor_and_refuses_a_part_of_the_wrong_kind(
+    mirrored_of,
+):
+    """Trainer.from_parts with the parts the constructor builds trains to the same weights, with
+    the options that live in the parts (log_every cuts the calls) honoured; a part that does not
+    meet its Protocol is named."""
+    from tfdp.errors import ConfigError
+    from tfdp.train.assemble import default_parts
+
+    strategy = mirrored_of(2)
+    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=16)  # 8 steps per epoch
+    built = trainer(strategy, steps_per_call=4, log_every=3)
+    parts = default_parts(
+        strategy,
+        make_model,
+        lambda: keras.optimizers.SGD(0.1),
+        LOSS,
+        log_every=3,
+        progress=False,
+        verbose=0,
+    )
+    composed = Trainer.from_parts(parts, steps_per_call=4)
+    sizes = {"built": [], "composed": []}
+    for name, tr in (("built", built), ("composed", composed)):
+        tr.fit(inp, 1, on_step=lambda st, name=name: sizes[name].append(len(st.step_losses)))
+    assert sizes["built"] == sizes["composed"] == [3, 3, 2]  # calls of 4 cut to land on step 3k
+    for a, b in zip(built.model.weights, composed.model.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert composed.model is parts.step.model and composed.optimizer is parts.step.optimizer
+    parts.logs = object()
+    with pytest.raises(ConfigError, match=r"^logs must meet tfdp\.train\.parts\.RunLog") as err:
+        Trainer.from_parts(parts)
+    assert err.value.argument == "logs"
+
+
 # -- checkpoints and exact resume -----------------------------------------------------------------
 
 

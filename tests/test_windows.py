@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from photos import encode, photo, write_folder
 from tfdp import augment
-from tfdp.input import DistributedInput, epoch_seed_key
+from tfdp.input import DistributedInput
+from tfdp.seeding import epoch_seed_key
 from tfdp.sources import ImageFolderSource
 from tfdp.windows.contract import WindowSource
 from tfdp.windows.loader import chunk_slots
@@ -499,7 +500,7 @@ def test_train_resnet_on_an_image_folder_end_to_end(tmp_path):
 
 
 def test_build_augment_picks_the_window_recipe_for_image_sizes():
-    from tfdp.job import TrainConfig, build_augment
+    from tfdp.recipe import TrainConfig, build_augment
 
     cfg = TrainConfig(data="some/folder", image_size=32)
     train = split_window(build_augment(cfg, (32, 32, 3), 1 / 255, True))

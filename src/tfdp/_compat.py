@@ -26,6 +26,10 @@ call_outside_strategy         a strategy scope (its variable creator) is thread-
 gradients_reduced             Keras's TensorFlow optimizer all-reduces the gradients it gets in a
                               replica context in ``_all_reduce_sum_gradients`` (an instance
                               attribute of that name replaces it)
+fit_step_overrides            ``model.fit`` traces ``model.train_step`` (an instance attribute
+                              shadows the method) once, into ``model.train_function`` (None: traced
+                              again); Keras's ``train_step`` hands ``optimizer.apply_gradients``
+                              (likewise) each replica's own gradients, in the replica context
 bound_call                    ``ConcreteFunction._call_flat`` and ``function_type.bind`` /
                               ``unpack_inputs``: what ``tf.function`` itself runs per call, after
                               looking the trace up
@@ -65,6 +69,7 @@ __all__ = [
     "checkpoint_value_key",
     "compiled_metrics_container",
     "configure_heartbeat",
+    "fit_step_overrides",
     "gradients_reduced",
     "lightly_optimized_map",
     "seed_generator_states",
@@ -244,6 +249,58 @@ def gradients_reduced(optimizer: Any) -> Iterator[None]:
             if not _REDUCED_DEPTH[key]:
                 del _REDUCED_DEPTH[key]
                 object.__delattr__(optimizer, name)
+
+
+#: A wrapper of a method: ``wrap(original) -> replacement``.
+Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+@contextmanager
+def fit_step_overrides(
+    model: Any, *, train_step: Wrapper | None = None, apply_gradients: Wrapper | None = None
+) -> Iterator[None]:
+    """Inside, ``model.fit`` runs a step that ``train_step`` / ``apply_gradients`` wrap.
+
+    Keras 3 (TensorFlow backend) traces ``model.train_step`` into
+    ``model.train_function`` the first time ``fit`` needs it, and its
+    ``train_step`` updates through ``model.optimizer.apply_gradients``, handing
+    it the replica's own gradients (in the replica context; the optimizer
+    all-reduces them itself). Each wrapper gets the original method and returns
+    its replacement, set on the instance; the cached train function is dropped
+    on entry and on exit, so that ``fit`` traces the step with the replacements
+    inside and without them afterwards. A custom ``train_step`` that updates
+    through ``optimizer.apply`` does not reach ``apply_gradients``.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> calls = []
+        >>> def counted(original):
+        ...     def step(data):
+        ...         calls.append("traced")
+        ...         return original(data)
+        ...     return step
+        >>> with fit_step_overrides(model, train_step=counted):
+        ...     _ = model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=2, verbose=0)
+        >>> calls, "train_step" in vars(model), model.train_function is None
+        (['traced'], False, True)
+    """
+    installed: list[tuple[Any, str]] = []
+    for obj, name, wrap in (
+        (model, "train_step", train_step),
+        (model.optimizer, "apply_gradients", apply_gradients),
+    ):
+        if wrap is not None:
+            setattr(obj, name, wrap(getattr(obj, name)))
+            installed.append((obj, name))
+    model.train_function = None  # traced again, with the replacements
+    try:
+        yield
+    finally:
+        for obj, name in reversed(installed):
+            delattr(obj, name)  # the class's method again
+        model.train_function = None
 
 
 def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:

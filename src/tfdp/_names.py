@@ -1,7 +1,7 @@
 """The on-disk names tfdp's writers and readers agree on, free of TensorFlow.
 
 This module owns file-name conventions that both the TensorFlow-free data-spec
-layer (:mod:`tfdp.dataspec`) and the TFRecord writer/reader
+layer (:mod:`tfdp.recipe.dataspec`) and the TFRecord writer/reader
 (:mod:`tfdp.sources.tfrecord`) must share, so neither copies them.
 
 Example:

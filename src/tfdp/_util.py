@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from tfdp.errors import ConfigError
 
 __all__ = [
     "check_int",
+    "config_diffs",
     "deterministic_unsharded",
     "replaced_atomically",
     "temp_name",
@@ -51,6 +52,38 @@ def check_int(name: str, value: Any, low: int, high: int | None = None, what: st
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
         raise ConfigError(f"{name} must be {bound}{what}, got {value}")
     return value
+
+
+def config_diffs(saved: Any, now: Any, ignore: Collection[str] = (), prefix: str = "") -> list[str]:
+    """``"field: saved X, now Y"`` for every field that differs (nested fields dotted).
+
+    What a refused restore names: a configuration saved with some state
+    against the one it is restored into. A field missing on one side is
+    ``<absent>``; fields named in ``ignore`` (dotted, e.g.
+    ``"sampler.num_replicas"``) are not compared.
+
+    Example:
+        >>> config_diffs({"a": 1, "s": {"k": 2}}, {"a": 1, "s": {"k": 3}, "b": 0})
+        ['b: saved <absent>, now 0', 's.k: saved 2, now 3']
+        >>> config_diffs({"w": 2, "seed": 1}, {"w": 4, "seed": 1}, ignore=("w",))
+        []
+    """
+    if isinstance(saved, dict) and isinstance(now, dict):
+        out: list[str] = []
+        for key in sorted(set(saved) | set(now), key=str):
+            name = f"{prefix}{key}"
+            if name in ignore:
+                continue
+            if key not in saved:
+                out.append(f"{name}: saved <absent>, now {now[key]!r}")
+            elif key not in now:
+                out.append(f"{name}: saved {saved[key]!r}, now <absent>")
+            else:
+                out.extend(config_diffs(saved[key], now[key], ignore, f"{name}."))
+        return out
+    if saved != now:
+        return [f"{prefix.rstrip('.')}: saved {saved!r}, now {now!r}"]
+    return []
 
 
 def temp_name(path: str, token: str | None = None) -> str:

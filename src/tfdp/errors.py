@@ -2,8 +2,10 @@ r"""What a user is told when something fails: the meaningful line of an exceptio
 
 This module owns the :class:`TfdpError` family -- the errors tfdp raises for
 input or state a user can fix, which a command line reports as "bad input"
-(exit 2) while any other exception is a bug to report -- and
-:func:`user_message`, which turns any exception into one
+(exit 2) while any other exception is a bug to report --, :func:`said_as`,
+which says the Python arguments such an error names in a caller's words
+(``num_classes`` -> ``--num-classes``), and :func:`user_message`, which turns
+any exception into one
 line that keeps its cause: the file, the label, the peer. TensorFlow errors
 raised inside a graph (``tf.errors.OpError``) start with boilerplate such as
 ``Graph execution error:`` and ``Detected at node ...``; the line that names
@@ -22,14 +24,18 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Mapping
 
 __all__ = [
+    "CheckpointError",
     "ConfigError",
     "DataError",
     "StateError",
     "TfdpError",
     "meaningful_line",
+    "said_as",
     "user_message",
 ]
 
@@ -81,6 +87,47 @@ class StateError(TfdpError):
         >>> isinstance(StateError("num_replicas: saved 2, now 3"), ValueError)
         True
     """
+
+
+class CheckpointError(StateError):
+    """No checkpoint could be read, or the checkpoint directory is unusable.
+
+    The message names the directory (or each checkpoint tried and why it
+    could not be read) and what to do: delete or restore the directory, fix
+    its permissions.
+
+    Example:
+        >>> issubclass(CheckpointError, StateError)
+        True
+    """
+
+
+def said_as(exc: TfdpError, names: Mapping[str, str]) -> TfdpError:
+    """``exc`` with the Python arguments it names said as a caller's users say them.
+
+    The library names its arguments (``spec``, ``num_classes``); a command
+    line says its flags or positionals (``--data``, ``SRC``). Every whole-word
+    occurrence of a name in ``names`` -- not inside a quoted value, a path or a
+    longer identifier -- is replaced; the copy keeps the type and
+    ``argument``. ``exc`` itself when nothing is named.
+
+    Example:
+        >>> err = DataError("spec 'x.npz' does not exist", argument="spec")
+        >>> said = said_as(err, {"spec": "--data"})
+        >>> print(type(said).__name__, said.argument, "|", said)
+        DataError spec | --data 'x.npz' does not exist
+        >>> str(said_as(DataError("labels 3, 9: give num_classes"), {"num_classes": "K"}))
+        'labels 3, 9: give K'
+    """
+    text = str(exc)
+    said = text
+    for name, words in names.items():
+        said = re.sub(rf"(?<![\w.'\"/-]){re.escape(name)}(?![\w'\"/-])", words, said)
+    if said == text:
+        return exc
+    out = copy.copy(exc)
+    out.args = (said,)
+    return out
 
 
 #: Longest message kept (a label list can run to thousands of characters).

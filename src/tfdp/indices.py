@@ -13,7 +13,7 @@ repeated ``R`` times, padded by wrapping. Entry ``q`` of that list is
 be evaluated at chosen positions -- :class:`KeyedPermutation`, a cycle-walking
 Feistel bijection keyed by ``(seed, epoch)`` -- gives a rank its indices
 without building anything of size N. The keys, tags and hash finalisers
-come from :mod:`tfdp.seeding` (``round_keys`` is re-exported here).
+come from :mod:`tfdp.seeding`.
 
 Example:
     >>> perm = KeyedPermutation(10, seed=0, epoch=0)
@@ -49,7 +49,6 @@ __all__ = [
     "repeat_aug_indices",
     "repeat_aug_sizes",
     "repeated_length",
-    "round_keys",
     "validate_permutation",
 ]
 

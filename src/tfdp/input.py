@@ -16,7 +16,7 @@ OneDeviceStrategy and the default strategy; tf.data auto-sharding is off (the
 sampler shards).
 
 Augmentation seeds are ``[key(seed, epoch), position]`` (the key is
-:func:`tfdp.seeding.epoch_seed_key`, re-exported here), where ``position``
+:func:`tfdp.seeding.epoch_seed_key`), where ``position``
 is the entry's place in the sampler's padded global list: the R copies of a
 sample (Repeated Augmentation) get different augmentations, while a rerun or
 a run resumed mid-epoch gets identical ones.
@@ -67,7 +67,7 @@ from tfdp.seeding import epoch_seed_key
 from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource, WeightedSource
 from tfdp.windows.loader import window_loader
 
-__all__ = ["DistributedInput", "epoch_seed_key"]
+__all__ = ["DistributedInput"]
 
 SamplerSpec = str | Sampler | Callable[[int, int, int], Sampler]
 _SAMPLER_NAMES = {

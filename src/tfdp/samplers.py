@@ -34,7 +34,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -43,15 +42,17 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tfdp import indices as _ix
-from tfdp._util import check_int
+from tfdp._util import check_int, config_diffs
 from tfdp.errors import StateError
 
 __all__ = ["DistributedEvalSampler", "DistributedSampler", "RepeatAugSampler", "Sampler"]
 
-# Version 2 adds "global_position" (entries of the epoch's global list consumed, a prefix) and
-# "plan_replicas" (the world size whose global list the epoch follows); version 1 still loads.
+# The state format: "global_position" is the prefix of the epoch's global list consumed, and
+# "plan_replicas" the world size whose global list the epoch follows. One version is read.
 _STATE_VERSION = 2
-_READS_VERSIONS = (1, 2)
+_STATE_FIELDS = frozenset(
+    {"sampler", "version", "config", "epoch", "position", "global_position", "plan_replicas"}
+)
 PermutationCallable = Callable[[int], Any]
 
 
@@ -94,18 +95,6 @@ def _is_positive_number(value: Any) -> bool:
 def _plain_number(value: Any) -> int | float:
     """A Python int when integer-valued, else a Python float (JSON-safe, NumPy-free)."""
     return int(value) if float(value).is_integer() else float(value)
-
-
-def _config_diffs(
-    saved: dict[str, Any], mine: dict[str, Any], ignore: tuple[str, ...]
-) -> list[str]:
-    """``"field: saved X, this sampler Y"`` for each differing configuration field."""
-    mine = json.loads(json.dumps(mine))
-    return [
-        f"{k}: saved {saved.get(k)!r}, this sampler {mine.get(k)!r}"
-        for k in sorted(set(mine) | set(saved))
-        if k not in ignore and saved.get(k) != mine.get(k)
-    ]
 
 
 class Sampler:
@@ -284,12 +273,7 @@ class Sampler:
             >>> s.indices().tolist(), s.positions().tolist()
             ([7, 10], [7, 10])
         """
-        if isinstance(self, DistributedEvalSampler):
-            raise StateError(
-                "a DistributedEvalSampler has no position to continue: exact evaluation "
-                "runs whole at any world size"
-            )
-        diffs = _config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
+        diffs = config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
         if type(plan) is not type(self) or diffs:
             raise StateError(
                 f"cannot follow a {plan._KIND} of another configuration: "
@@ -441,8 +425,7 @@ class Sampler:
         (``num_replicas``) is refused too unless ``allow_world_size_change``:
         then the rest of the saved epoch's global list is dealt over this
         sampler's ranks (:meth:`follow`), every remaining entry exactly once;
-        the next epoch follows this world size's own plan. States of version 1
-        (before elastic resume) load as before.
+        the next epoch follows this world size's own plan.
 
         Raises:
             StateError: naming each field that differs, or a malformed state.
@@ -459,23 +442,23 @@ class Sampler:
         """
         if not isinstance(state, dict):
             raise StateError(f"sampler state must be a dict, got {type(state).__name__}")
-        missing = {"sampler", "version", "config", "epoch", "position"} - set(state)
+        if "version" in state and state["version"] != _STATE_VERSION:
+            raise StateError(
+                f"sampler state version {state['version']!r} is not supported "
+                f"(this tfdp reads version {_STATE_VERSION})"
+            )
+        missing = _STATE_FIELDS - set(state)
         if missing:
             raise StateError(f"sampler state is missing field(s) {sorted(missing)}")
         if state["sampler"] != self._KIND:
             raise StateError(
                 f"sampler state was saved by a {state['sampler']}, cannot load into a {self._KIND}"
             )
-        if state["version"] not in _READS_VERSIONS:
-            raise StateError(
-                f"sampler state version {state['version']!r} is not supported "
-                f"(this tfdp reads versions {list(_READS_VERSIONS)})"
-            )
         theirs = state["config"]
         if not isinstance(theirs, dict):
             raise StateError(f"sampler state's config must be a dict, got {theirs!r}")
         ignore = ("num_replicas",) if allow_world_size_change else ()
-        diffs = _config_diffs(theirs, self._config(), ignore=ignore)
+        diffs = config_diffs(theirs, self._config(), ignore=ignore)
         if diffs:
             hint = ""
             if any(d.startswith("num_replicas:") for d in diffs):
@@ -490,21 +473,18 @@ class Sampler:
         saved_w = theirs.get("num_replicas")
         try:
             saved_w = check_int("state['config']['num_replicas']", saved_w, 1)
-            plan_w = check_int("state['plan_replicas']", state.get("plan_replicas", saved_w), 1)
+            plan_w = check_int("state['plan_replicas']", state["plan_replicas"], 1)
             epoch = check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
         except ValueError as e:
             raise StateError(str(e)) from None
         plan = self if plan_w == self.num_replicas else self.replace(num_replicas=plan_w, rank=0)
         total = plan.global_length
         try:
-            # Ranks of an uneven sampler (padding=None) differ in length by one: a position
-            # saved by a longer rank at its end means "epoch done" for a shorter one.
-            limit = -(-total // saved_w)
-            position = check_int("state['position']", state["position"], 0, limit)
-            if "global_position" in state:
-                reached = check_int("state['global_position']", state["global_position"], 0, total)
-            else:  # version 1: every rank at the same position of a list of saved_w ranks
-                reached = min(position * saved_w, total)
+            # Checked, though the global position is what resumes. Ranks of an uneven sampler
+            # (padding=None) differ in length by one: a position saved by a longer rank at its
+            # end means "epoch done" for a shorter one.
+            check_int("state['position']", state["position"], 0, -(-total // saved_w))
+            reached = check_int("state['global_position']", state["global_position"], 0, total)
         except ValueError as e:
             raise StateError(str(e)) from None
         self._plan, self._deal_start = None, 0
@@ -816,6 +796,23 @@ class DistributedEvalSampler(Sampler):
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
         return self.indices_and_mask(start, stop)[0]
+
+    def follow(self, plan: Sampler, start: int = 0) -> None:
+        """Refused: exact evaluation has no position to continue, it runs whole at any world size.
+
+        Raises:
+            StateError: always.
+
+        Example:
+            >>> DistributedEvalSampler(4, 2, 0).follow(DistributedEvalSampler(4, 1, 0))
+            Traceback (most recent call last):
+            ...
+            tfdp.errors.StateError: a DistributedEvalSampler has no position to continue: exact evaluation runs whole at any world size
+        """  # noqa: E501
+        raise StateError(
+            "a DistributedEvalSampler has no position to continue: exact evaluation "
+            "runs whole at any world size"
+        )
 
     def indices_and_mask(
         self, start: int = 0, stop: int | None = None

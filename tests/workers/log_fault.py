@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402
+from tfdp.train.assemble import default_parts  # noqa: E402
+from tfdp.train.logs import TrainLogs  # noqa: E402
 
 RUN_DIR, FAULT = sys.argv[1], sys.argv[2]
 
@@ -32,16 +34,38 @@ def kill(where: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class FaultyTrainer(Trainer):
-    """The Trainer, killed right after one of its epoch-end writes (fault injection)."""
+class FaultyCheckpoints:
+    """The Trainer's checkpoints, killed right after the save of the end of epoch 1."""
 
-    def _save(self, train_input):
-        super()._save(train_input)
-        if FAULT == "after_save" and self.state.step == 0 and self.state.epoch == 1:
+    def __init__(self, inner):
+        self.inner = inner
+
+    @property
+    def latest(self):
+        return self.inner.latest
+
+    @property
+    def restored(self):
+        return self.inner.restored
+
+    def check_writable(self):
+        self.inner.check_writable()
+
+    def restore(self, *args, **kwargs):
+        return self.inner.restore(*args, **kwargs)
+
+    def save(self, position, global_step):
+        path = self.inner.save(position, global_step)
+        if FAULT == "after_save" and (position.epoch, position.step) == (1, 0):
             kill("after the checkpoint of the end of epoch 1")
+        return path
 
-    def _log_epoch(self, record):
-        super()._log_epoch(record)
+
+class FaultyLogs(TrainLogs):
+    """The Trainer's logs, killed right after the line of epoch 1 (before its checkpoint)."""
+
+    def epoch_end(self, record):
+        super().epoch_end(record)
         if FAULT == "after_log" and record["epoch"] == 0:
             kill("after the line of epoch 1, before its checkpoint")
 
@@ -59,18 +83,20 @@ def main() -> None:
             [keras.Input((4,)), keras.layers.Dense(3, "tanh"), keras.layers.Dense(2)]
         )
 
-    trainer = FaultyTrainer(
+    # The Trainer composed of its default parts, two of them faulty (fault injection).
+    parts = default_parts(
         strategy,
         model,
         lambda: keras.optimizers.Adam(0.05),
         "sparse_categorical_crossentropy_from_logits",
         metrics=["sparse_categorical_accuracy"],
         run_dir=RUN_DIR,
-        checkpoint_every=3,
-        steps_per_call=2,
         progress=False,
         verbose=0,
     )
+    parts.checkpoints = FaultyCheckpoints(parts.checkpoints)
+    parts.logs = FaultyLogs(RUN_DIR, progress=False, verbose=0)
+    trainer = Trainer.from_parts(parts, checkpoint_every=3, steps_per_call=2)
     trainer.fit(inp, 3)
     digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in trainer.model.weights))
     print("RESULT " + json.dumps({"weights": digest.hexdigest()}), flush=True)

@@ -60,7 +60,7 @@ def build_parser() -> Parser:
 def _bad_input(exc: BaseException) -> bool:
     if isinstance(exc, BAD_INPUT):
         return not isinstance(exc, OSError) or exc.filename is not None or bool(exc.args)
-    from tfdp.rundir import RunLockedError
+    from tfdp.recipe.rundir import RunLockedError
 
     return isinstance(exc, RunLockedError)
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from tfdp.errors import TfdpError
+from tfdp.errors import TfdpError, said_as
 
 __all__ = [
     "DefaultsHelpFormatter",
@@ -130,11 +130,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def in_flags(exc: BaseException) -> str:
-    """The message of ``exc`` with its leading argument name said as the flag.
+    """The message of ``exc`` with its argument said as the flag.
 
     Library errors name the Python argument (:class:`tfdp.errors.TfdpError`'s
     ``argument``: ``port_base``); the command line names its flag
-    (``--port-base``), which is the argument's name with dashes.
+    (``--port-base``), which is the argument's name with dashes
+    (:func:`tfdp.errors.said_as`).
 
     Example:
         >>> from tfdp.errors import ConfigError
@@ -143,10 +144,9 @@ def in_flags(exc: BaseException) -> str:
         >>> in_flags(ValueError("anything else"))
         'anything else'
     """
-    text = str(exc)
-    if isinstance(exc, TfdpError) and exc.argument and text.startswith(exc.argument):
-        return "--" + exc.argument.replace("_", "-") + text[len(exc.argument) :]
-    return text
+    if isinstance(exc, TfdpError) and exc.argument:
+        return str(said_as(exc, {exc.argument: "--" + exc.argument.replace("_", "-")}))
+    return str(exc)
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

@@ -2,7 +2,7 @@
 
 This module owns :func:`convert_data` and its writers. The formats:
 
-* ``digits``: :func:`tfdp.datasets.load_digits` ``("all")``, 1,797 grey 8x8
+* ``digits``: :func:`tfdp.recipe.digits.load_digits` ``("all")``, 1,797 grey 8x8
   images (levels 0..16), classes ``"0"``..``"9"``.
 * ``.npz``: arrays ``images`` uint8 ``[N, H, W, C]`` (``[N, H, W]`` is read
   as one channel; ``x``/``image`` are accepted too) and ``labels`` int ``[N]``
@@ -26,7 +26,7 @@ This module owns :func:`convert_data` and its writers. The formats:
   without reading every label. Reading checks every shard's record count
   against the manifest; a difference is an error naming the shard.
 
-Data is opened and checked by :func:`tfdp.dataspec.open_source`, the same
+Data is opened and checked by :func:`tfdp.recipe.dataspec.open_source`, the same
 as ``tfdp train`` does: what training refuses (non-integral or stray labels,
 non-finite pixels, floats outside [0, 1]) is refused here too. Output is
 written under a temporary name and renamed when complete.
@@ -47,18 +47,18 @@ from typing import Any
 
 import numpy as np
 
+from tfdp._names import MANIFEST_SUFFIX
 from tfdp._util import replaced_atomically, temp_name, write_text_atomic
 from tfdp.cli.progress import Progress
-from tfdp.dataspec import (
-    MANIFEST_SUFFIX,
+from tfdp.errors import ConfigError, DataError
+from tfdp.recipe.data import data_errors
+from tfdp.recipe.dataspec import (
     OpenedData,
     open_source,
     read_error,
     read_labels,
     resize_uint8,
 )
-from tfdp.errors import ConfigError, DataError
-from tfdp.recipe.data import data_errors
 from tfdp.sources.base import EncodedImageSource
 
 __all__ = ["FORMATS", "convert_data"]
@@ -416,16 +416,15 @@ def convert_data(
             (bilinear, antialiased; images of that size are untouched).
             Needed for .npz output when the images differ in size.
         num_classes: The number of classes, when the labels do not use them
-            all (see :func:`tfdp.dataspec.check_labels`).
+            all (see :func:`tfdp.recipe.dataspec.check_labels`).
         progress: Show a progress bar on stderr (when it is a terminal).
 
     Returns:
         What was written: one summary line, then notes (shards, renumbered classes) if any.
 
     Raises:
-        FileNotFoundError: ``src`` does not exist.
         ConfigError: bad arguments, a non-empty ``dst``.
-        DataError: an unreadable ``src``, differing image sizes for .npz
+        DataError: a missing or unreadable ``src``, differing image sizes for .npz
             without ``image_size``, a corrupt image (naming the file).
 
     Example:
@@ -446,8 +445,8 @@ def convert_data(
         ):
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     _check_dst(dst, fmt)  # before open_source: bad paths are refused before TensorFlow loads
-    with data_errors():
-        data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
+    with data_errors(spec="SRC", num_classes="--num-classes"):
+        data = open_source(src, num_classes=num_classes)
     _check_dst_outside(dst, data)
     if data.dtype != "uint8":
         raise DataError(
@@ -459,8 +458,8 @@ def convert_data(
     import tensorflow as tf
 
     if data.labels is None:  # TFRecord without a class list: read and check the labels first
-        with data_errors():
-            read_labels(data, num_classes=num_classes, num_classes_option="--num-classes")
+        with data_errors(num_classes="--num-classes"):
+            read_labels(data, num_classes=num_classes)
 
     bar = Progress(data.num_examples, f"{fmt} <- {data.kind}", progress)
     try:

@@ -3,7 +3,7 @@
 This module owns :func:`inspect_data`: kind, size, classes (with counts when
 known without decoding), image shape and dtype, how pixels are scaled,
 notes (conversions, warnings) and a few examples. The data is opened by
-:func:`tfdp.dataspec.open_source`, the same as ``tfdp train``.
+:func:`tfdp.recipe.dataspec.open_source`, the same as ``tfdp train``.
 
 Example:
     $ tfdp data inspect digits
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfdp.dataspec import OpenedData, open_source, read_error
 from tfdp.errors import ConfigError, DataError
 from tfdp.recipe.data import data_errors
+from tfdp.recipe.dataspec import OpenedData, open_source, read_error
 
 __all__ = ["inspect_data"]
 
@@ -34,7 +34,7 @@ def inspect_data(src: str, examples: int = 5, num_classes: int | None = None) ->
     """Describe a data set: kind, size, classes, image shape/dtype and a few examples.
 
     The data is opened and checked as ``tfdp train`` opens it
-    (:func:`tfdp.dataspec.open_source`): what training would refuse is
+    (:func:`tfdp.recipe.dataspec.open_source`): what training would refuse is
     refused here too, naming the file, the key and the values, and what it
     would convert or warn about is listed under ``notes``. Class counts are
     shown when the labels are known without reading every image (digits,
@@ -52,8 +52,8 @@ def inspect_data(src: str, examples: int = 5, num_classes: int | None = None) ->
         The description, several lines.
 
     Raises:
-        FileNotFoundError: ``src`` does not exist.
-        DataError: ``src`` is not a data set tfdp reads or fails a check.
+        DataError: ``src`` does not exist, is not a data set tfdp reads or
+            fails a check.
         ConfigError: ``examples < 0``.
 
     Example:
@@ -62,8 +62,8 @@ def inspect_data(src: str, examples: int = 5, num_classes: int | None = None) ->
     """
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise ConfigError(f"--examples must be an integer >= 0, got {examples!r}")
-    with data_errors():
-        data = open_source(src, num_classes=num_classes, num_classes_option="--num-classes")
+    with data_errors(spec="SRC", num_classes="--num-classes"):
+        data = open_source(src, num_classes=num_classes)
     n = data.num_examples
     shape = "[" + ", ".join("?" if d is None else str(d) for d in data.image_shape) + "]"
     if None in data.image_shape:

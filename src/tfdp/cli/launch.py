@@ -97,16 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int_at_least(0),
         default=0,
         metavar="K",
-        help="restart the whole group up to K times after a failure or a lost node "
-        "(default 0)",
+        help="restart the whole group up to K times after a failure or a lost node (default 0)",
     )
     parser.add_argument(
         "--port-base",
         type=port,
         default=None,
         metavar="P",
-        help="worker i of this node listens on port P+i (default: free ports chosen at "
-        "each start)",
+        help="worker i of this node listens on port P+i (default: free ports chosen at each start)",
     )
     parser.add_argument(
         "--node-addr",
@@ -130,9 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     nodes.add_argument(
         "--nnodes",
         type=_nnodes,
-        default=(1, 1),
+        default="1",  # argparse parses a string default with `type`: (1, 1)
         metavar="N|MIN:MAX",
-        help="how many nodes: N, or MIN:MAX for an elastic job (default 1: this node only)",
+        help="how many nodes: N, or MIN:MAX for an elastic job; 1 is this node only (default 1)",
     )
     nodes.add_argument(
         "--node-rank",
@@ -183,9 +181,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=seconds,
         default=DEFAULT_SILENCE,
         metavar="S",
-        help="seconds without a heartbeat after which a node (or the master) is lost "
-        f"(default {DEFAULT_SILENCE:g}; a heartbeat every S/10, at most every second); also "
-        "the workers' TensorFlow heartbeat timeout (TFDP_HEARTBEAT_TIMEOUT) unless set",
+        help="seconds without a heartbeat after which a node (or the master) is lost, with "
+        "a heartbeat every S/10 (at most every second); also the workers' TensorFlow "
+        f"heartbeat timeout (TFDP_HEARTBEAT_TIMEOUT) unless set (default {DEFAULT_SILENCE:g})",
     )
     parser.add_argument(
         "worker_command",

@@ -88,9 +88,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     sp.add_argument("--drop-last", action="store_true", help="distributed: drop the tail")
     sp.add_argument("--no-shuffle", action="store_true", help="keep the data set order")
-    sp.add_argument(
-        "--seed", type=int_at_least(0), default=_default("seed"), help="shuffle seed"
-    )
+    sp.add_argument("--seed", type=int_at_least(0), default=_default("seed"), help="shuffle seed")
     sp.add_argument(
         "--epoch",
         type=int_at_least(0),

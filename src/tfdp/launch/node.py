@@ -457,9 +457,7 @@ def launch_nodes(
     if not 1 <= low <= high:
         raise LaunchError(f"nnodes {nnodes!r}: expected 1 <= MIN <= MAX", argument="nnodes")
     if isinstance(node_rank, bool) or not isinstance(node_rank, int):
-        raise LaunchError(
-            f"node_rank must be an integer, got {node_rank!r}", argument="node_rank"
-        )
+        raise LaunchError(f"node_rank must be an integer, got {node_rank!r}", argument="node_rank")
     if not 0 <= node_rank < high:
         raise LaunchError(
             f"node_rank {node_rank} is not in 0..{high - 1} (nnodes {nnodes_text(low, high)})",
@@ -514,4 +512,3 @@ def launch_nodes(
         node._close()
         if server is not None:
             server.close()
-

@@ -134,9 +134,7 @@ def check_host(host: str, argument: str = "host") -> None:
 def check_workers(workers: int, argument: str = "workers") -> None:
     """Refuse a number of workers that is not an integer >= 1."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise LaunchError(
-            f"{argument} must be an integer >= 1, got {workers!r}", argument=argument
-        )
+        raise LaunchError(f"{argument} must be an integer >= 1, got {workers!r}", argument=argument)
 
 
 def _check_ports(ports: Sequence[int]) -> None:

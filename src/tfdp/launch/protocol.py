@@ -76,9 +76,7 @@ class ProtocolError(ValueError):
         'rdzv_id'
     """
 
-    def __init__(
-        self, message: str, argument: str | None = None, job: str | None = None
-    ) -> None:
+    def __init__(self, message: str, argument: str | None = None, job: str | None = None) -> None:
         super().__init__(message)
         self.argument = argument
         self.job = job  # the sender's job id, when it was another job's (to answer it)
@@ -202,8 +200,7 @@ def decode(line: bytes, job: str, expect: tuple[str, ...] | None = None) -> dict
         message = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError(
-            "not a rendezvous message (expected one JSON object per line): "
-            f"{line[:60]!r}"
+            f"not a rendezvous message (expected one JSON object per line): {line[:60]!r}"
         ) from None
     if not isinstance(message, dict):
         raise ProtocolError(f"not a rendezvous message (a JSON {type(message).__name__})")

@@ -10,7 +10,12 @@ in the order the data flows:
 * :mod:`tfdp.recipe.model` -- the model, the optimizer, the saved ``model.keras``;
 * :mod:`tfdp.recipe.run` -- :func:`run_train` and :func:`run_evaluate`.
 
-Importing it loads no TensorFlow.
+Beside them, what the commands share, in the library's words (the commands say
+an error's arguments their way): :mod:`tfdp.recipe.dataspec` (opening and
+checking a data spec), :mod:`tfdp.recipe.digits` (the bundled UCI digits),
+:mod:`tfdp.recipe.networks` (the built-in models, ``module:function``
+factories) and :mod:`tfdp.recipe.rundir` (the run directory's lock and JSON
+files). Importing it loads no TensorFlow.
 
 Example:
     >>> cfg = TrainConfig(epochs=1)

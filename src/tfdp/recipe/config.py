@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError
-from tfdp.models import check_model_module, check_model_ref
+from tfdp.recipe.networks import check_model_module, check_model_ref
 
 __all__ = [
     "DEFAULT_LOG_EVERY",

@@ -2,7 +2,7 @@
 
 This module owns how :class:`tfdp.recipe.config.TrainConfig` becomes data:
 :func:`build_data` opens ``data`` / ``eval_data`` through
-:func:`tfdp.dataspec.open_source` (the one data-opening layer, shared with
+:func:`tfdp.recipe.dataspec.open_source` (the one data-opening layer, shared with
 ``tfdp data``) and holds out a deterministic part of ``data`` when no
 ``eval_data`` is given; :func:`build_augment` is the job's augmentation;
 :func:`eval_input` the held-out input (one construction, used by training
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdp.errors import ConfigError, DataError, TfdpError
+from tfdp.errors import ConfigError, DataError, TfdpError, said_as
 from tfdp.recipe.config import TrainConfig
 from tfdp.seeding import FOLDER_SPLIT_TAG
 
@@ -46,12 +46,15 @@ __all__ = [
 
 
 @contextmanager
-def data_errors() -> Iterator[None]:
-    """Raise :mod:`tfdp.dataspec`'s refusals of the data as :class:`DataError` (bad input).
+def data_errors(**names: str) -> Iterator[None]:
+    """Refusals of the data as bad input, the arguments they name said as ``names`` says.
 
-    ``open_source`` and ``read_labels`` document ``ValueError`` as "the data
-    cannot be used as given"; wrapped around those calls only, this is where
-    the job classifies them as bad input (a ``TfdpError`` passes unchanged).
+    Opening data (:func:`tfdp.recipe.dataspec.open_source`, ``read_labels``,
+    the sources beneath) refuses what cannot be used as given; wrapped around
+    those calls only, this is where the job and the commands classify a plain
+    ``ValueError`` as bad input (:class:`DataError`), and say the library's
+    argument names in their own words (:func:`tfdp.errors.said_as`:
+    ``spec="--data"``, ``num_classes="--num-classes"``).
 
     Example:
         >>> with data_errors():
@@ -59,20 +62,28 @@ def data_errors() -> Iterator[None]:
         Traceback (most recent call last):
         ...
         tfdp.errors.DataError: x.npz: labels must be integer class ids
+        >>> with data_errors(spec="SRC"):
+        ...     raise DataError("spec 'x' does not exist", argument="spec")
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.DataError: SRC 'x' does not exist
     """
     try:
         yield
-    except TfdpError:
-        raise
+    except TfdpError as exc:
+        said = said_as(exc, names)
+        if said is exc:
+            raise
+        raise said from exc
     except ValueError as exc:
-        raise DataError(str(exc)) from exc
+        raise said_as(DataError(str(exc)), names) from exc
 
 
-def _open(spec: str, **kwargs: Any) -> Any:
-    """:func:`tfdp.dataspec.open_source` under :func:`data_errors`."""
-    from tfdp.dataspec import open_source
+def _open(spec: str, flag: str, **kwargs: Any) -> Any:
+    """:func:`tfdp.recipe.dataspec.open_source` under :func:`data_errors` (``spec`` is ``flag``)."""
+    from tfdp.recipe.dataspec import open_source
 
-    with data_errors():
+    with data_errors(spec=flag, num_classes="--num-classes"):
         return open_source(spec, **kwargs)
 
 
@@ -144,7 +155,7 @@ def _split_folder(source: Any, fraction: float, seed: int, spec: str) -> tuple[A
 
 def _split_shards(data: Any, fraction: float, image_size: int | None, spec: str) -> tuple[Any, Any]:
     """The last ``ceil(fraction * F)`` shards by name held out (in memory), the rest streamed."""
-    from tfdp.dataspec import in_memory
+    from tfdp.recipe.dataspec import in_memory
     from tfdp.sources import ArraySource, TFRecordSource
 
     files = sorted(data.stream.files, key=os.path.basename)
@@ -168,7 +179,7 @@ def _split_shards(data: Any, fraction: float, image_size: int | None, spec: str)
 
 def _random_access(data: Any, image_size: int | None, spec: str, what: str) -> Any:
     """A random-access source for held-out ``data`` (TFRecord: read into memory)."""
-    from tfdp.dataspec import in_memory
+    from tfdp.recipe.dataspec import in_memory
     from tfdp.sources import ArraySource
 
     if data.source is not None:
@@ -184,7 +195,7 @@ def _random_access(data: Any, image_size: int | None, spec: str, what: str) -> A
 def build_data(cfg: TrainConfig) -> JobData:
     """The training and held-out data of ``cfg`` (see the module docstring for the split rules).
 
-    The data is opened and checked by :func:`tfdp.dataspec.open_source`
+    The data is opened and checked by :func:`tfdp.recipe.dataspec.open_source`
     (labels, classes, pixel types and ranges); held-out data must have the
     training data's classes, channels and image size.
 
@@ -192,9 +203,9 @@ def build_data(cfg: TrainConfig) -> JobData:
         DataError: naming the option, the file and what is wrong.
     """
     on_error = "skip" if cfg.on_bad_file == "skip" else "raise"
-    common = {"num_classes_option": "--num-classes", "on_bad_file": on_error}
+    common = {"on_bad_file": on_error}
     if cfg.data == "digits" and not cfg.eval_data:
-        from tfdp.datasets import DIGITS_HELD_OUT, load_digits
+        from tfdp.recipe.digits import DIGITS_HELD_OUT, load_digits
         from tfdp.sources import ArraySource
 
         if cfg.num_classes not in (None, 10):
@@ -209,17 +220,15 @@ def build_data(cfg: TrainConfig) -> JobData:
             1 / 16,
             f"the digits' fixed held-out split of {DIGITS_HELD_OUT}",
         )
-    train = _open(
-        cfg.data, num_classes=cfg.num_classes, read_all_labels=True, what="--data", **common
-    )
+    train = _open(cfg.data, "--data", num_classes=cfg.num_classes, read_all_labels=True, **common)
     notes = list(train.notes)
     k = int(train.num_classes)
     if cfg.eval_data:
         evals = _open(
             cfg.eval_data,
+            "--eval-data",
             num_classes=k,
             channels=train.channels if train.kind == "folder" else None,
-            what="--eval-data",
             read_all_labels=True,
             class_names=train.classes,
             **common,

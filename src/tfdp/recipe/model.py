@@ -74,7 +74,7 @@ def model_factory(
     def build() -> Any:
         import keras
 
-        from tfdp.models import build_model
+        from tfdp.recipe.networks import build_model
 
         keras.utils.set_random_seed(cfg.seed)
         return build_model(cfg.model, shape, num_classes)

@@ -44,7 +44,7 @@ def has_checkpoints(run_dir: str) -> bool:
 
 def read_run_config(path: str) -> tuple[dict[str, Any], list[Any]]:
     """The options saved in a run's ``config.json`` (type-checked) and its history."""
-    from tfdp.rundir import read_json_object
+    from tfdp.recipe.rundir import read_json_object
 
     try:
         raw = read_json_object(path, "run config")
@@ -60,7 +60,7 @@ def read_run_config(path: str) -> tuple[dict[str, Any], list[Any]]:
 
 def write_run_config(run_dir: str, cfg: TrainConfig, history: list[Any]) -> None:
     """Write ``run_dir/config.json`` (atomically): the options and the history of events."""
-    from tfdp.rundir import write_json_atomic
+    from tfdp.recipe.rundir import write_json_atomic
 
     write_json_atomic(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "history": history})
 

@@ -215,7 +215,7 @@ def run_train(
     if resumed is None:
         cfg = _global_batch(cfg, strategy.num_replicas_in_sync)
     info = worker_info(strategy)
-    from tfdp.rundir import RunLock
+    from tfdp.recipe.rundir import RunLock
 
     lock = RunLock(run_dir) if info.is_chief else None
     if lock is not None:

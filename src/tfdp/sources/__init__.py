@@ -3,8 +3,9 @@
 This package owns the sources tfdp ships -- in-memory arrays, image folders
 (ImageNet layout), ArrayRecord files (random access) and TFRecord shards
 (streaming, with a writer) -- and, in :mod:`tfdp.sources.base`, the
-contracts the input layer dispatches on (re-exported here, with
-:class:`tfdp.windows.contract.WindowSource`).
+contracts the input layer dispatches on (re-exported here). A source that
+decodes only the windows a sample keeps meets
+:class:`tfdp.windows.contract.WindowSource` as well.
 
 A random-access source (:class:`RandomAccessSource`) has ``num_examples``,
 ``element_spec`` (one example), ``load(index) -> example`` (graph-compatible,
@@ -35,7 +36,6 @@ from tfdp.sources.base import (
     StreamingSource,
     WeightedSource,
 )
-from tfdp.windows.contract import WindowSource
 
 __all__ = [
     "ArrayRecordSource",
@@ -46,7 +46,6 @@ __all__ = [
     "StreamingSource",
     "TFRecordSource",
     "WeightedSource",
-    "WindowSource",
     "write_tfrecords",
 ]
 

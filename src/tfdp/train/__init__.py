@@ -5,15 +5,20 @@ trained weights, one concern per module:
 
 - ``step``: the replica step (accumulation, clipping after the all-reduce,
   loss-scale agreement, the non-finite guard) and its compiled functions;
-- ``loop``: :class:`Trainer`, the outer loop (epochs, checkpoints, the
-  multi-worker stop agreement, resume, Keras callbacks, the History);
+- ``loop``: :class:`Trainer`, composed of parts it is handed (``parts``: their
+  Protocols) or builds (``assemble``), ``fit`` and resume;
+- ``epochs``: the epochs of a fit call (calls, their results, each epoch's
+  record, saves, stops) and :class:`TrainState`;
+- ``resume``: the run's checkpoints as the loop saves and restores them;
+- ``stop``: the multi-worker stop agreement;
 - ``logs``: console lines, the progress bar, metrics.jsonl, TensorBoard,
   sample-id records;
 - ``evaluate``: the per-example loss and exact evaluation;
 - ``guard``: the all-reduced non-finite check;
 - ``peer_loss``: a lost peer's clear error, and the last completed step saved at the fault;
 - ``compression``: gradients rounded to 16 bits before the all-reduce (opt-in);
-- ``keras_fit``: :func:`fit`, the same semantics under ``model.fit``.
+- ``keras_fit``: :func:`fit`, the same semantics under ``model.fit``; ``fit_guard``:
+  its non-finite guard.
 
 Example:
     >>> import keras, numpy as np
@@ -32,10 +37,11 @@ Example:
     1.0
 """
 
+from tfdp.train.epochs import TrainState
 from tfdp.train.evaluate import Evaluator, PerExampleLoss, evaluate
 from tfdp.train.guard import NonFiniteError
 from tfdp.train.keras_fit import fit
-from tfdp.train.loop import Trainer, TrainState
+from tfdp.train.loop import Trainer
 from tfdp.train.peer_loss import PeerLostError
 
 __all__ = [

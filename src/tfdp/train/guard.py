@@ -27,6 +27,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfdp._compat import supports_no_merge_call
+from tfdp.errors import ConfigError
 
 __all__ = [
     "POLICIES",
@@ -83,15 +84,16 @@ class NonFiniteError(RuntimeError):
 
 
 def check_policy(on_nonfinite: Any) -> str:
-    """``on_nonfinite`` if it is one of :data:`POLICIES`, else a ValueError naming them.
+    """``on_nonfinite`` if it is one of :data:`POLICIES`, else a ConfigError naming them.
 
     Example:
         >>> check_policy("skip")
         'skip'
     """
     if on_nonfinite not in POLICIES:
-        raise ValueError(
-            f"on_nonfinite must be one of {', '.join(map(repr, POLICIES))}, got {on_nonfinite!r}"
+        raise ConfigError(
+            f"on_nonfinite must be one of {', '.join(map(repr, POLICIES))}, got {on_nonfinite!r}",
+            argument="on_nonfinite",
         )
     return on_nonfinite
 

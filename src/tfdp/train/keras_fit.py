@@ -33,18 +33,15 @@ Example:
 
 from __future__ import annotations
 
-import logging
-import math
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfdp._compat import compiled_metrics_container, gradients_reduced
+from tfdp._compat import compiled_metrics_container, fit_step_overrides
 from tfdp.checkpoint import (
     CheckpointCallback,
     CheckpointManager,
@@ -55,12 +52,11 @@ from tfdp.checkpoint import (
 from tfdp.distribute import worker_info
 from tfdp.input import DistributedInput
 from tfdp.train.evaluate import Evaluator, per_example_loss
-from tfdp.train.guard import NonFiniteError, apply_reduced_if_finite, check_policy
+from tfdp.train.fit_guard import guard_for
+from tfdp.train.guard import check_policy
 from tfdp.train.logs import is_terminal
 
-__all__ = ["fit", "per_example_loss"]
-
-log = logging.getLogger("tfdp")
+__all__ = ["fit"]
 
 
 class _StopAt(keras.callbacks.Callback):
@@ -91,167 +87,6 @@ class _StopAt(keras.callbacks.Callback):
         if self.max_steps is not None and self.global_step >= self.max_steps:
             self.stopped = True
             self.model.stop_training = True
-
-
-#: What the in-graph check of :class:`_NonFiniteGuard` says when it stops a step.
-_MARK = "tfdp: non-finite {} in the fit step"
-
-
-class _NonFiniteGuard(keras.callbacks.Callback):
-    """``on_nonfinite`` for ``model.fit``: a step with a non-finite gradient is not applied.
-
-    :meth:`install` wraps (for the duration of :func:`fit`) the optimizer's
-    ``apply_gradients``: Keras's train step hands it the replica's gradients,
-    which it all-reduces itself; the reduced gradient, the same on every
-    replica, is checked once and applied only when finite
-    (:func:`~tfdp.train.guard.apply_reduced_if_finite`; the optimizer is told,
-    for that update only, that the gradients are reduced:
-    :func:`tfdp._compat.gradients_reduced`), so a flagged step changes no
-    variable. A custom ``train_step`` that updates through ``optimizer.apply``
-    is neither wrapped nor changed. With a ``LossScaleOptimizer`` gradient overflow is
-    the loss scaler's business and only the loss is checked.
-
-    ``"stop"`` needs no host read per step: it also wraps ``model.train_step``,
-    whose graph fails the step (a ``tf.debugging.Assert`` after the skipped
-    update) when the gradient was flagged or the step's logged loss is not
-    finite; :func:`fit` turns that failure into :class:`NonFiniteError`. The
-    failing step runs no batch-end callback, so no checkpoint or user callback
-    sees it. A non-finite loss with finite gradients (Keras's train step does not
-    hand the loss to the optimizer) is caught after its update. ``"skip"`` (and
-    ``"stop"`` under ``jit_compile``, where XLA drops assertions) counts flagged
-    steps in a variable read after every batch: :class:`_CountingGuard`.
-    """
-
-    def __init__(
-        self, model: keras.Model, policy: str, global_step: int, start: int, steps: int
-    ) -> None:
-        super().__init__()
-        self.policy = policy
-        self.global_step, self.position, self.steps = global_step, start, steps
-        self.epoch = self.step = 0
-        self.optimizer = model.optimizer
-        self.check_gradients = policy != "ignore" and not isinstance(
-            model.optimizer, keras.optimizers.LossScaleOptimizer
-        )
-        self.count: Any = None
-        self._installed: list[tuple[Any, str]] = []
-        self._traced = threading.local()  # the replica's gradient flags, while Keras traces
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self.global_step += 1
-        self.epoch, self.step = divmod(self.position, self.steps)
-        self.position += 1
-
-    def _set(self, obj: Any, name: str, value: Any) -> None:
-        setattr(obj, name, value)
-        self._installed.append((obj, name))
-
-    def install(self, model: keras.Model, strategy: Any) -> None:
-        """Wrap the optimizer's ``apply_gradients`` (and, for ``"stop"``, the train step)."""
-        if self.policy == "ignore":
-            return
-        if self.check_gradients:
-            self._install_gradient_check(strategy)
-        if isinstance(self, _CountingGuard):
-            return
-        traced, original = self._traced, model.train_step
-
-        def train_step(data: Any) -> Any:
-            traced.flags = None
-            logs = original(data)
-            if traced.flags is not None:
-                ok = tf.reduce_sum(traced.flags) == 0
-                tf.debugging.Assert(ok, [_MARK.format("gradient")])
-            loss = logs.get("loss") if isinstance(logs, dict) else None
-            if loss is not None:
-                finite = tf.reduce_all(tf.math.is_finite(loss))
-                tf.debugging.Assert(finite, [_MARK.format("loss")])
-            return logs
-
-        self._set(model, "train_step", train_step)
-
-    def _install_gradient_check(self, strategy: Any) -> None:
-        counting = isinstance(self, _CountingGuard)
-        if counting:
-            with strategy.scope():
-                self.count = tf.Variable(
-                    0,
-                    dtype=tf.int64,
-                    trainable=False,
-                    synchronization=tf.VariableSynchronization.ON_READ,
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                )
-        optimizer = self.optimizer
-        count, traced, original = self.count, self._traced, optimizer.apply_gradients
-
-        def guarded(grads_and_vars: Any, *args: Any, **kwargs: Any) -> None:
-            pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-            variables = [v for _, v in pairs]
-            ctx = tf.distribute.get_replica_context()
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [g for g, _ in pairs])
-
-            def apply(g: list[Any]) -> None:
-                with gradients_reduced(optimizer):  # this update only: they are reduced
-                    original(zip(g, variables, strict=True), *args, **kwargs)
-
-            flags = apply_reduced_if_finite(tf.constant(0.0), grads, apply)
-            traced.flags = flags
-            if counting:
-                count.assign_add(tf.cast(tf.reduce_sum(flags) > 0, tf.int64))
-
-        self._set(optimizer, "apply_gradients", guarded)
-
-    def uninstall(self) -> None:
-        """The optimizer's and the model's own methods again."""
-        for obj, name in reversed(self._installed):
-            delattr(obj, name)  # the class's method again
-        self._installed = []
-
-    def error(self, failure: tf.errors.InvalidArgumentError) -> NonFiniteError | None:
-        """The :class:`NonFiniteError` of a step the in-graph check failed, else None."""
-        what = next((w for w in ("gradient", "loss") if _MARK.format(w) in str(failure)), None)
-        if what is None:
-            return None
-        try:  # the epoch's running mean, as the batch logs would have said
-            value = float(self.model.get_metrics_result().get("loss", float("nan")))
-        except Exception:  # nothing readable: the message says nan
-            value = float("nan")
-        return self._error(what, value)
-
-    def _error(self, what: str, value: float) -> NonFiniteError:
-        return NonFiniteError(
-            global_step=self.global_step,
-            epoch=self.epoch,
-            step=self.step,
-            what=what,
-            value=value,
-            applied=what == "loss" and self.check_gradients,
-        )
-
-
-class _CountingGuard(_NonFiniteGuard):
-    """The guard that reads a count of flagged steps after every batch (``"skip"``, XLA)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.seen = 0
-
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        grad_bad = False
-        if self.count is not None:
-            count = int(self.count.numpy())
-            grad_bad, self.seen = count > self.seen, count
-        loss = float((logs or {}).get("loss", 0.0))
-        loss_bad = not math.isfinite(loss) and self.policy == "stop"
-        if self.policy == "stop" and (grad_bad or loss_bad):
-            raise self._error("gradient" if grad_bad else "loss", loss)
-        if grad_bad:
-            log.warning(
-                "tfdp: skipped optimizer step %d (epoch %d, step %d): non-finite gradient",
-                self.global_step,
-                self.epoch + 1,
-                self.step + 1,
-            )
 
 
 class _EpochEndCheckpoint(CheckpointCallback):
@@ -477,11 +312,7 @@ def fit(
     verbose = verbose if info.is_chief else 0
     history: dict[str, list[float]] = {}
     epochs_done: list[int] = []
-    # "stop" fails the step in its graph; "skip" (and XLA, which drops assertions) reads a count.
-    counting = on_nonfinite == "skip" or (on_nonfinite == "stop" and bool(model.jit_compile))
-    guard = (_CountingGuard if counting else _NonFiniteGuard)(
-        model, on_nonfinite, global_step, epoch * steps + step, steps
-    )
+    guard = guard_for(model, on_nonfinite, global_step, epoch * steps + step, steps)
 
     def run(dataset: Any, first: int, last: int, steps_per_epoch: int) -> bool:
         nonlocal global_step, start
@@ -489,7 +320,9 @@ def fit(
         users.stopper = stopper
         if validation is not None:
             validation.stopper = stopper
-        extra: list[keras.callbacks.Callback] = [guard, stopper]  # the guard before any save
+        extra: list[keras.callbacks.Callback] = [stopper]
+        if guard is not None:
+            extra.insert(0, guard)  # the guard before any save
         if manager is not None:
             extra.append(
                 _EpochEndCheckpoint(
@@ -512,7 +345,7 @@ def fit(
                 shuffle=False,
             )
         except tf.errors.InvalidArgumentError as failure:  # the guard's in-graph check?
-            error = guard.error(failure)
+            error = guard.error(failure) if guard is not None else None
             if error is None:
                 raise
             raise error from None
@@ -526,9 +359,7 @@ def fit(
         global_step = stopper.global_step
         return not stopper.stopped and not model.stop_training
 
-    guard.install(model, strategy)
-    model.train_function = None  # traced again, with the guarded update
-    try:
+    with fit_step_overrides(model, **(guard.overrides(strategy) if guard is not None else {})):
         if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
             # finish the interrupted epoch first
             interrupted = train_input.epoch_steps(epoch)  # another world size's, when resumed so
@@ -538,9 +369,6 @@ def fit(
             go_on = True
         if go_on and epoch < epochs and (max_steps is None or global_step < max_steps):
             run(train_input.epochs(epoch, epochs - epoch), epoch, epochs, steps)
-    finally:
-        guard.uninstall()
-        model.train_function = None
     users.end({key: values[-1] for key, values in history.items() if values})
     result = keras.callbacks.History()
     result.set_model(model)

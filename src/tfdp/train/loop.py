@@ -5,11 +5,16 @@ This module owns the outer loop: loop epoch ``e`` is exactly sampler epoch
 optimizer steps run ``steps_per_call`` at a time; checkpoints every
 ``checkpoint_every`` steps and at every epoch end, with exact mid-epoch
 resume; a stop (a signal, ``max_steps``, a callback's ``model.stop_training``)
-agreed by all workers at one step; exact validation after every epoch, in the
-``logs`` before any Keras callback sees them; the returned
-``keras.callbacks.History``. The replica step and its compiled functions are
-:mod:`tfdp.train.step`'s, the console / metrics.jsonl / TensorBoard / sample
-ids :mod:`tfdp.train.logs`', exact evaluation :mod:`tfdp.train.evaluate`'s.
+agreed by all workers at one step (:mod:`tfdp.train.stop`); exact validation
+after every epoch, in the ``logs`` before any Keras callback sees them; the
+returned ``keras.callbacks.History``. As Orbit's ``Controller``, the loop is
+handed its parts (:mod:`tfdp.train.parts`): the step that runs compiled calls
+(:mod:`tfdp.train.step`), the evaluation (:mod:`tfdp.train.evaluate`), the
+logs (:mod:`tfdp.train.logs`) and the checkpoints (:mod:`tfdp.checkpoint`);
+``Trainer(strategy, model, optimizer, loss, ...)`` builds tfdp's own
+(:mod:`tfdp.train.assemble`). A collective that fails because another worker
+is gone ends ``fit`` with one :class:`~tfdp.train.PeerLostError`, the chief
+saving its last completed step (:mod:`tfdp.train.peer_loss`).
 
 Example:
     >>> import keras, numpy as np, tensorflow as tf
@@ -26,71 +31,24 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfdp._compat import attach_optimizer, backing_variable
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
-from tfdp.sources.base import SkipReportingSource
-from tfdp.train.compression import check_compression
-from tfdp.train.evaluate import Evaluator, per_example_loss
-from tfdp.train.guard import NonFiniteError, check_policy
-from tfdp.train.logs import TrainLogs
-from tfdp.train.peer_loss import PeerLossWatch, peer_lost
-from tfdp.train.step import TrainStep
+from tfdp.train.assemble import Factory, check_loop_options, default_parts
+from tfdp.train.epochs import EpochLoop, FitRun, TrainState
+from tfdp.train.parts import Checkpoints, EpochEvaluator, RunLog, StepRunner, TrainerParts
+from tfdp.train.peer_loss import PeerLoss
+from tfdp.train.resume import RunCheckpoints
+from tfdp.train.stop import StopAgreement
 
-__all__ = ["TrainState", "Trainer"]
-
-log = logging.getLogger("tfdp")
-Factory = Callable[[], Any]
-
-
-@dataclass
-class TrainState:
-    """Where training stands: epoch, optimizer step within it, global optimizer step.
-
-    ``last_loss`` is the loss of the latest optimizer step and ``step_losses``
-    those of every step of the latest compiled call (each the mean over the
-    rows of its step, regularisation included, as every replica computes it).
-    ``history`` holds every epoch record (as in ``metrics.jsonl``);
-    ``stop_reason`` says why :meth:`Trainer.fit` stopped early: ``"request"``
-    (or the reason given to :meth:`Trainer.request_stop`), ``"peer"`` (another
-    worker's), ``"callback"`` (a callback set ``model.stop_training``) or
-    ``"nonfinite"``.
-
-    Example:
-        >>> TrainState(epoch=1, step=3, global_step=13).epoch
-        1
-    """
-
-    epoch: int = 0
-    step: int = 0
-    global_step: int = 0
-    stopped_early: bool = False
-    last_loss: float = float("nan")
-    step_losses: list[float] = field(default_factory=list)
-    skipped_steps: int = 0
-    stop_reason: str | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _build(obj: Any) -> Any:
-    return (
-        obj()
-        if callable(obj) and not isinstance(obj, (keras.Model, keras.optimizers.Optimizer))
-        else obj
-    )
+__all__ = ["Trainer"]
 
 
 def _has_batch_hooks(callback: keras.callbacks.Callback) -> bool:
@@ -104,20 +62,6 @@ def _has_batch_hooks(callback: keras.callbacks.Callback) -> bool:
         if getattr(method, "__func__", None) is not getattr(keras.callbacks.Callback, name):
             return True
     return False
-
-
-@contextmanager
-def _dtype_policy(name: str | None) -> Iterator[None]:
-    """Keras's global dtype policy set to ``name`` inside, the previous one restored after."""
-    if name is None:
-        yield
-        return
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(name)
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 class Trainer:
@@ -200,9 +144,14 @@ class Trainer:
             ``on_nonfinite``); bfloat16 keeps 8 significant bits. Refused with
             ``mixed_float16`` (see :mod:`tfdp.train.compression`).
 
+    The parts -- the step, the exact evaluation, the logs, the checkpoints --
+    are built from these arguments (:func:`tfdp.train.assemble.default_parts`);
+    :meth:`from_parts` composes a Trainer of parts built otherwise.
+
     Raises:
-        ValueError: for a model built outside the scope, a loss with a sum
-            reduction, optimizer-side clipping, or bad numbers.
+        tfdp.errors.ConfigError: naming the argument: a model built outside the
+            scope, a loss with a sum reduction, optimizer-side clipping, a bad
+            number or policy.
 
     Example:
         >>> import keras, numpy as np
@@ -247,209 +196,127 @@ class Trainer:
         on_nonfinite: str = "stop",
         gradient_compression: str | None = None,
     ) -> None:
-        self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
-        self.info = worker_info(self.strategy)
-        for name, value in (
-            ("steps_per_call", steps_per_call),
-            ("accumulation_steps", accumulation_steps),
+        check_loop_options(steps_per_call, accumulation_steps, checkpoint_every)
+        parts = default_parts(
+            strategy,
+            model,
+            optimizer,
+            loss,
+            metrics=metrics,
+            accumulation_steps=accumulation_steps,
+            clip_global_norm=clip_global_norm,
+            mixed_precision=mixed_precision,
+            jit_compile=jit_compile,
+            run_dir=run_dir,
+            max_to_keep=max_to_keep,
+            progress=progress,
+            verbose=verbose,
+            log_every=log_every,
+            record_samples=record_samples,
+            on_nonfinite=on_nonfinite,
+            gradient_compression=gradient_compression,
+        )
+        self._compose(parts, steps_per_call, accumulation_steps, checkpoint_every)
+
+    @classmethod
+    def from_parts(
+        cls,
+        parts: TrainerParts,
+        *,
+        steps_per_call: int = 1,
+        accumulation_steps: int = 1,
+        checkpoint_every: int | None = None,
+    ) -> Trainer:
+        """A Trainer of the parts given (:mod:`tfdp.train.parts`), as Orbit's Controller is.
+
+        The loop drives ``parts.step`` (its strategy, model and optimizer are
+        the trainer's), evaluates with ``parts.evaluator``, tells through
+        ``parts.logs`` (its ``log_every`` and ``record_samples`` decide where
+        calls end and whether ids are fetched) and saves to
+        ``parts.checkpoints`` (None: no checkpoints, no resume). The options
+        are the loop's own, as for the constructor.
+
+        Raises:
+            tfdp.errors.ConfigError: a part that does not meet its Protocol, or
+                a bad option, naming it.
+
+        Example:
+            >>> import keras, numpy as np
+            >>> from tfdp import ArraySource, DistributedInput
+            >>> from tfdp.train.assemble import default_parts
+            >>> from tfdp.train.logs import TrainLogs
+            >>> parts = default_parts(None, lambda: keras.Sequential(
+            ...     [keras.Input((2,)), keras.layers.Dense(2)]), lambda: keras.optimizers.SGD(0.5),
+            ...     "sparse_categorical_crossentropy_from_logits")
+            >>> parts.logs = TrainLogs(None, verbose=0, progress=False)  # another part, quiet
+            >>> trainer = Trainer.from_parts(parts, steps_per_call=2)
+            >>> x, y = np.eye(2, dtype=np.float32)[np.arange(8) % 2], np.arange(8) % 2
+            >>> _ = trainer.fit(DistributedInput(None, ArraySource((x, y)), batch_size=2), 1)
+            >>> trainer.state.global_step, trainer.model is parts.step.model
+            (4, True)
+        """
+        check_loop_options(steps_per_call, accumulation_steps, checkpoint_every)
+        for name, part, protocol in (
+            ("step", parts.step, StepRunner),
+            ("evaluator", parts.evaluator, EpochEvaluator),
+            ("logs", parts.logs, RunLog),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
+            if not isinstance(part, protocol):
+                raise ConfigError(
+                    f"{name} must meet tfdp.train.parts.{protocol.__name__}, got "
+                    f"{type(part).__name__}",
+                    argument=name,
+                )
+        if parts.checkpoints is not None and not isinstance(parts.checkpoints, Checkpoints):
             raise ConfigError(
-                f"log_every must be an integer >= 0 (0: no step lines), got {log_every!r}"
+                "checkpoints must meet tfdp.train.parts.Checkpoints or be None, got "
+                f"{type(parts.checkpoints).__name__}",
+                argument="checkpoints",
             )
-        if clip_global_norm is not None and not clip_global_norm > 0:
-            raise ValueError(f"clip_global_norm must be > 0 or None, got {clip_global_norm!r}")
-        if mixed_precision not in (None, "float32", "mixed_float16", "mixed_bfloat16"):
-            raise ValueError(
-                "mixed_precision must be None, 'mixed_float16' or 'mixed_bfloat16', "
-                f"got {mixed_precision!r}"
-            )
-        if checkpoint_every is not None and checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1 or None, got {checkpoint_every!r}")
-        if isinstance(loss, keras.losses.Loss) and loss.reduction == "sum":
-            raise ConfigError(
-                f"loss {loss.name!r} has reduction='sum': tfdp trains on the mean over each "
-                "step's rows; build it with the default reduction or reduction='none'"
-            )
+        trainer = cls.__new__(cls)
+        trainer._compose(parts, steps_per_call, accumulation_steps, checkpoint_every)
+        return trainer
+
+    def _compose(
+        self,
+        parts: TrainerParts,
+        steps_per_call: int,
+        accumulation_steps: int,
+        checkpoint_every: int | None,
+    ) -> None:
+        self.train_step: StepRunner = parts.step
+        self.evaluator: EpochEvaluator = parts.evaluator
+        self.logs: RunLog = parts.logs
+        self.checkpoints: Checkpoints | None = parts.checkpoints
+        self.strategy = parts.step.strategy
+        self.model = parts.step.model
+        self.optimizer = parts.step.optimizer
+        self.info = worker_info(self.strategy)
         self.steps_per_call = steps_per_call
         self.accumulation_steps = accumulation_steps
-        self.clip_global_norm = clip_global_norm
-        self.mixed_precision = mixed_precision
-        self.jit_compile = jit_compile
-        self.run_dir = os.fspath(run_dir) if run_dir is not None else None
         self.checkpoint_every = checkpoint_every
-        self.max_to_keep = max_to_keep
-        self.progress = progress and self.info.is_chief
-        self.verbose = verbose if self.info.is_chief else 0
-        self.log_every = log_every
-        self._stop = threading.Event()
-        self._agree_fn: Any = None
-        self.record_samples = os.fspath(record_samples) if record_samples is not None else None
-        self.on_nonfinite = check_policy(on_nonfinite)
-        self.gradient_compression = check_compression(gradient_compression, mixed_precision)
-        self.logs = TrainLogs(
-            self.run_dir,
-            is_chief=self.info.is_chief,
-            verbose=self.verbose,
-            progress=self.progress,
-            log_every=log_every,
-            record_samples=self.record_samples,
-            accumulation_steps=accumulation_steps,
-        )
-
-        policy = mixed_precision if mixed_precision != "float32" else None
-        with _dtype_policy(policy), self.strategy.scope():
-            self.model = _build(model)
-            optimizer = _build(optimizer)
-            if not isinstance(self.model, keras.Model):
-                raise ValueError(
-                    f"model must be a keras.Model or a factory of one, got {self.model!r}"
-                )
-            if not isinstance(optimizer, keras.optimizers.Optimizer):
-                raise ValueError(
-                    f"optimizer must be a Keras optimizer or a factory, got {optimizer!r}"
-                )
-            for attr in ("clipnorm", "global_clipnorm", "clipvalue"):
-                if getattr(optimizer, attr, None):
-                    raise ValueError(
-                        f"optimizer.{attr} clips each replica's partial gradient before the "
-                        "all-reduce, which is wrong under a strategy; build the optimizer without "
-                        f"it and pass Trainer(clip_global_norm=...) instead"
-                    )
-            if mixed_precision == "mixed_float16" and not isinstance(
-                optimizer, keras.optimizers.LossScaleOptimizer
-            ):
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-            self.optimizer = optimizer
-            self._check_model_in_scope()
-            self.optimizer.build(self.model.trainable_variables)
-            attach_optimizer(self.model, self.optimizer)  # what Keras callbacks read
-            self.loss = per_example_loss(loss)
-            self.train_loss = keras.metrics.Mean(name="loss")
-            self.train_metrics = [
-                keras.metrics.get(m) if isinstance(m, str) else m for m in metrics
-            ]
-            self.evaluator = Evaluator(self.strategy, self.model, self.loss, self.train_metrics)
-        self.train_step = TrainStep(
-            self.strategy,
-            self.model,
-            self.optimizer,
-            self.loss,
-            self.train_loss,
-            self.train_metrics,
-            clip_global_norm=clip_global_norm,
-            on_nonfinite=self.on_nonfinite,
-            jit_compile=jit_compile,
-            multi_worker=self.info.num_workers > 1,
-            gradient_compression=self.gradient_compression,
-        )
-        self._ckpt: Any = None
         self.state = TrainState()
-
-    # -- checks ---------------------------------------------------------------
-    def _check_model_in_scope(self) -> None:
-        if not self.model.built or not self.model.variables:
-            raise ValueError(
-                "the model has no variables yet: build it (keras.Input or model.build) inside "
-                "strategy.scope(), or pass a factory"
-            )
-        for v in self.model.variables:
-            var = backing_variable(v)
-            if not self.strategy.extended.variable_created_in_scope(var):
-                raise ValueError(
-                    f"model variable {v.path if hasattr(v, 'path') else v.name} was created "
-                    "outside strategy.scope(): build the model inside `with strategy.scope():`, "
-                    "or pass a factory `lambda: build_model()` and tfdp builds it there"
-                )
-
-    def _nonfinite_error(self, i: int, losses: list[float], flags: Any) -> NonFiniteError:
-        """The error for step ``i`` of the latest call (the steps before it were applied)."""
-        self.state.step += i
-        self.state.global_step += i
-        self.state.stopped_early = True
-        self.state.stop_reason = "nonfinite"
-        weights_finite = all(
-            bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.model.trainable_variables
-        )
-        detail = ""
-        if not weights_finite:
-            detail += (
-                "; the weights were already non-finite before this step (a non-finite "
-                "learning rate, or an update that overflowed)"
-            )
-        mgr = self._checkpoint_manager()
-        if mgr is not None:
-            latest = mgr.latest
-            detail += (
-                f"; the latest checkpoint, {latest}, is from before it"
-                if latest
-                else "; no checkpoint was written"
-            )
-        return NonFiniteError(
-            global_step=self.state.global_step + 1,
-            epoch=self.state.epoch,
-            step=self.state.step,
-            what="loss" if flags[i][0] else "gradient",
-            value=losses[i],
-            detail=detail,
+        self._stop = StopAgreement(self.strategy, self.info.num_workers)
+        self._resume = RunCheckpoints(self.checkpoints, accumulation_steps, self.logs)
+        self._peer_loss = PeerLoss(self.train_step, self._resume, self.state, accumulation_steps)
+        self._loop = EpochLoop(
+            self.train_step,
+            self.evaluator,
+            self.logs,
+            self._resume,
+            self._stop,
+            self.state,
+            steps_per_call=steps_per_call,
+            accumulation_steps=accumulation_steps,
+            checkpoint_every=checkpoint_every,
         )
 
     # -- checkpoints --------------------------------------------------------------
-    def _checkpoint_manager(self) -> Any:
-        if self._ckpt is None and self.run_dir is not None:
-            from tfdp.checkpoint import CheckpointManager, keras_trackables
-
-            self._ckpt = CheckpointManager(
-                os.path.join(self.run_dir, "checkpoints"),
-                strategy=self.strategy,
-                max_to_keep=self.max_to_keep,
-                **keras_trackables(self.model, self.optimizer),
-                # The epoch's training-metric accumulators: a resumed epoch's line covers it all.
-                metric_states=self._metric_states(),
-            )
-            self._ckpt.check_writable()
-        return self._ckpt
-
-    def _metric_states(self) -> list[Any]:
-        """The epoch's training-metric accumulators (sync-on-read variables), as checkpointed."""
-        return [
-            backing_variable(v) for m in (self.train_loss, *self.train_metrics) for v in m.variables
-        ]
-
-    def _position(self, train_input: DistributedInput, epoch: int, step: int) -> Any:
-        """The checkpointed data position after optimizer step ``step`` of ``epoch``."""
-        from tfdp.checkpoint import DataPosition
-
-        k = self.accumulation_steps
-        return DataPosition.from_input(  # the batch position in the sampler epoch
-            train_input,
-            epoch,
-            min(step * k, train_input.epoch_steps(epoch)),
-            accumulation_steps=k,
-            seed=train_input.seed,
-        )
-
-    def _data_config(self, train_input: DistributedInput) -> dict[str, Any]:
-        from tfdp.checkpoint import input_config
-
-        return input_config(
-            train_input, accumulation_steps=self.accumulation_steps, seed=train_input.seed
-        )
-
-    def _save(self, train_input: DistributedInput) -> None:
-        mgr = self._checkpoint_manager()
-        if mgr is None:
-            return
-        position = self._position(train_input, self.state.epoch, self.state.step)
-        mgr.save(position, self.state.global_step)
-
     def restore(self, train_input: DistributedInput) -> bool:
         """Restore the latest checkpoint of ``run_dir``; True if there was one.
 
         The saved data position must match ``train_input`` (global batch size,
-        sampler configuration), else a ValueError names what differs. A
+        sampler configuration), else a :class:`tfdp.errors.StateError` names what differs. A
         checkpoint of another world size continues its epoch exactly: the
         rest of that epoch's list is dealt over this input's replicas
         (:meth:`tfdp.DistributedInput.resume_from`).
@@ -458,95 +325,21 @@ class Trainer:
         written just before a crash, for steps the resumed run trains again,
         would otherwise appear twice).
         """
-        mgr = self._checkpoint_manager()
-        if mgr is None:
-            return False
-        restored = mgr.restore(
-            expected_config=self._data_config(train_input), allow_world_size_change=True
-        )
+        restored = self._resume.restore(train_input)
         if restored is None:
-            self.logs.truncate(0)
             return False
-        position, global_step = restored
-        train_input.resume_from(position.sampler, position.step)  # another world size's epoch
-        if position.step % self.accumulation_steps:
-            raise ValueError(
-                f"checkpoint {mgr.latest} stores batch {position.step} of epoch "
-                f"{position.epoch + 1}, not the start of an optimizer step of "
-                f"accumulation_steps={self.accumulation_steps} micro-batches"
-            )
-        self.state.epoch = position.epoch
-        self.state.step = position.step // self.accumulation_steps
-        self.state.global_step = int(global_step)
-        self.logs.truncate(self.state.global_step)
-        self.logs.print(f"resumed from {mgr.restored}: {self._where()}")
+        self.state.epoch, self.state.step, self.state.global_step = restored
         return True
 
-    def _where(self) -> str:
-        """Where training stands, for the console: epochs counted from 1, as in the epoch lines."""
-        state = self.state
-        where = (
-            f"in epoch {state.epoch + 1}, after its step {state.step}"
-            if state.step
-            else f"at the start of epoch {state.epoch + 1}"
-        )
-        return f"{where} (global step {state.global_step})"
-
     # -- stopping -------------------------------------------------------------------------
-    def _agreed_stop(self) -> bool:
-        """Whether any worker was asked to stop: all workers must stop at the same step.
-
-        A stop is asked by :meth:`request_stop` (a signal handler) or by a
-        callback setting ``model.stop_training``. Single-process jobs read the
-        local flags; multi-worker jobs all-reduce them (one collective of two
-        scalars per call), so a SIGTERM to one worker, or one worker's
-        callback, stops the whole group at one step, where every worker joins
-        the save; a peer's callback stop sets ``model.stop_training`` here too.
-        """
-        requested = self._stop.is_set()
-        by_callback = bool(self.model.stop_training)
-        if self.info.num_workers > 1:
-            if self._agree_fn is None:
-
-                @tf.function(autograph=False)
-                def agree(flags: tf.Tensor) -> tf.Tensor:
-                    per_replica = self.strategy.run(tf.identity, args=(flags,))
-                    return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-                self._agree_fn = agree
-            local = tf.constant([float(requested), float(by_callback)])
-            agreed = self._agree_fn(local).numpy() > 0
-            if agreed[0] and not requested:
-                self._stop.set()
-                self.state.stop_reason = self.state.stop_reason or "peer"
-            if agreed[1] and not by_callback:
-                self.model.stop_training = True
-            requested, by_callback = bool(agreed[0]), bool(agreed[1])
-        if by_callback and not requested:
-            self.state.stop_reason = self.state.stop_reason or "callback"
-        return requested or by_callback
-
     def request_stop(self, reason: str = "request") -> None:
         """Ask :meth:`fit` to save a checkpoint and return at the next step (thread-safe).
 
-        In a multi-worker job every worker stops at the same step (see
-        :meth:`_agreed_stop`); ``state.stop_reason`` records ``reason``.
+        In a multi-worker job every worker stops at the same step
+        (:class:`tfdp.train.stop.StopAgreement`); ``state.stop_reason`` records ``reason``.
         """
         self.state.stop_reason = reason
-        self._stop.set()
-
-    # -- logging ------------------------------------------------------------------
-    def _log_epoch(self, record: dict[str, Any]) -> None:
-        """The epoch's line, metrics.jsonl record and TensorBoard scalars (:class:`TrainLogs`)."""
-        self.logs.epoch_end(record)
-
-    def _learning_rate(self) -> float:
-        try:
-            # Through a tensor: np.array of a Keras Variable warns under NumPy 2 (its __array__
-            # takes no copy keyword), and keras.ops.convert_to_tensor keeps a MirroredVariable.
-            return float(tf.convert_to_tensor(self.optimizer.learning_rate))
-        except Exception:  # a schedule object or anything unreadable
-            return float("nan")
+        self._stop.request()
 
     # -- the loop -------------------------------------------------------------------
     def fit(
@@ -599,17 +392,21 @@ class Trainer:
             global step) are in ``state.history`` and ``metrics.jsonl``.
         """
         if train_input.strategy is not self.strategy:
-            raise ValueError("train_input was built on another strategy than the trainer's")
+            raise ConfigError(
+                "train_input was built on another strategy than the trainer's",
+                argument="train_input",
+            )
         k = self.accumulation_steps
-        if self.run_dir is not None:
-            self._checkpoint_manager()  # fails before the first step if the directory is unwritable
+        self._resume.ready()  # fails before the first step if the directory is unwritable
         if resume:
             self.restore(train_input)
         batches_per_epoch = train_input.epoch_steps(self.state.epoch)
-        if self.record_samples and not train_input.return_ids:
-            raise ValueError(
+        record_samples = self.logs.record_samples is not None
+        if record_samples and not train_input.return_ids:
+            raise ConfigError(
                 "record_samples needs the ids of each batch: build the training input with "
-                "DistributedInput(..., return_ids=True)"
+                "DistributedInput(..., return_ids=True)",
+                argument="record_samples",
             )
         history = keras.callbacks.History()
         cbs = keras.callbacks.CallbackList(
@@ -617,7 +414,7 @@ class Trainer:
             add_history=False,
             add_progbar=False,
             model=self.model,
-            verbose=self.verbose,
+            verbose=self.logs.verbose,
             epochs=epochs,
             steps=-(-batches_per_epoch // k),
         )
@@ -636,7 +433,7 @@ class Trainer:
             stream.append(iter(dataset))
             spec = str(dataset.element_spec)
             del dataset
-        width = train_input.batch_size if self.record_samples else 0
+        width = train_input.batch_size if record_samples else 0
         calls: dict[tuple[int, int], Callable[[], Any]] = {}
 
         def call(group: int, n: int) -> Callable[[], Any]:
@@ -648,20 +445,22 @@ class Trainer:
             return calls[group, n]
 
         cbs.on_train_begin()
-        watch = PeerLossWatch.start(self.optimizer, self.state)
+        watch = self._peer_loss.watch()
         try:
-            self._epochs(
-                train_input,
-                epochs,
-                eval_input=eval_input,
-                max_steps=max_steps,
-                on_step=on_step,
-                callbacks=cbs,
-                batch_hooks=any(_has_batch_hooks(cb) for cb in callbacks or ()),
-                call=call,
+            self._loop.run(
+                FitRun(
+                    train_input,
+                    epochs,
+                    eval_input=eval_input,
+                    max_steps=max_steps,
+                    on_step=on_step,
+                    callbacks=cbs,
+                    batch_hooks=any(_has_batch_hooks(cb) for cb in callbacks or ()),
+                    call=call,
+                )
             )
         except tf.errors.OpError as exc:  # a lost peer: one clear error, the last step kept
-            lost = peer_lost(self, train_input, exc, watch)
+            lost = self._peer_loss.lost(train_input, exc, watch)
             if lost is None:
                 raise
             raise lost from exc
@@ -675,150 +474,6 @@ class Trainer:
             self.logs.close()
         cbs.on_train_end({key: values[-1] for key, values in history.history.items()})
         return history
-
-    def _epochs(
-        self,
-        train_input: DistributedInput,
-        epochs: int,
-        *,
-        eval_input: DistributedInput | None,
-        max_steps: int | None,
-        on_step: Callable[[TrainState], None] | None,
-        callbacks: keras.callbacks.CallbackList,
-        batch_hooks: bool,
-        call: Callable[[int, int], Callable[[], Any]],
-    ) -> None:
-        """The epochs of :meth:`fit`, from ``state`` up to ``epochs`` or an agreed stop.
-
-        ``call(group, n)`` is the compiled call of ``n`` steps of ``group``
-        micro-batches on the training stream; ``batch_hooks`` whether any
-        callback has a batch hook (else none is called: no per-call work).
-        """
-        k = self.accumulation_steps
-        while self.state.epoch < epochs:
-            epoch = self.state.epoch
-            # An epoch resumed from another world size has its plan's number of steps.
-            full_steps, tail = divmod(train_input.epoch_steps(epoch), k)
-            steps_per_epoch = full_steps + (1 if tail else 0)
-            train_input.check_permutation_agreement(epoch)  # a user permutation, every worker's
-            callbacks.on_epoch_begin(epoch)
-            self.logs.epoch_begin(epoch, steps_per_epoch)
-            t0 = time.perf_counter()
-            batches_done = skipped = 0
-            loss_sum, loss_count = 0.0, 0
-            while self.state.step < steps_per_epoch:
-                if self.state.step < full_steps:
-                    group, n = k, min(self.steps_per_call, full_steps - self.state.step)
-                else:  # the epoch's last, shorter group
-                    group, n = tail, 1
-                for every in (self.checkpoint_every, self.log_every):  # land on their steps
-                    if every:
-                        n = min(n, every - self.state.global_step % every)
-                if max_steps is not None:
-                    n = min(n, max_steps - self.state.global_step)
-                if n <= 0:
-                    break
-                if batch_hooks:
-                    callbacks.on_train_batch_begin(self.state.step)
-                out = call(group, n)()
-                if self.record_samples:
-                    out, ids = out
-                    self.logs.write_ids(ids, epoch, self.state.step, train_input.num_replicas)
-                steps = out.numpy()  # [steps run, 3]: loss, non-finite flags
-                losses, flags = steps[:, 0].tolist(), steps[:, 1:]
-                bad = flags.any(axis=1).nonzero()[0].tolist()
-                if bad and self.on_nonfinite == "stop":  # the call ended at that step
-                    raise self._nonfinite_error(bad[0], losses, flags)
-                for i in bad:  # "skip": not applied; its data is consumed
-                    log.warning(
-                        "tfdp: skipped optimizer step %d (epoch %d, step %d): non-finite %s",
-                        self.state.global_step + i + 1,
-                        epoch + 1,
-                        self.state.step + i + 1,
-                        "loss" if flags[i][0] else "gradient",
-                    )
-                skipped += len(bad)
-                self.state.skipped_steps += len(bad)
-                self.state.step_losses = losses
-                self.state.last_loss = losses[-1]
-                self.state.step += n
-                self.state.global_step += n
-                batches_done += n * group
-                good = [v for i, v in enumerate(losses) if i not in bad] if bad else losses
-                loss_sum += sum(good)
-                loss_count += len(good)
-                # Already-reduced step losses: no metric read, no collective.
-                mean = loss_sum / loss_count if loss_count else float("nan")
-                self.logs.steps_end(
-                    epoch=epoch,
-                    step=self.state.step,
-                    global_step=self.state.global_step,
-                    losses=good,
-                    samples=n * group * train_input.global_batch_size,
-                    lr=self._learning_rate() if self.log_every else float("nan"),
-                    epoch_loss=mean,
-                )
-                if on_step is not None:
-                    on_step(self.state)
-                if batch_hooks:
-                    callbacks.on_train_batch_end(self.state.step - 1, {"loss": mean})
-                due = self.checkpoint_every and self.state.global_step % self.checkpoint_every == 0
-                stop = self._agreed_stop() or (
-                    max_steps is not None and self.state.global_step >= max_steps
-                )
-                if (due or stop) and self.state.step < steps_per_epoch:
-                    self._save(train_input)
-                if stop:
-                    break
-            if self.state.step < steps_per_epoch:  # stopped mid-epoch
-                self.state.stopped_early = True
-                return
-            elapsed = time.perf_counter() - t0
-            record: dict[str, Any] = {
-                "epoch": epoch,
-                "step": steps_per_epoch,
-                "global_step": self.state.global_step,
-                "time": elapsed,
-                "loss": float(self.train_loss.result()),
-            }
-            for m in self.train_metrics:
-                record[m.name] = float(m.result())
-            samples = batches_done * train_input.global_batch_size
-            record["samples_per_s"] = samples / max(elapsed, 1e-9)
-            record["lr"] = self._learning_rate()
-            if skipped:
-                record["skipped_steps"] = skipped
-            self.train_loss.reset_state()
-            for m in self.train_metrics:
-                m.reset_state()
-            if eval_input is not None:
-                for name, value in self.evaluator.evaluate(eval_input).items():
-                    record[f"val_{name}"] = value
-            source = train_input.source
-            if isinstance(source, SkipReportingSource) and source.skipped_files():
-                record["skipped_files"] = len(source.skipped_files())  # read with weight 0
-                self.logs.print(source.report())
-            self.state.epoch, self.state.step = epoch + 1, 0
-            # The line first: a crash between the two re-runs (part of) the epoch from an
-            # older checkpoint, and the resume drops the line (see restore).
-            self._log_epoch(record)
-            # Keras's epoch logs: the loss, the metrics and the exact validation, before any
-            # callback sees them (a callback may change the model: the save comes after).
-            logs = {
-                key: value
-                for key, value in record.items()
-                if key == "loss"
-                or key.startswith("val_")
-                or key in {m.name for m in self.train_metrics}
-            }
-            callbacks.on_epoch_end(epoch, logs)
-            self._save(train_input)
-            self.state.history.append(record)
-            if self._agreed_stop() or (
-                max_steps is not None and self.state.global_step >= max_steps
-            ):
-                self.state.stopped_early = self.state.epoch < epochs
-                break
 
     def evaluate(self, eval_input: DistributedInput) -> dict[str, float]:
         """Exact distributed evaluation (padding weighted 0): ``{"loss": ..., metric: ...}``."""

@@ -42,15 +42,21 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from tfdp._compat import call_outside_strategy
-from tfdp.checkpoint import CheckpointManager, _number, keras_trackables
+from tfdp.checkpoint.manager import CheckpointManager, _number, keras_trackables
+from tfdp.distribute import worker_info
 from tfdp.distribute.faults import Peer, is_peer_failure, lost_peers
+from tfdp.train.assemble import epoch_metric_states
 
-__all__ = ["PeerLossWatch", "PeerLostError", "peer_lost", "save_at_fault"]
+if TYPE_CHECKING:
+    from tfdp.train.parts import StepRunner
+    from tfdp.train.resume import RunCheckpoints
+
+__all__ = ["PeerLoss", "PeerLossWatch", "PeerLostError", "save_at_fault"]
 
 
 class PeerLostError(RuntimeError):
@@ -135,26 +141,6 @@ class PeerLossWatch:
         )
 
 
-class _Trainer(Protocol):
-    """What :func:`peer_lost` reads of a :class:`tfdp.train.Trainer`."""
-
-    strategy: Any
-    info: Any
-    model: Any
-    optimizer: Any
-    state: Any
-    run_dir: str | None
-    max_to_keep: int
-    accumulation_steps: int
-    on_nonfinite: str
-
-    def _checkpoint_manager(self) -> Any: ...
-
-    def _metric_states(self) -> list[Any]: ...
-
-    def _position(self, train_input: Any, epoch: int, step: int) -> Any: ...
-
-
 def _estimated(strategy: Any, variable: Any, scale: float, zero: bool) -> Any:
     """A job-wide value of a sync-on-read accumulator from this worker's replicas alone."""
     local = strategy.experimental_local_results(variable)
@@ -204,83 +190,121 @@ def save_at_fault(
     return manager.save(position, global_step)
 
 
-def _refusal(trainer: _Trainer, unseen: int) -> str | None:
-    """Why this worker may not save at the fault, or None."""
-    if not trainer.info.is_chief:
-        return "only the chief writes checkpoints: it saves its last completed step if it survives"
-    if trainer.on_nonfinite == "ignore":
-        return "with on_nonfinite='ignore' a failed step may have updated part of the variables"
-    if unseen:
-        return (
-            f"the failed call had applied {unseen} step(s) the loop did not see complete, "
-            "so the weights match no recorded data position"
-        )
-    return None
+class PeerLoss:
+    """A :class:`tfdp.train.Trainer`'s answer to a failed collective: who was lost, what is kept.
 
+    Built by the Trainer from its parts: the step (its strategy, model,
+    optimizer, epoch metrics and ``on_nonfinite``), the run's checkpoints as
+    the loop saves them (:class:`~tfdp.train.resume.RunCheckpoints`: the data
+    position a save stores) and where training stands. ``fit`` takes a
+    :meth:`watch` as it starts and hands a failed call's error to
+    :meth:`lost`.
 
-def peer_lost(
-    trainer: _Trainer, train_input: Any, error: BaseException, watch: PeerLossWatch
-) -> PeerLostError | None:
-    """The :class:`PeerLostError` for ``error``, saving at the fault when it can; None if not lost.
+    Args:
+        step: The Trainer's step part (:class:`tfdp.train.parts.StepRunner`).
+        resume: The run's checkpoints (a save at the fault needs tfdp's
+            :class:`~tfdp.checkpoint.CheckpointManager` as the checkpoints part).
+        state: Where training stands (the Trainer's ``TrainState``).
+        accumulation_steps: Micro-batches per optimizer step.
 
-    Called by the loop when a call fails with a TensorFlow error: returns None
-    unless the error means a lost peer (see
-    :func:`tfdp.distribute.faults.is_peer_failure`).
+    Example:
+        See :class:`tfdp.train.Trainer`, which builds one.
     """
-    info = trainer.info
-    if not isinstance(error, tf.errors.OpError) or not is_peer_failure(
-        type(error).__name__, info.num_workers
-    ):
+
+    def __init__(
+        self, step: StepRunner, resume: RunCheckpoints, state: Any, accumulation_steps: int
+    ) -> None:
+        self.step, self.resume, self.state = step, resume, state
+        self.accumulation_steps = accumulation_steps
+        self.info = worker_info(step.strategy)
+
+    def watch(self) -> PeerLossWatch:
+        """The watch for a ``fit`` starting now."""
+        return PeerLossWatch.start(self.step.optimizer, self.state)
+
+    def _refusal(self, manager: Any, unseen: int) -> str | None:
+        """Why this worker may not save at the fault, or None."""
+        if not self.info.is_chief:
+            return (
+                "only the chief writes checkpoints: it saves its last completed step if it survives"
+            )
+        if self.step.on_nonfinite == "ignore":
+            return "with on_nonfinite='ignore' a failed step may have updated part of the variables"
+        if unseen:
+            return (
+                f"the failed call had applied {unseen} step(s) the loop did not see complete, "
+                "so the weights match no recorded data position"
+            )
+        if not isinstance(manager, CheckpointManager):
+            return (
+                "a save at the fault needs tfdp's CheckpointManager as the checkpoints part, "
+                f"not {type(manager).__name__}"
+            )
         return None
-    resolver = trainer.strategy.cluster_resolver
-    cluster = resolver.cluster_spec().as_dict()
-    me = (resolver.task_type, int(resolver.task_id or 0))
-    peers, cause = lost_peers(error.message or str(error), cluster, me)
-    state, k = trainer.state, trainer.accumulation_steps
-    full, tail = divmod(train_input.epoch_steps(state.epoch), k)
-    steps_per_epoch = full + (1 if tail else 0)
-    unseen = watch.unseen_steps(trainer.optimizer, state)
-    epoch_end = state.step >= steps_per_epoch  # the fault came in the epoch-end work
-    manager = trainer._checkpoint_manager()
-    kept = manager.latest if manager is not None else None
-    kept_step = None if kept is None else _number(kept)
-    saved_now, note = False, ""
-    if manager is not None:
-        refused = _refusal(trainer, unseen)
-        if refused is not None:
-            note = refused
-        elif kept_step != state.global_step:
-            epoch, step = (state.epoch + 1, 0) if epoch_end else (state.epoch, state.step)
-            try:
-                kept = save_at_fault(
-                    manager.directory,
-                    strategy=trainer.strategy,
-                    trackables=keras_trackables(trainer.model, trainer.optimizer),
-                    metric_states=trainer._metric_states(),
-                    position=trainer._position(train_input, epoch, step),
-                    global_step=state.global_step,
-                    max_to_keep=trainer.max_to_keep,
-                    zero_metrics=epoch_end or step == 0,
-                )
-                kept_step, saved_now = state.global_step, True
-                if epoch_end:
-                    note = (
-                        f"the fault came in epoch {state.epoch + 1}'s end (its validation): "
-                        "a resume starts the next epoch, without that epoch's line"
+
+    def lost(
+        self, train_input: Any, error: BaseException, watch: PeerLossWatch
+    ) -> PeerLostError | None:
+        """The :class:`PeerLostError` for ``error``, saving at the fault when it can; None if not.
+
+        Called by ``fit`` when a call fails with a TensorFlow error: returns
+        None unless the error means a lost peer (see
+        :func:`tfdp.distribute.faults.is_peer_failure`).
+        """
+        info, strategy = self.info, self.step.strategy
+        if not isinstance(error, tf.errors.OpError) or not is_peer_failure(
+            type(error).__name__, info.num_workers
+        ):
+            return None
+        resolver = strategy.cluster_resolver
+        cluster = resolver.cluster_spec().as_dict()
+        me = (resolver.task_type, int(resolver.task_id or 0))
+        peers, cause = lost_peers(error.message or str(error), cluster, me)
+        state, k = self.state, self.accumulation_steps
+        full, tail = divmod(train_input.epoch_steps(state.epoch), k)
+        steps_per_epoch = full + (1 if tail else 0)
+        unseen = watch.unseen_steps(self.step.optimizer, state)
+        epoch_end = state.step >= steps_per_epoch  # the fault came in the epoch-end work
+        manager = self.resume.checkpoints
+        kept = manager.latest if manager is not None else None
+        kept_step = None if kept is None else _number(kept)
+        saved_now, note = False, ""
+        if manager is not None:
+            refused = self._refusal(manager, unseen)
+            if refused is not None:
+                note = refused
+            elif kept_step != state.global_step:
+                epoch, step = (state.epoch + 1, 0) if epoch_end else (state.epoch, state.step)
+                try:
+                    kept = save_at_fault(
+                        manager.directory,
+                        strategy=strategy,
+                        trackables=keras_trackables(self.step.model, self.step.optimizer),
+                        metric_states=epoch_metric_states(self.step),
+                        position=self.resume.position(train_input, epoch, step),
+                        global_step=state.global_step,
+                        max_to_keep=manager.max_to_keep,
+                        zero_metrics=epoch_end or step == 0,
                     )
-            except Exception as exc:  # a full disk, non-finite weights: the older one stands
-                note = f"the save at the fault failed ({type(exc).__name__}: {exc})"
-                kept = manager.latest
-                kept_step = None if kept is None else _number(kept)
-    return PeerLostError(
-        peers=peers,
-        cause=cause,
-        epoch=state.epoch,
-        step=min(state.step, steps_per_epoch),
-        steps_per_epoch=steps_per_epoch,
-        global_step=state.global_step,
-        kept=kept,
-        kept_step=kept_step,
-        saved_now=saved_now,
-        note=note,
-    )
+                    kept_step, saved_now = state.global_step, True
+                    if epoch_end:
+                        note = (
+                            f"the fault came in epoch {state.epoch + 1}'s end (its validation): "
+                            "a resume starts the next epoch, without that epoch's line"
+                        )
+                except Exception as exc:  # a full disk, non-finite weights: the older one stands
+                    note = f"the save at the fault failed ({type(exc).__name__}: {exc})"
+                    kept = manager.latest
+                    kept_step = None if kept is None else _number(kept)
+        return PeerLostError(
+            peers=peers,
+            cause=cause,
+            epoch=state.epoch,
+            step=min(state.step, steps_per_epoch),
+            steps_per_epoch=steps_per_epoch,
+            global_step=state.global_step,
+            kept=kept,
+            kept_step=kept_step,
+            saved_now=saved_now,
+            note=note,
+        )

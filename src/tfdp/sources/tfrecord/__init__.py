@@ -49,14 +49,12 @@ Example:
 
 from __future__ import annotations
 
-from tfdp.sources.base import EncodedImageSource
 from tfdp.sources.tfrecord.manifest import MANIFEST_SUFFIX, read_manifest
 from tfdp.sources.tfrecord.stream import TFRecordSource
 from tfdp.sources.tfrecord.writer import write_tfrecords
 
 __all__ = [
     "MANIFEST_SUFFIX",
-    "EncodedImageSource",
     "TFRecordSource",
     "read_manifest",
     "write_tfrecords",

@@ -1,26 +1,11 @@
-"""Checkpoints of a data-parallel run: model, optimizer, global step and data position.
+"""The checkpoint manager of a data-parallel run: trackables, global step and data position.
 
-This module owns how tfdp saves and resumes a run: :class:`DataPosition` (where
-in the data the run is: epoch, step within it, the sampler's state, and a
-fingerprint of the data configuration that must match on resume),
-:class:`CheckpointManager` (a ``tf.train.Checkpoint`` + ``tf.train.CheckpointManager``
-holding the caller's trackables *and* the global step and data position, with
-fallback past corrupt checkpoints and multi-worker saving), and
-:class:`CheckpointCallback` (the same for ``model.fit``).
-
-Exact mid-epoch resume: a checkpoint taken after step ``s`` of epoch ``e``
-stores ``DataPosition(e, s)``; the resumed run rebuilds its input with
-``DistributedInput.epoch(e, start_step=s)`` (custom loop) or
-``DistributedInput.epochs(e, start_step=s)`` (``model.fit``) and continues
-with exactly the batches the interrupted run would have seen next.
-
-Elastic resume: the global batch ``B`` is the same at every world size, so
-step ``s`` means global position ``s * B`` of the epoch's global list (stored
-in the sampler state, with the world size whose list the epoch follows).
-``restore(..., allow_world_size_change=True)`` accepts a checkpoint saved at
-another world size with the same global batch, and
-``DistributedInput.resume_from`` deals the rest of that epoch over the new
-ranks. Data positions of version 1 (before elastic resume) still load.
+This module owns :class:`CheckpointManager` (a ``tf.train.Checkpoint`` +
+``tf.train.CheckpointManager`` holding the caller's trackables *and* the global
+step and :class:`~tfdp.checkpoint.DataPosition`, with fallback past corrupt
+checkpoints, a refusal to save non-finite values, and multi-worker saving),
+:func:`keras_trackables` (what an exact resume must save of a Keras model) and
+:func:`remove_interrupted_saves`.
 
 Multi-worker (``MultiWorkerMirroredStrategy``), as TensorFlow's multi-worker
 guide prescribes: every worker calls :meth:`CheckpointManager.save` (saving
@@ -48,8 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
 import re
@@ -59,7 +42,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from tfdp._compat import (
@@ -67,30 +49,20 @@ from tfdp._compat import (
     checkpoint_value_key,
     seed_generator_states,
 )
+from tfdp.checkpoint.position import DataPosition, check_config, check_count
 from tfdp.distribute import resolver_role
-from tfdp.errors import StateError
+from tfdp.errors import CheckpointError
 
 __all__ = [
-    "CheckpointCallback",
-    "CheckpointError",
     "CheckpointManager",
     "CheckpointWarning",
-    "DataPosition",
     "NonFiniteCheckpointError",
-    "input_config",
     "keras_trackables",
     "remove_interrupted_saves",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("tfdp.checkpoint")
 
-_FORMAT = "tfdp.DataPosition"
-_VERSION = 2  # 2: sampler states with a global position; configs with global_batch_size
-_READS_VERSIONS = (1, 2)
-# Configuration fields that follow the world size: an elastic resume lets them change (the
-# global batch must not); a stream's epoch length (sampler.num_examples) does too.
-_WORLD_FIELDS = frozenset({"num_replicas", "batch_size", "steps_per_epoch", "sampler.num_replicas"})
-_STREAM_WORLD_FIELDS = frozenset({"sampler.num_examples"})
 _STEP_NAME = "step"
 _DATA_NAME = "data_position"
 _RESERVED = frozenset({_STEP_NAME, _DATA_NAME, "save_counter"})
@@ -105,15 +77,6 @@ def _number(path: str) -> int | None:
     """N of a checkpoint path ``.../ckpt-N``, else None."""
     m = re.fullmatch(rf"{_CHECKPOINT_NAME}-(\d+)", os.path.basename(path))
     return int(m.group(1)) if m else None
-
-
-class CheckpointError(RuntimeError):
-    """No checkpoint could be read, or the checkpoint directory is unusable.
-
-    Example:
-        >>> issubclass(CheckpointError, RuntimeError)
-        True
-    """
 
 
 class NonFiniteCheckpointError(CheckpointError):
@@ -134,144 +97,6 @@ class CheckpointWarning(UserWarning):
     """
 
 
-def _json_plain(value: Any, what: str) -> Any:
-    """``value`` after a JSON round trip (tuples become lists); refuses what JSON cannot hold."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{what} must be JSON-serialisable: {e}") from e
-
-
-def _check_count(name: str, value: Any) -> int:
-    """A Python int >= 0 from an int, NumPy integer, or integer scalar tensor or variable."""
-    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-    if array.ndim != 0 or array.dtype.kind not in "iu" or int(array) < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    return int(array)
-
-
-@dataclasses.dataclass(frozen=True)
-class DataPosition:
-    """Where a run is in its data, and what the data configuration was.
-
-    Attributes:
-        epoch: The sampler epoch in progress.
-        step: Steps already done within ``epoch`` (the resumed run starts at
-            this step: ``inp.epoch(epoch, start_step=step)``).
-        sampler: A :meth:`tfdp.Sampler.state_dict` at this position, or None.
-        config: A fingerprint of everything that must match on resume (world
-            size, per-replica batch size, sampler configuration, ...); see
-            :func:`input_config`. Stored after a JSON round trip, so tuples
-            become lists.
-
-    Example:
-        >>> p = DataPosition(epoch=2, step=17, config={"num_replicas": 4, "batch_size": 32})
-        >>> DataPosition.from_json(p.to_json()) == p
-        True
-    """
-
-    epoch: int
-    step: int
-    sampler: dict[str, Any] | None = None
-    config: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epoch", _check_count("epoch", self.epoch))
-        object.__setattr__(self, "step", _check_count("step", self.step))
-        if self.sampler is not None and not isinstance(self.sampler, Mapping):
-            raise ValueError(
-                f"sampler must be a Sampler.state_dict() or None, got {type(self.sampler)}"
-            )
-        if not isinstance(self.config, Mapping):
-            raise ValueError(f"config must be a dict, got {type(self.config).__name__}")
-        if self.sampler is not None:
-            object.__setattr__(self, "sampler", _json_plain(dict(self.sampler), "sampler"))
-        object.__setattr__(self, "config", _json_plain(dict(self.config), "config"))
-
-    def to_json(self) -> str:
-        """This position as a JSON string (keys sorted: equal positions give equal strings).
-
-        Example:
-            >>> DataPosition(1, 2).to_json()[:40]
-            '{"config": {}, "epoch": 1, "format": "tf'
-        """
-        return json.dumps(
-            {
-                "format": _FORMAT,
-                "version": _VERSION,
-                "epoch": self.epoch,
-                "step": self.step,
-                "sampler": self.sampler,
-                "config": self.config,
-            },
-            sort_keys=True,
-        )
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> DataPosition:
-        """Parse :meth:`to_json`'s output.
-
-        Raises:
-            ValueError: for text that is not a tfdp data position of a known version.
-
-        Example:
-            >>> DataPosition.from_json(DataPosition(3, 0).to_json()).epoch
-            3
-        """
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"data position is not valid JSON: {e}") from e
-        if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
-            raise ValueError(f"not a tfdp data position: {text[:80]!r}")
-        if obj.get("version") not in _READS_VERSIONS:
-            raise ValueError(
-                f"data position version {obj.get('version')!r} is not supported "
-                f"(this tfdp reads versions {list(_READS_VERSIONS)})"
-            )
-        return cls(
-            epoch=obj["epoch"], step=obj["step"], sampler=obj["sampler"], config=obj["config"]
-        )
-
-    @classmethod
-    def from_input(cls, inp: Any, epoch: int, step: int, **extra_config: Any) -> DataPosition:
-        """The position after ``step`` steps of ``epoch`` of a :class:`tfdp.DistributedInput`.
-
-        A ``step`` of ``inp.epoch_steps(epoch)`` or more rolls over into the
-        next epoch(s), so the end of epoch ``e`` is stored as ``(e + 1, 0)``.
-        The sampler state is rank 0's, ``step * batch_size`` entries into the
-        epoch (every rank shares epoch and position; in an epoch resumed from
-        another world size, rank 0's share of the dealt rest).
-
-        Args:
-            inp: A ``DistributedInput`` (anything with ``sampler``,
-                ``batch_size``, ``num_replicas`` and ``steps_per_epoch``).
-            epoch: The sampler epoch.
-            step: Steps done within ``epoch``.
-            **extra_config: More fields for :attr:`config` (e.g. a dataset name).
-
-        Example:
-            >>> import numpy as np
-            >>> from tfdp.input import DistributedInput
-            >>> from tfdp.sources import ArraySource
-            >>> inp = DistributedInput(None, ArraySource((np.zeros((40, 1), "float32"),)),
-            ...                        batch_size=8)
-            >>> p = DataPosition.from_input(inp, 0, 5)  # 5 steps of 5: epoch 0 done
-            >>> (p.epoch, p.step, p.sampler["epoch"], p.sampler["position"])
-            (1, 0, 1, 0)
-        """
-        epoch, step = _check_count("epoch", epoch), _check_count("step", step)
-        while step >= inp.epoch_steps(epoch) != inp.steps_per_epoch:  # an elastic epoch
-            epoch, step = epoch + 1, step - inp.epoch_steps(epoch)
-        steps_per_epoch = int(inp.steps_per_epoch)
-        epoch, step = epoch + step // steps_per_epoch, step % steps_per_epoch
-        sampler = inp.rank_sampler(0, epoch)
-        state = sampler.state_dict(position=min(step * int(inp.batch_size), len(sampler)))
-        return cls(epoch, step, state, input_config(inp, **extra_config))
-
-
 def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:
     """What to checkpoint of a Keras model for an exact resume: weights, optimizer, RNG state.
 
@@ -287,64 +112,6 @@ def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:
         ['model', 'optimizer', 'rng_states']
     """
     return {"model": model, "optimizer": optimizer, "rng_states": seed_generator_states(model)}
-
-
-def input_config(inp: Any, **extra: Any) -> dict[str, Any]:
-    """The configuration of a :class:`tfdp.DistributedInput` that must match on resume.
-
-    World size, per-replica and global batch size, steps per epoch, whether
-    the source streams, and the sampler's kind and configuration (number of
-    examples, seed, repeats, ...), plus ``extra``.
-
-    Example:
-        >>> import numpy as np
-        >>> from tfdp.input import DistributedInput
-        >>> from tfdp.sources import ArraySource
-        >>> inp = DistributedInput(None, ArraySource((np.zeros((40, 1), "float32"),)),
-        ...                        batch_size=8)
-        >>> cfg = input_config(inp, run="demo")
-        >>> cfg["num_replicas"], cfg["batch_size"], cfg["sampler"]["kind"], cfg["run"]
-        (1, 8, 'DistributedSampler', 'demo')
-    """
-    state = inp.sampler.state_dict(position=0)
-    config: dict[str, Any] = {
-        "num_replicas": int(inp.num_replicas),
-        "batch_size": int(inp.batch_size),
-        "steps_per_epoch": int(inp.steps_per_epoch),
-        "global_batch_size": int(inp.batch_size) * int(inp.num_replicas),
-        "streaming": bool(inp.streaming),
-        "sampler": {"kind": state["sampler"], **state["config"]},
-    }
-    config.update(extra)
-    return _json_plain(config, "config")
-
-
-def _config_diffs(saved: Any, now: Any, prefix: str = "") -> list[str]:
-    """``"field: saved X, now Y"`` for every differing (nested: dotted) field."""
-    if isinstance(saved, dict) and isinstance(now, dict):
-        out: list[str] = []
-        for key in sorted(set(saved) | set(now), key=str):
-            name = f"{prefix}{key}"
-            if key not in saved:
-                out.append(f"{name}: saved <absent>, now {now[key]!r}")
-            elif key not in now:
-                out.append(f"{name}: saved {saved[key]!r}, now <absent>")
-            else:
-                out.extend(_config_diffs(saved[key], now[key], f"{name}."))
-        return out
-    if saved != now:
-        return [f"{prefix.rstrip('.')}: saved {saved!r}, now {now!r}"]
-    return []
-
-
-def _without_strategy(fn: Any) -> Any:
-    """Call ``fn()`` in a fresh thread: no ``strategy.scope()``, device or variable creator.
-
-    A strategy scope (and its variable creator) is thread-local in TensorFlow,
-    and there is no public way to leave one temporarily; variables created in
-    a fresh thread are plain ``ResourceVariable``s on the host.
-    """
-    return call_outside_strategy(fn)
 
 
 def _float_variables(obj: Any) -> list[tuple[str, Any]]:
@@ -500,7 +267,7 @@ class CheckpointManager:
                 _ = ckpt.save_counter  # else created lazily, maybe in a strategy scope
             return step, data, ckpt
 
-        self._step, self._data, self.checkpoint = _without_strategy(make)
+        self._step, self._data, self.checkpoint = call_outside_strategy(make)
         self._manager: tf.train.CheckpointManager | None = None
         self.read_only = bool(read_only)
         if self.is_chief and not self.read_only:
@@ -654,11 +421,11 @@ class CheckpointManager:
             >>> saved
             [3, 6]
         """
-        every = _check_count("every_n_steps", every_n_steps)
+        every = check_count("every_n_steps", every_n_steps)
         if every == 0:
             return False
         last = self._last_saved_step or 0
-        return _check_count("step", step) // every > last // every
+        return check_count("step", step) // every > last // every
 
     def save(self, position: DataPosition, global_step: int) -> str:
         """Save the trackables, ``global_step`` and ``position`` as ``ckpt-<global_step>``.
@@ -691,7 +458,7 @@ class CheckpointManager:
             raise CheckpointError(f"{self!r} was created read_only=True: it does not save")
         if not isinstance(position, DataPosition):
             raise ValueError(f"position must be a DataPosition, got {type(position).__name__}")
-        global_step = _check_count("global_step", global_step)
+        global_step = check_count("global_step", global_step)
         bad = [
             f"{key}/{name}"
             for key, obj in self._trackables.items()
@@ -875,7 +642,7 @@ class CheckpointManager:
                 )
                 continue
             if expected_config is not None:
-                self._check_config(path, position.config, expected_config, allow_world_size_change)
+                check_config(path, position.config, expected_config, allow_world_size_change)
             status = self.checkpoint.restore(path)
             if partial:
                 status.expect_partial()
@@ -897,135 +664,9 @@ class CheckpointManager:
             + "\nDelete the directory to start over, or restore a backup of it."
         )
 
-    @staticmethod
-    def _check_config(
-        path: str, saved: Mapping[str, Any], expected: Mapping[str, Any], elastic: bool = False
-    ) -> None:
-        saved = dict(saved)
-        expected = _json_plain(dict(expected), "expected_config")
-        # Fields newer than the checkpoint (data position version 1): derived, or not compared.
-        batch, replicas = saved.get("batch_size"), saved.get("num_replicas")
-        old = "global_batch_size" in expected and "global_batch_size" not in saved
-        if old and isinstance(batch, int) and isinstance(replicas, int):
-            saved["global_batch_size"] = batch * replicas
-        if "streaming" in expected:
-            saved.setdefault("streaming", expected["streaming"])
-        diffs = _config_diffs(saved, expected)
-        if elastic and saved.get("num_replicas") != expected.get("num_replicas"):
-            world = _WORLD_FIELDS | (_STREAM_WORLD_FIELDS if expected.get("streaming") else set())
-            diffs = [d for d in diffs if d.split(":", 1)[0] not in world]
-        if not diffs:
-            return
-        hint = (
-            "Resume with the same world size, per-replica batch size and sampler settings, or "
-            "start a new run in a new checkpoint directory."
-        )
-        batch = saved.get("global_batch_size")
-        if elastic and isinstance(batch, int) and batch > 0:
-            counts = ", ".join(str(w) for w in range(1, batch + 1) if batch % w == 0)
-            hint = (
-                f"The global batch size is kept when the world size changes: resume with a "
-                f"global batch of {batch} (per replica: {batch} / the replica count) on a "
-                f"replica count that divides it ({counts}) and the same sampler settings, or "
-                "start a new run in a new checkpoint directory."
-            )
-        raise StateError(
-            f"checkpoint {path} was saved with another data configuration:\n  "
-            + "\n  ".join(diffs)
-            + "\nResuming would not continue the same data order. "
-            + hint
-        )
-
     def __repr__(self) -> str:
         role = "chief" if self.is_chief else f"{self.task_type} {self.task_id}"
         return (
             f"CheckpointManager({self.directory!r}, {role}, max_to_keep={self.max_to_keep}, "
             f"latest={self.latest!r})"
         )
-
-
-class CheckpointCallback(keras.callbacks.Callback):
-    """Checkpoints ``model.fit`` every n steps with the exact data position, for mid-epoch resume.
-
-    Counts the batches ``fit`` has trained on since ``start`` and saves
-    ``DataPosition.from_input(inp, ...)`` of the absolute position reached, so
-    the fit epochs need not coincide with the sampler epochs. Feed ``fit`` the
-    matching stream: ``inp.epochs(start.epoch, start_step=start.step)``.
-
-    Args:
-        manager: The :class:`CheckpointManager` (whose trackables include the model).
-        inp: The ``DistributedInput`` feeding ``fit``.
-        every_n_steps: Save when the global step reaches a multiple of this.
-        start: The data position ``fit`` starts from (a restored one); default
-            epoch 0, step 0.
-        global_step: The global step at ``start`` (a restored one); default 0.
-        save_at_end: Also save when training ends (if not just saved).
-        **extra_config: More fields for the saved configuration.
-
-    Example:
-        >>> restored = manager.restore(expected_config=input_config(inp))  # doctest: +SKIP
-        >>> start, step = restored or (DataPosition(0, 0), 0)  # doctest: +SKIP
-        >>> cb = CheckpointCallback(manager, inp, every_n_steps=100, start=start,
-        ...                         global_step=step)  # doctest: +SKIP
-        >>> model.fit(inp.epochs(start.epoch, start_step=start.step), callbacks=[cb],
-        ...           steps_per_epoch=inp.steps_per_epoch, epochs=...)  # doctest: +SKIP
-    """
-
-    def __init__(
-        self,
-        manager: CheckpointManager,
-        inp: Any,
-        *,
-        every_n_steps: int,
-        start: DataPosition | None = None,
-        global_step: int = 0,
-        save_at_end: bool = True,
-        **extra_config: Any,
-    ) -> None:
-        super().__init__()
-        self.manager = manager
-        self.inp = inp
-        self.every_n_steps = _check_count("every_n_steps", every_n_steps)
-        self._start = start if start is not None else DataPosition(0, 0)
-        self._step0 = _check_count("global_step", global_step)
-        self.save_at_end = bool(save_at_end)
-        self.extra_config = extra_config
-        self._done_before = 0  # batches of finished fit epochs
-        self._in_epoch = 0  # batches of the current fit epoch
-        self._saved_at: int | None = None
-
-    @property
-    def global_step(self) -> int:
-        """The global step reached (``global_step`` + batches trained by ``fit`` so far)."""
-        return self._step0 + self._done_before + self._in_epoch
-
-    def position(self) -> DataPosition:
-        """The data position reached so far."""
-        done = self._done_before + self._in_epoch
-        return DataPosition.from_input(
-            self.inp, self._start.epoch, self._start.step + done, **self.extra_config
-        )
-
-    def _save(self) -> None:
-        self.manager.save(self.position(), self.global_step)
-        self._saved_at = self.global_step
-
-    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Start counting a new fit epoch's batches."""
-        self._in_epoch = 0
-
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """Save when a multiple of ``every_n_steps`` was reached."""
-        self._in_epoch = int(batch) + 1
-        if self.manager.should_save(self.global_step, self.every_n_steps):
-            self._save()
-
-    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Add the fit epoch's batches to the count."""
-        self._done_before += self._in_epoch
-        self._in_epoch = 0
-
-    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        """Save the final position (unless it was just saved)."""
-        if self.save_at_end and self._saved_at != self.global_step:
-            self._save()

@@ -148,7 +148,7 @@ def check_model_module(ref: str) -> None:
         ConfigError: naming the reference and the module.
 
     Example:
-        >>> check_model_module("tfdp.models:small_cnn")
+        >>> check_model_module("tfdp.recipe.networks:small_cnn")
         >>> check_model_module("no_such_module_xyz:net")
         Traceback (most recent call last):
         ...
@@ -177,7 +177,7 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
             :func:`check_model_ref`) or the module or function is missing.
 
     Example:
-        >>> load_factory("tfdp.models:small_cnn").__name__
+        >>> load_factory("tfdp.recipe.networks:small_cnn").__name__
         'small_cnn'
     """
     module_name, _, attr = check_model_ref(ref).partition(":")
