@@ -330,15 +330,15 @@ def encoded_windows(data: tf.Tensor, stage: Any, params: tf.Tensor, channels: in
         >>> encoded_windows(data, rrc, rrc.draw(seeds)).shape
         TensorShape([2, 8, 8, 3])
     """
-    count = tf.size(data)
-    files = tf.TensorArray(tf.string, count, element_shape=[], clear_after_read=False)
-    files = files.unstack(data)
+    # Copies of one image (Repeated Augmentation's, in one batch) are read and decoded once.
+    unique, entries = tf.unique(data)
+    files = tf.TensorArray(tf.string, tf.size(unique), element_shape=[], clear_after_read=False)
+    files = files.unstack(unique)
 
     def decode_whole(f: tf.Tensor) -> Decoded:
         image = tf.io.decode_image(files.read(f), channels=channels, expand_animations=False)
         return Decoded(image, tf.constant(True))
 
-    entries = tf.range(count)
     out, _ = decode_windows(
         files, decode_whole, entries, _StageWindows(stage, params, channels), channels
     )
