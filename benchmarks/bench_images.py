@@ -520,14 +520,14 @@ def main(argv: list[str] | None = None) -> int:
         f"TensorFlow {tf.__version__}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(f"folder: {root}: {folder_stats(root)}")
+    if args.conditions == "only":
+        return conditions_part(strategy, root, paths, labels, args.quick, {}, [])
     print(
         f"{REPLICAS} replicas (MirroredStrategy, logical CPUs), global batch {GLOBAL_BATCH}, "
         f"output {SIZE}x{SIZE}, {cfg['rounds']} rounds of {cfg['window']} batches after "
         f"{cfg['warmup']} warm-up batches",
         flush=True,
     )
-    if args.conditions == "only":
-        return conditions_part(strategy, root, paths, labels, args.quick, {}, [])
     ra = tfdp_input(strategy, root, "repeat_aug")
     plain = tfdp_input(strategy, root, "distributed")
     pipelines: dict[str, Callable[[int], object]] = {
