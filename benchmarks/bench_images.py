@@ -201,7 +201,13 @@ def _finish_mg(image: tf.Tensor) -> tf.Tensor:
 
 def model_garden_parse(path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """classification_input.Parser._parse_train_image, decode_jpeg_only=True."""
-    image_bytes = tf.io.read_file(path)
+    return model_garden_parse_bytes(tf.io.read_file(path), label)
+
+
+def model_garden_parse_bytes(
+    image_bytes: tf.Tensor, label: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """model_garden_parse of the file's bytes (a TFRecord's ``image/encoded``)."""
     image_shape = tf.image.extract_jpeg_shape(image_bytes)
     begin, size = _distorted_box(image_shape)
     offset_y, offset_x, _ = tf.unstack(begin)
@@ -266,12 +272,14 @@ class NoWindows:
         return self.source.load_with_weight(index)
 
 
-def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True):
+def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True, source=None):
+    """tfdp's input of the folder ``root`` (or of ``source``, e.g. TFRecords of its JPEGs)."""
     from tfdp import augment
     from tfdp.input import DistributedInput
     from tfdp.sources import ImageFolderSource
 
-    source = ImageFolderSource(root)
+    streaming = source is not None
+    source = ImageFolderSource(root) if source is None else source
     options = {"num_repeats": 3, "selected_round": 0} if sampler == "repeat_aug" else {}
     inp = DistributedInput(
         strategy,
@@ -287,7 +295,7 @@ def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True):
             ]
         ),
     )
-    assert (inp.window_loader is not None) == windows
+    assert (inp.window_loader is not None) == (windows and not streaming)
     return inp
 
 
@@ -687,6 +695,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-breakdown", action="store_true", help="skip the op breakdown")
     ap.add_argument("--no-deit", action="store_true", help="skip DeiT's input vs timm's")
     ap.add_argument("--deit-only", action="store_true", help="only DeiT's input vs timm's")
+    ap.add_argument(
+        "--conditions",
+        choices=("all", "none", "only"),
+        default="all",
+        help="the conditions' part (busy core, TFRecords, end to end; _images_conditions.py): "
+        "run it after the rounds (all), skip it (none), or run it alone (only)",
+    )
     args = ap.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     if args.rounds:
@@ -705,6 +720,8 @@ def main(argv: list[str] | None = None) -> int:
         f"TensorFlow {tf.__version__}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(f"folder: {root}: {folder_stats(root)}")
+    if args.conditions == "only":
+        return conditions_part(strategy, root, paths, labels, args.quick, {}, [])
     print(
         f"{REPLICAS} replicas (MirroredStrategy, logical CPUs), global batch {GLOBAL_BATCH}, "
         f"output {SIZE}x{SIZE}, {cfg['rounds']} rounds of {cfg['window']} batches after "
@@ -823,12 +840,34 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.no_deit or args.quick):  # --quick --deit-only: DeiT's part alone, quick
         heads.update(deit_vs_timm(strategy, root, cfg))
     print()
-    checks = (
+    checks = [
         ("ra_vs_model_garden", ">=", TARGETS["ra"]),
         ("plain_vs_model_garden", ">=", TARGETS["plain"]),
         ("first_batch_ra_vs_model_garden", "<=", TARGETS["first_batch"]),
         ("first_batch_plain_vs_model_garden", "<=", TARGETS["first_batch"]),
-    )
+    ]
+    if args.conditions == "all":
+        return conditions_part(strategy, root, paths, labels, args.quick, heads, checks)
+    return headlines(heads, checks)
+
+
+# --------------------------------------------------------------------------- conditions
+def conditions_part(strategy, root, paths, labels, quick: bool, heads: dict, checks: list) -> int:
+    """The conditions of ``_images_conditions`` (issue 27), their targets, then the headlines."""
+    from _images_conditions import CONFIG, conditions
+
+    print("\nconditions: idle, one core busy, end to end; the folder and its TFRecords")
+    found = conditions(strategy, root, paths, labels, CONFIG["quick" if quick else "full"])
+    for key in found:
+        if key.endswith(("_ra_vs_model_garden", "_plain_vs_model_garden")):
+            flavour = "first_batch" if "_first_batch_" in key else key.split("_")[2]
+            checks.append((key, "<=" if flavour == "first_batch" else ">=", TARGETS[flavour]))
+    return headlines({**heads, **found}, checks)
+
+
+def headlines(heads: dict[str, float], checks: list[tuple[str, str, float]]) -> int:
+    """The targets' verdicts, then one ``name: value`` line per headline; exits the process."""
+    print()
     for key, op, target in checks:
         ok = heads[key] >= target if op == ">=" else heads[key] <= target
         print(f"target {key} {op} {target}: {'PASS' if ok else 'FAIL'} ({heads[key]:.2f})")

@@ -239,6 +239,31 @@ def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_
     ).graph_options.rewrite_options.disable_tfg_optimizer
 
 
+def test_rows_in_place_write_into_the_batch_itself_in_a_parallel_loop():
+    """Each write's result is the batch's own buffer (InplaceUpdate aliases its input), and a
+    ``tf.while_loop`` with iterations in flight, traced, gives the rows of a stack."""
+    rows = _compat.RowsInPlace(3, [2], tf.float32)
+    first = rows.write(rows.batch, 1, tf.constant([4.0, 5.0]))
+    assert first.numpy()[1].tolist() == [4.0, 5.0]
+    assert rows.batch.numpy()[1].tolist() == [4.0, 5.0]  # the same memory: no copy was made
+
+    @tf.function(autograph=False)
+    def filled(n):
+        rows = _compat.RowsInPlace(n, [8, 8, 3], tf.float32)
+
+        def body(j, batch):
+            row = tf.image.resize(tf.fill([5, 7, 3], tf.cast(j, tf.float32)), [8, 8])
+            return j + 1, rows.write(batch, j, row * 2.0)
+
+        return tf.while_loop(lambda j, _: j < n, body, (0, rows.batch), parallel_iterations=4)[1]
+
+    got = filled(tf.constant(50)).numpy()
+    want = tf.stack(
+        [tf.image.resize(tf.fill([5, 7, 3], float(j)), [8, 8]) * 2.0 for j in range(50)]
+    )
+    np.testing.assert_array_equal(got, want.numpy())
+
+
 def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradients(mirrored_of):
     """model.fit traces the instance's train_step; Keras's train_step calls the instance's
     apply_gradients once per replica, in its replica context, with that replica's own gradient;

@@ -402,6 +402,46 @@ def test_stream_epochs_resume_and_endless(stream_sources):
     assert endless == by_epoch[0] + by_epoch[1] + by_epoch[2]
 
 
+def test_stream_of_fixed_shapes_is_augmented_batch_by_batch_as_one_by_one(stream_sources):
+    """A batched augmentation of fixed-shape stream examples runs once per batch, each row with
+    its own seed: the values of running it on each example alone (weights, ids, a last
+    partial batch alike)."""
+
+    class Shift:  # batched: every row shifted by its own seed
+        batched = True
+
+        def __call__(self, example, seeds):
+            x, y = example
+            by = tf.cast(seeds[:, 1] * 1000 + seeds[:, 0] % 1000, tf.float32)
+            return x + by[:, None], y
+
+    def one_by_one(example, seed):  # the same, on one example
+        x, y = Shift()((example[0][None], example[1][None]), seed[None])
+        return x[0], y[0]
+
+    outputs = []
+    for aug in (Shift(), one_by_one):
+        inp = DistributedInput(
+            None,
+            stream_sources[3],
+            sampler="repeat_aug",
+            sampler_options={"num_repeats": 2, "selected_round": 0},
+            batch_size=4,
+            augment=aug,
+            with_weights=True,
+            return_ids=True,
+            drop_remainder=False,
+            seed=5,
+        )
+        assert inp._stream_augments_batches() == (aug is not one_by_one)
+        batches = list(inp.rank_dataset(0, 1, 1))
+        outputs.append(tf.nest.map_structure(lambda t: t.numpy(), batches))
+    assert len(outputs[0]) == len(outputs[1]) > 2
+    assert outputs[0][-1][1]["index"].shape[0] < 4  # a partial last batch
+    for a, b in zip(outputs[0], outputs[1], strict=True):
+        tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+
+
 def test_stream_refuses_what_needs_random_access(stream_sources):
     src = stream_sources[8]
     with pytest.raises(ValueError, match="sampler='eval' needs a random-access source"):

@@ -579,12 +579,14 @@ def test_encoded_images_through_a_window_stage_equal_decoded_ones(folder):
     from tfdp.windows.decode import encoded_windows
 
     src = ImageFolderSource(folder)
-    data = tf.stack([tf.io.read_file(src.path(i)) for i in range(src.num_examples)])
+    # Copies of an image (Repeated Augmentation's) among them, each with windows of its own.
+    files = [*range(src.num_examples), 0, 2, 0]
+    data = tf.stack([tf.io.read_file(src.path(i)) for i in files])
     rrc = augment.RandomResizedCrop(16, scale=(0.05, 1.0))
-    seeds = tf.constant(seeds_for(range(src.num_examples), key=8))
+    seeds = tf.constant(seeds_for(range(len(files)), key=8))
     params = rrc.draw(seeds)
     got = encoded_windows(data, rrc, params).numpy()  # a PNG and a grayscale JPEG among them
-    for i in range(src.num_examples):
+    for i in range(len(files)):
         image = tf.io.decode_image(data[i], channels=3, expand_animations=False)[tf.newaxis]
         want = rrc.apply(image, params[i : i + 1]).numpy()[0]
         np.testing.assert_array_equal(got[i], want)
@@ -612,6 +614,8 @@ def test_encoded_tfrecord_stream_equals_the_decoded_stream(tmp_path, mirrored2):
             augment=_train_augment(),
             seed=3,
         )
+        # encoded: augmented batch by batch (scalar strings batch); decoded: one by one
+        assert inp._stream_augments_batches() == (images == "encoded")
         outputs.append(_elements(mirrored2, inp.epoch(1)))
     assert len(outputs[0]) >= 2
     _assert_same(outputs[0], outputs[1])

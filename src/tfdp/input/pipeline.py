@@ -500,12 +500,38 @@ class DistributedInput:
         )
         key.set_shape([])
         meta = tf.data.Dataset.from_tensor_slices((idx, pos))
-        ds = tf.data.Dataset.zip((examples, meta)).map(
+        ds = tf.data.Dataset.zip((examples, meta))
+        if self._stream_augments_batches():
+            # Examples of a fixed shape (e.g. JPEG records kept encoded) are batched first and
+            # a batched augmentation runs once per batch: its rows are its per-example results
+            # (seeds per row), and a window stage decodes the batch's files in one loop.
+            ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+            return ds.map(
+                plain(lambda example, m: self._stream_batch(example, m[0], m[1], key)),
+                num_parallel_calls=self.num_parallel_calls,
+                deterministic=True,
+            )
+        ds = ds.map(
             plain(lambda example, m: self._stream_one(example, m[0], m[1], key)),
             num_parallel_calls=self.num_parallel_calls,
             deterministic=True,
         )
         return self._batched(ds)
+
+    def _stream_augments_batches(self) -> bool:
+        """Whether the stream is augmented batch by batch.
+
+        So it is for a batched augmentation of examples whose every component
+        has a fixed shape (so that examples batch before it).
+        """
+        if self._augment is None or not is_batched_augmentation(self.augment):
+            return False
+        specs = tf.nest.flatten(self.source.element_spec)
+        return all(s.shape.is_fully_defined() for s in specs)
+
+    def _stream_batch(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
+        example = self._augment(example, sample_seeds(tf.fill(tf.shape(pos), key), pos))
+        return self.finish_element(example, idx, pos, tf.ones(tf.shape(pos), tf.float32))
 
     def _stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         example = self._augment_one(example, key, pos)

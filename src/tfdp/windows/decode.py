@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from tfdp._compat import RowsInPlace
 from tfdp.windows.contract import WindowPlan
 from tfdp.windows.parallelism import PARALLEL_DECODES
 
@@ -274,15 +275,24 @@ def decode_windows(
     begin = [top - tf.gather(u_top, entry_file), left - tf.gather(u_left, entry_file), 0 * top]
     cuts = tf.stack([entry_file, *begin, height, width, tf.fill([n], -1)], 1)
 
-    def finish(j: tf.Tensor, out: Any) -> Any:
+    def finished(j: tf.Tensor) -> tf.Tensor:
         f, begin, size = tf.split(tf.gather(cuts, j), [1, 3, 3])
         region = tf.ensure_shape(regions.read(f[0]), [None, None, channels])
         window = tf.ensure_shape(tf.slice(region, begin, size), [None, None, channels])
-        return out.write(j, request.finish(window, j))
+        return request.finish(window, j)
 
     spec = request.output_spec(tf.TensorSpec([None, None, channels], tf.uint8))
+    if spec.shape.is_fully_defined():  # every output written into the batch: no stack
+        rows = RowsInPlace(n, spec.shape.as_list(), spec.dtype)
+        out = _loop(
+            n, lambda j, batch: rows.write(batch, j, finished(j)), rows.batch, PARALLEL_DECODES
+        )
+        return out, ok
     out = _loop(
-        n, finish, tf.TensorArray(spec.dtype, n, element_shape=spec.shape), PARALLEL_DECODES
+        n,
+        lambda j, ta: ta.write(j, finished(j)),
+        tf.TensorArray(spec.dtype, n, element_shape=spec.shape),
+        PARALLEL_DECODES,
     )
     return out.stack(), ok
 
@@ -321,15 +331,15 @@ def encoded_windows(data: tf.Tensor, stage: Any, params: tf.Tensor, channels: in
         >>> encoded_windows(data, rrc, rrc.draw(seeds)).shape
         TensorShape([2, 8, 8, 3])
     """
-    count = tf.size(data)
-    files = tf.TensorArray(tf.string, count, element_shape=[], clear_after_read=False)
-    files = files.unstack(data)
+    # Copies of one image (Repeated Augmentation's, in one batch) are read and decoded once.
+    unique, entries = tf.unique(data)
+    files = tf.TensorArray(tf.string, tf.size(unique), element_shape=[], clear_after_read=False)
+    files = files.unstack(unique)
 
     def decode_whole(f: tf.Tensor) -> Decoded:
         image = tf.io.decode_image(files.read(f), channels=channels, expand_animations=False)
         return Decoded(image, tf.constant(True))
 
-    entries = tf.range(count)
     out, _ = decode_windows(
         files, decode_whole, entries, _StageWindows(stage, params, channels), channels
     )
