@@ -150,8 +150,13 @@ def test_a_sample_alone_equals_its_row_copies_differ_reruns_repeat(name):
     stage = STAGES[name]()
     images = np.concatenate([_images((4, 16, 16, 3)), np.repeat(_images((1, 16, 16, 3), 2), 8, 0)])
     seeds = tf.constant([[3, p] for p in (0, 1, 7, 2)] + [[5, p] for p in range(8)], tf.int64)
-    traced = tf.function(stage, input_signature=[
-        tf.TensorSpec([None, None, None, 3], tf.uint8), tf.TensorSpec([None, 2], tf.int64)])
+    traced = tf.function(
+        stage,
+        input_signature=[
+            tf.TensorSpec([None, None, None, 3], tf.uint8),
+            tf.TensorSpec([None, 2], tf.int64),
+        ],
+    )
     out = traced(images, seeds).numpy()  # unknown shapes: each sample through tf.map_fn
     assert out.shape == images.shape and out.dtype == np.float32
     one = tf.function(lambda x, s: stage.apply(x, stage.draw(s)))  # a batch of one, direct
@@ -262,8 +267,10 @@ def test_the_deit_pipeline_is_the_same_on_every_path(tmp_path, mirrored_of):
     for inp in paths:
         steps = []
         for images, targets in inp.epoch(1):
-            steps.append([t.numpy() for t in strategy.experimental_local_results(images)]
-                         + [t.numpy() for t in strategy.experimental_local_results(targets)])
+            steps.append(
+                [t.numpy() for t in strategy.experimental_local_results(images)]
+                + [t.numpy() for t in strategy.experimental_local_results(targets)]
+            )
         runs.append(steps)
     for other in runs[1:]:
         for a, b in zip(runs[0], other, strict=True):

@@ -327,8 +327,10 @@ def test_meaningful_line_names_the_peer():
         (["--weight-decay", "-0.1"], "--weight-decay must be a finite number >= 0"),
         (["--selected-round", "-2"], "--selected-round must be an integer >= 0"),
         (["--on-bad-file", "ignore"], "must be one of ['error', 'skip']"),
-        (["--gradient-compression", "fp16", "--mixed-precision", "mixed_float16"],
-         "--gradient-compression fp16 cannot be combined with --mixed-precision mixed_float16"),
+        (
+            ["--gradient-compression", "fp16", "--mixed-precision", "mixed_float16"],
+            "--gradient-compression fp16 cannot be combined with --mixed-precision mixed_float16",
+        ),
     ],
 )
 def test_bad_numbers_are_refused_before_anything_runs(flags, message, capsys, tmp_path):

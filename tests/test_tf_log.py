@@ -61,7 +61,7 @@ PASS = [
     b"E0000 00:00:1796259480.1   23416 my_op.cc:12] UNAVAILABLE: my own service is down\n",
     b"E0000 00:00:1796259480.1   23416 ring_alg.cc:291] INTERNAL: an unrelated failure\n",
     b"I0000 00:00:1796259480.1   23416 coordination_service_agent.cc:9] UNAVAILABLE noted\n",
-    b"Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad\n",
+    b'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad\n',
     b"UserWarning: something the user should see\n",
 ]
 

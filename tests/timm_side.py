@@ -98,8 +98,11 @@ def rand_augment_ops(image: Any, cases: list[tuple]) -> list[Any]:
     out: list[Any] = []
     for name, magnitude, negate, interpolation, fill in cases:
         aa.random = _Uniforms([0.9 if negate else 0.1] * 4)  # _randomly_negate: > 0.5 negates
-        hparams = {"img_mean": tuple(fill), "interpolation": filters[interpolation],
-                   "translate_const": 100}
+        hparams = {
+            "img_mean": tuple(fill),
+            "interpolation": filters[interpolation],
+            "translate_const": 100,
+        }
         op = aa.AugmentOp(name, prob=1.0, magnitude=magnitude, hparams=hparams)
         try:
             out.append(np.asarray(op(pil)))
@@ -156,7 +159,9 @@ def mixup_cases(images: Any, labels: Any, cases: list[tuple]) -> list[tuple[Any,
             mix._params_per_batch = lambda lam=lam, cut=use_cutmix: (float(lam), bool(cut))
         else:
             mix._params_per_elem = lambda n, lam=lam, cut=use_cutmix: (
-                np.asarray(lam, np.float32)[:n].copy(), np.asarray(cut, bool)[:n].copy())
+                np.asarray(lam, np.float32)[:n].copy(),
+                np.asarray(cut, bool)[:n].copy(),
+            )
         x = torch.from_numpy(np.ascontiguousarray(np.asarray(images).transpose(0, 3, 1, 2)))
         y = torch.from_numpy(np.asarray(labels, np.int64))
         mixed, target = mix(x.clone(), y)

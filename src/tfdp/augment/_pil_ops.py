@@ -307,6 +307,7 @@ def equalize(images: tf.Tensor) -> tf.Tensor:
     table = tf.where(keep[:, tf.newaxis], identity, table)  # [BC, 256]
     return tf.gather(tf.cast(tf.reshape(table, [-1]), tf.float32), index)
 
+
 def _f32(x: tf.Tensor) -> tf.Tensor:
     return tf.cast(x, tf.float32)
 

@@ -62,8 +62,6 @@ def _signed(value: tf.Tensor, negate: tf.Tensor) -> tf.Tensor:
     return tf.where(negate, -value, value)
 
 
-
-
 @functools.cache
 def rand_ops(
     ops: tuple[str, ...], fill: tuple[float, ...], interpolation: str, jit_compile: bool

@@ -160,9 +160,7 @@ def _mix(images: tf.Tensor, partner: tf.Tensor, params: MixParams) -> tf.Tensor:
         lam = params.lam
         return images * tf.cast(lam, tf.float32) + partner * tf.cast(1.0 - lam, tf.float32)
 
-    return tf.cond(
-        params.cutmix, cut, lambda: tf.cond(params.lam != 1.0, blend, lambda: images)
-    )
+    return tf.cond(params.cutmix, cut, lambda: tf.cond(params.lam != 1.0, blend, lambda: images))
 
 
 class Mixup:

@@ -324,8 +324,7 @@ def _train(
             f"{w} replica(s) ({type(strategy).__name__}), "
             f"{data.train.num_examples} training / {data.eval.num_examples} held-out examples "
             f"({data.held_out}), batch {cfg.batch_size} global = {per} per replica x {w}, "
-            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}"
-            + _compression_note(cfg),
+            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}" + _compression_note(cfg),
         )
     if stop is not None:
         stop.attach(trainer.request_stop)
