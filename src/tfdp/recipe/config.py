@@ -211,8 +211,8 @@ class _JobOptions:
     )
     smoothing: float = _opt(
         0.0,
-        "label smoothing of the training loss (timm's --smoothing; the held-out loss is plain "
-        "cross-entropy)",
+        "label smoothing of the training loss (timm's --smoothing; with --mixup / --cutmix "
+        "Mixup's soft targets carry it; the held-out loss is plain cross-entropy)",
         resume="record",
     )
     accum_steps: int = _opt(
