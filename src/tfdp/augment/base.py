@@ -29,7 +29,7 @@ import tensorflow as tf
 from tfdp.errors import ConfigError, ConfigTypeError, DataError
 from tfdp.random import as_seeds, per_sample_uniform
 
-__all__ = ["Augmentation", "as_images", "get_image", "no_params", "put_image"]
+__all__ = ["Augmentation", "as_images", "get_image", "no_params", "put_image", "replace_item"]
 
 
 def get_image(example: Any, image_key: str) -> Any:
@@ -52,17 +52,31 @@ def get_image(example: Any, image_key: str) -> Any:
 
 def put_image(example: Any, image: tf.Tensor, image_key: str) -> Any:
     """``example`` with its images replaced by ``image`` (the same structure)."""
-    if isinstance(example, Mapping):
-        out = dict(example)
-        out[image_key] = image
-        return out
-    if isinstance(example, tuple):
-        if hasattr(example, "_fields"):  # namedtuple
-            return example._replace(**{example._fields[0]: image})
-        return (image, *example[1:])
-    if isinstance(example, list):
-        return [image, *example[1:]]
+    if isinstance(example, (tuple, list, Mapping)):
+        return replace_item(example, 0, image_key, image)
     return image
+
+
+def replace_item(example: Any, position: int, key: str, value: Any) -> Any:
+    """``example`` (a mapping, tuple, namedtuple or list) with one item replaced by ``value``.
+
+    The item is ``example[key]`` for a mapping, else the one at ``position``.
+
+    Example:
+        >>> import collections
+        >>> Pair = collections.namedtuple("Pair", "x y")
+        >>> replace_item(Pair(1, 2), 1, "y", 5), replace_item([1, 2], 0, "x", 7)
+        (Pair(x=1, y=5), [7, 2])
+        >>> replace_item({"image": 1, "label": 2}, 1, "label", 3)
+        {'image': 1, 'label': 3}
+    """
+    if isinstance(example, Mapping):
+        return {**example, key: value}
+    items = list(example)
+    items[position] = value
+    if isinstance(example, list):
+        return items
+    return tuple(items) if type(example) is tuple else type(example)(*items)  # a namedtuple
 
 
 def as_images(images: Any, encoded: bool = False) -> tf.Tensor:

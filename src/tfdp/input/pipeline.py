@@ -453,11 +453,13 @@ class DistributedInput:
 
     def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
         """The per-sample stages on one example (the batch stages come after batching)."""
+        # The kind is the user's callable's (``self._augment`` is its user_code wrapper).
+        kind = self.augment if self._batch_stages is None else self._per_sample
         augment = self._augment if self._batch_stages is None else self._per_sample
         if augment is None:
             return example
         seed = tf.stack([key, pos])
-        if is_batched_augmentation(augment):
+        if is_batched_augmentation(kind):
             batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
             out = augment(batch, tf.expand_dims(seed, 0))
             return tf.nest.map_structure(lambda t: t[0], out)
