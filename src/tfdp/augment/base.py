@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
-from tfdp.errors import ConfigError
+from tfdp.errors import ConfigError, ConfigTypeError, DataError
 from tfdp.random import as_seeds, per_sample_uniform
 
 __all__ = ["Augmentation", "as_images", "get_image", "no_params", "put_image", "replace_item"]
@@ -36,7 +36,10 @@ def get_image(example: Any, image_key: str) -> Any:
     """The images of ``example`` (see the module docstring for the structures)."""
     if isinstance(example, Mapping):
         if image_key not in example:
-            raise KeyError(f"example has no image key {image_key!r}; keys: {sorted(example)}")
+            raise DataError(
+                f"image_key {image_key!r} is not a key of the example; its keys: {sorted(example)}",
+                argument="image_key",
+            )
         return example[image_key]
     if isinstance(example, (tuple, list)):
         if not example:
@@ -131,7 +134,9 @@ class Augmentation:
 
     def __init__(self, *, image_key: str = "image") -> None:
         if not isinstance(image_key, str):
-            raise TypeError(f"image_key must be a str, got {image_key!r}")
+            raise ConfigTypeError(
+                f"image_key must be a str, got {image_key!r}", argument="image_key"
+            )
         self.image_key = image_key
 
     def __call__(self, example: Any, seeds: Any) -> Any:
