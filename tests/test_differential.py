@@ -48,6 +48,7 @@ from differential import (
     check_outcome,
     configs,
     eval_input_for,
+    example_id,
     executed_steps,
     expected_records,
     latest_checkpoint,
@@ -95,6 +96,7 @@ def _check_trainer(mirrored_of: Any, cfg: Config) -> None:
     if plan.more is not None and plan.refused2 is None and not plan.fewer:
         second = training_input(strategy2, cfg, cfg.second_batch, plan.more)
     steps = plan.steps(second is not None)
+    _check_stream_content(strategy, cfg, data, steps, plan.first)
     expected = reference_run(cfg, data, steps)
     losses: dict[int, float] = {}
     val: dict[int, dict[str, float]] = {}
@@ -182,6 +184,26 @@ def _check_trainer(mirrored_of: Any, cfg: Config) -> None:
     want_losses = [expected.losses[i] for i in sorted(losses)]
     np.testing.assert_allclose(got_losses, want_losses, atol=tol, rtol=tol)  # every step's mean
     check_outcome(cfg, expected, error, val, weights)
+
+
+def _check_stream_content(
+    strategy: Any, cfg: Config, data: Any, steps: list, expected: Any
+) -> None:
+    """A TFRecord stream's examples, replica by replica, are the reference's (block shuffle
+    included): a stream's recorded ids are its positions, so its content is checked here."""
+    if cfg.source != "tfrecord" or not steps:
+        return
+    inp = training_input(strategy, cfg, cfg.batch, expected, return_ids=False)
+    epoch = steps[0].epoch
+    micro = [m for s in steps if s.epoch == epoch and s.ranks == inp.num_replicas for m in s.micro]
+    compared = 0
+    for m, batch in zip(micro, inp.epoch(epoch), strict=False):
+        for rank, x in enumerate(strategy.experimental_local_results(batch[0])):
+            want = data.examples([e for e, _ in m[rank]], epoch, steps[0].lanes)
+            got = [example_id(row) for row in np.asarray(x)]
+            assert got == [example_id(ex[0]) for ex in want], (epoch, rank, got)
+            compared += 1
+    assert compared, "no batch of the stream compared"
 
 
 # -- the model.fit path ----------------------------------------------------------------------
@@ -314,8 +336,9 @@ TRAINER_CASES = {
     "l2-eval-padded-3-replicas-calls-of-3-resume-in-place": Config(
         replicas=3, n=14, batch=1, l2=0.01, eval_n=7, eval_batch=2, epochs=2, steps_per_call=3,
         stop="stop", stop_at=0.7, fresh=False),
+    # blocks of 2: RA's epoch (the stream's first 7 positions) reaches each lane's second block
     "tfrecord-block-shuffle-weights-accumulation-clip-skip": Config(
-        replicas=2, n=23, batch=2, source="tfrecord", shards=3, shuffle_buffer=3,
+        replicas=2, n=23, batch=2, source="tfrecord", shards=3, shuffle_buffer=2,
         sampler="repeat_aug", options=RA, weights=True, accumulation=2, clip=0.05, epochs=2,
         poison=5, on_nonfinite="skip"),
     "image-folder-4-replicas-random-padding-augment-batched-nonfinite-stop": Config(
