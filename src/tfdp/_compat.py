@@ -498,9 +498,7 @@ class RowsInPlace:
     def __init__(self, n: Any, row_shape: Any, dtype: Any) -> None:
         import tensorflow as tf
 
-        shape = tf.concat(
-            [tf.reshape(tf.cast(n, tf.int32), [1]), tf.constant(row_shape, tf.int32)], 0
-        )
+        shape = tf.concat([tf.reshape(tf.cast(n, tf.int32), [1]), tf.cast(row_shape, tf.int32)], 0)
         #: The batch to thread through :meth:`write`.
         self.batch = tf.raw_ops.Empty(shape=shape, dtype=dtype, init=False)
 
