@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import numpy as np
 import tensorflow as tf
 
 SIZE = 224
@@ -44,7 +43,9 @@ def timed(op, count: int, reps: int = 3) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--folder", type=Path, default=Path("/tmp/tfdp_bench_images/photos-600-q90-seed0"))
+    ap.add_argument(
+        "--folder", type=Path, default=Path("/tmp/tfdp_bench_images/photos-600-q90-seed0")
+    )
     ap.add_argument("--count", type=int, default=48)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
@@ -61,7 +62,10 @@ def main() -> int:
     seeds = tf.stack([tf.fill([n], tf.constant(7, tf.int64)), tf.range(n, dtype=tf.int64)], 1)
     shapes = tf.stack([tf.shape(d)[:2] for d in decoded])
     boxes = rrc.windows(shapes, rrc.draw(seeds))
-    windows = [d[b[0] : b[0] + b[2], b[1] : b[1] + b[3]] for d, b in zip(decoded, boxes.numpy())]
+    windows = [
+        d[b[0] : b[0] + b[2], b[1] : b[1] + b[3]]
+        for d, b in zip(decoded, boxes.numpy(), strict=True)
+    ]
     datas_t = tf.constant(datas)
     wins = tf.ragged.stack(windows)
     resized = tf.stack([rrc.resize(w) for w in windows])  # float32 [n, 224, 224, 3]
@@ -85,24 +89,30 @@ def main() -> int:
 
     table = {
         "decode window (jpeg)": lambda i: tf.cast(
-            tf.io.decode_and_crop_jpeg(datas_t[i], boxes[i], channels=3)[0, 0, 0],
-            tf.float32),
+            tf.io.decode_and_crop_jpeg(datas_t[i], boxes[i], channels=3)[0, 0, 0], tf.float32
+        ),
         "resize bicubic antialias": lambda i: rrc.resize(wins[i].to_tensor())[0, 0, 0],
         "resize bicubic plain": lambda i: tf.image.resize(
-            wins[i].to_tensor(), [SIZE, SIZE], method="bicubic")[0, 0, 0],
-        "resize bilinear plain": lambda i: tf.image.resize(
-            wins[i].to_tensor(), [SIZE, SIZE])[0, 0, 0],
+            wins[i].to_tensor(), [SIZE, SIZE], method="bicubic"
+        )[0, 0, 0],
+        "resize bilinear plain": lambda i: tf.image.resize(wins[i].to_tensor(), [SIZE, SIZE])[
+            0, 0, 0
+        ],
         "quantize": lambda i: pil.quantize(resized[i])[0, 0, 0],
         "flip": lambda i: flip.apply(q[i][tf.newaxis], tf.zeros([1, 2]))[0, 0, 0, 0],
         "normalize": lambda i: norm.apply(q[i][tf.newaxis], tf.zeros([1, 0]))[0, 0, 0, 0],
         "erasing p=0.25 (drawn)": lambda i: erase.apply(
-            normed[i][tf.newaxis], er_params[i][tf.newaxis])[0, 0, 0, 0],
-        "erasing p=1": lambda i: erase1.apply(
-            normed[i][tf.newaxis], er1_params[i][tf.newaxis])[0, 0, 0, 0],
+            normed[i][tf.newaxis], er_params[i][tf.newaxis]
+        )[0, 0, 0, 0],
+        "erasing p=1": lambda i: erase1.apply(normed[i][tf.newaxis], er1_params[i][tf.newaxis])[
+            0, 0, 0, 0
+        ],
         "randaugment (drawn, 2 layers)": lambda i: ra.apply(
-            q[i][tf.newaxis], ra_params[i][tf.newaxis])[0, 0, 0, 0],
+            q[i][tf.newaxis], ra_params[i][tf.newaxis]
+        )[0, 0, 0, 0],
         "randaugment layer not applied": lambda i: ops.layer(
-            q[i][tf.newaxis], tf.constant(0), tf.constant(False), level, f, t)[0, 0, 0, 0],
+            q[i][tf.newaxis], tf.constant(0), tf.constant(False), level, f, t
+        )[0, 0, 0, 0],
     }
     for k, name in enumerate(ra.spec.ops):
         table[f"RA op {name}"] = one_op(k)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--folder", type=Path,
-                    default=Path("/tmp/tfdp_bench_images/photos-600-q90-seed0"))
+    ap.add_argument(
+        "--folder", type=Path, default=Path("/tmp/tfdp_bench_images/photos-600-q90-seed0")
+    )
     ap.add_argument("--count", type=int, default=48)
     args = ap.parse_args()
     import torch
@@ -23,7 +24,7 @@ def main() -> int:
     from timm.data import Mixup
     from timm.data import auto_augment as aa
     from timm.data.random_erasing import RandomErasing
-    from torchvision import transforms as T
+    from torchvision import transforms
 
     torch.set_num_threads(1)
     files = sorted(args.folder.glob("*/*.JPEG"))[: args.count]
@@ -35,16 +36,23 @@ def main() -> int:
         return img.convert("RGB")
 
     imgs = [decode(d) for d in datas]
-    rrc = T.RandomResizedCrop(224, interpolation=T.InterpolationMode.BICUBIC)
+    rrc = transforms.RandomResizedCrop(224, interpolation=transforms.InterpolationMode.BICUBIC)
     crops = [rrc(im) for im in imgs]
     hparams = {"translate_const": 100, "img_mean": (124, 116, 104)}
     ops = aa._RAND_INCREASING_TRANSFORMS
-    norm = T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-    tensors = [norm(T.functional.to_tensor(c)) for c in crops]
+    norm = transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    tensors = [norm(transforms.functional.to_tensor(c)) for c in crops]
     erase = RandomErasing(1.0, mode="pixel", device="cpu")
     batch = torch.stack(tensors[:48] if len(tensors) >= 48 else tensors)
-    mix = Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, prob=1.0, switch_prob=0.5, mode="batch",
-                label_smoothing=0.1, num_classes=10)
+    mix = Mixup(
+        mixup_alpha=0.8,
+        cutmix_alpha=1.0,
+        prob=1.0,
+        switch_prob=0.5,
+        mode="batch",
+        label_smoothing=0.1,
+        num_classes=10,
+    )
     labels = torch.zeros(len(batch), dtype=torch.long)
 
     def timed(fn, items):
@@ -60,7 +68,7 @@ def main() -> int:
         "decode (PIL, whole file)": (decode, datas),
         "RRC crop + resize bicubic (PIL)": (rrc, imgs),
         "flip (PIL)": (lambda im: im.transpose(Image.FLIP_LEFT_RIGHT), crops),
-        "to_tensor + normalize": (lambda c: norm(T.functional.to_tensor(c)), crops),
+        "to_tensor + normalize": (lambda c: norm(transforms.functional.to_tensor(c)), crops),
         "erasing p=1 pixel": (lambda t: erase(t.clone()), tensors),
         "mixup (batch, per image)": (lambda _: mix(batch.clone(), labels), [0] * 4),
     }
