@@ -314,7 +314,7 @@ class Mixup:
     def _put_labels(self, example: Any, targets: tf.Tensor) -> Any:
         if isinstance(example, Mapping):
             return {**example, self.label_key: targets}
-        if isinstance(example, tuple) and hasattr(example, "_fields"):
+        if isinstance(example, tuple) and hasattr(example, "_fields"):  # a namedtuple
             return example._replace(**{example._fields[1]: targets})
         items = [example[0], targets, *example[2:]]
         return items if isinstance(example, list) else tuple(items)
