@@ -55,7 +55,7 @@ PLANTS = [
     ),
     Plant(
         "eval-padding-counted",
-        "input.py",
+        "input/pipeline.py",
         "weight = sampler.mask(int(start)).astype(np.float32)",
         "weight = np.ones(idx.shape, np.float32)",
         "evaluation counts the padded duplicates (weight 1 instead of the mask)",
@@ -77,7 +77,7 @@ PLANTS = [
     ),
     Plant(
         "rank-fed-next-ranks-ids",
-        "input.py",
+        "input/pipeline.py",
         "ranks = [worker * local + j for j in range(local)]",
         "ranks = [(worker * local + j + 1) % self.num_replicas for j in range(local)]",
         "replica r fed rank (r + 1) % W's ids (both loops; the fit path must see it too)",
@@ -106,9 +106,9 @@ PLANTS = [
     ),
     Plant(
         "augment-keyed-by-index",
-        "input.py",
-        "self._augment_one(example, key, pos), idx, pos, weight)",
-        "self._augment_one(example, key, idx), idx, pos, weight)",
+        "input/pipeline.py",
+        "self._finish_one(self._augment_one(example, key, pos), idx, pos, key, weight)",
+        "self._finish_one(self._augment_one(example, key, idx), idx, pos, key, weight)",
         "a per-example augmentation keyed by the example's index, not its list position "
         "(repeats and padding augmented alike)",
     ),

@@ -89,3 +89,14 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
+
+
+@pytest.fixture(autouse=True)
+def _no_strategy_scope_left_entered(request):
+    """A test that leaves a strategy's scope entered breaks every later test of its process
+    ("Mixing different tf.distribute.Strategy objects"): name it here, where it happens."""
+    yield
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+        pytest.fail(f"{request.node.nodeid} left {strategy!r}'s scope entered", pytrace=False)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfdp import augment
+from tfdp.errors import DataError
 from tfdp.seeding import MURMUR_SALT_UNIFORM
 from tfdp.windows.plan import split_window
 
@@ -286,7 +287,7 @@ def test_example_structures_are_preserved():
 
     np.testing.assert_array_equal(aug(images, seeds).numpy(), flipped)
 
-    with pytest.raises(KeyError):
+    with pytest.raises(DataError, match="image_key 'image' is not a key"):
         aug({"pixels": images}, seeds)
     with pytest.raises(ValueError):
         aug(images[0], seeds)  # a single image, not a batch

@@ -12,7 +12,7 @@ tf = pytest.importorskip("tensorflow")
 
 import keras  # noqa: E402
 
-from tfdp import _compat  # noqa: E402
+from tfdp import _compat, augment  # noqa: E402
 from tfdp import indices as ix  # noqa: E402
 from tfdp.checkpoint import CheckpointManager, DataPosition  # noqa: E402
 from tfdp.distribute import parse_tf_config  # noqa: E402
@@ -297,6 +297,26 @@ BAD_CALLS = {
         "model",
         r"model\.compile inside strategy\.scope\(\)",
     ),
+    "augment image_key missing": (
+        lambda tmp: augment.RandomFlip(image_key="pixels")(
+            {"image": tf.zeros([1, 2, 2, 1])}, [[0, 0]]
+        ),
+        DataError,
+        "image_key",
+        r"its keys: \['image'\]",
+    ),
+    "augment image_key kind": (
+        lambda tmp: augment.RandomFlip(image_key=3),
+        ConfigTypeError,
+        "image_key",
+        r"must be a str",
+    ),
+    "compose stages": (
+        lambda tmp: augment.Compose([augment.RandomFlip(), "flip"]),
+        ConfigTypeError,
+        "stages",
+        r"batched augmentations \(callable with batched = True\)",
+    ),
 }
 
 
@@ -319,13 +339,10 @@ def test_bad_input_to_each_entry_point_names_the_argument_and_what_is_valid(case
 
 
 # Plain built-in raises kept outside cli/ and recipe/: internal invariants (a bug of tfdp, not
-# input a user can fix) and what augment/'s own work has yet to convert.
+# input a user can fix).
 KEPT_RAISES = {
     ("train/evaluate.py", "RuntimeError"),  # the eval input outran its steps: tfdp's bug
     ("checkpoint/manager.py", "RuntimeError"),  # built inside a tf.function: misuse of context
-    ("augment/base.py", "KeyError"),  # augment/: converted with that package's work
-    ("augment/base.py", "TypeError"),
-    ("augment/compose.py", "TypeError"),
 }
 
 

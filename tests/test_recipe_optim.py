@@ -219,10 +219,28 @@ def test_the_deit_config_and_the_guides_flag_table_name_real_options():
         "optimizer": "adamw", "weight_decay": 0.05, "schedule": "cosine", "warmup_lr": 1e-6,
         "min_lr": 1e-5, "smoothing": 0.1, "model_ema": True, "sampler": "repeat-aug",
         "repeats": 3.0}  # fmt: skip
+    augmentation = (
+        "aa",
+        "color_jitter",
+        "reprob",
+        "remode",
+        "recount",
+        "mixup",
+        "cutmix",
+        "mixup_prob",
+        "mixup_switch_prob",
+        "mixup_mode",
+        "train_interpolation",
+    )
+    assert {k: deit[k] for k in augmentation} == {  # DeiT main.py's defaults
+        "aa": "rand-m9-mstd0.5-inc1", "color_jitter": 0.3, "reprob": 0.25, "remode": "pixel",
+        "recount": 1, "mixup": 0.8, "cutmix": 1.0, "mixup_prob": 1.0, "mixup_switch_prob": 0.5,
+        "mixup_mode": "batch", "train_interpolation": "bicubic"}  # fmt: skip
     guide = (root / "docs/guide.md").read_text()
     table = guide.split("### DeiT's and timm's recipe flags", 1)[1].split("**EMA.**", 1)[0]
     train_help = build_parser().commands["train"].format_help()
     ours = {f for row in table.splitlines()[6:] if row.startswith("|")
             for f in re.findall(r"--[a-z][a-z0-9-]*", row.split("|")[2])}  # fmt: skip
-    assert len(ours) > 15
+    assert len(ours) > 25
     assert [f for f in ours if f not in train_help] == []
+    assert "not yet on the command line" not in table

@@ -331,6 +331,19 @@ def test_meaningful_line_names_the_peer():
             ["--gradient-compression", "fp16", "--mixed-precision", "mixed_float16"],
             "--gradient-compression fp16 cannot be combined with --mixed-precision mixed_float16",
         ),
+        (["--aa", "rand-m9-mstd0.5-foo"], "--aa 'rand-m9-mstd0.5-foo': unknown section 'foo'"),
+        (["--aa", "v0"], "--aa 'v0': only timm's RandAugment strings are supported"),
+        (["--aa", "rand-m15"], "magnitude 15 (section 'm15') is above its bound 10"),
+        (["--aa", "rand-m9-n0"], "section 'n0': n (ops per image) must be >= 1"),
+        (["--reprob", "1.5"], "--reprob must be a number in [0, 1], got 1.5"),
+        (["--reprob", "-0.25"], "--reprob must be a number in [0, 1], got -0.25"),
+        (["--remode", "zeros"], "must be one of ['pixel', 'rand', 'const']"),
+        (["--mixup", "-0.8"], "--mixup must be a finite number >= 0"),
+        (["--cutmix", "-1"], "--cutmix must be a finite number >= 0"),
+        (["--mixup", "0.8", "--mixup-prob", "1.2"], "--mixup-prob must be a number in [0, 1]"),
+        (["--mixup-mode", "half"], "must be one of ['batch', 'pair', 'elem'], got 'half'"),
+        (["--smoothing", "1"], "--smoothing must be in [0, 1), got 1.0"),
+        (["--smoothing", "-0.1"], "--smoothing must be in [0, 1), got -0.1"),
     ],
 )
 def test_bad_numbers_are_refused_before_anything_runs(flags, message, capsys, tmp_path):
@@ -395,8 +408,15 @@ def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path, capsys
     assert not (tmp_path / "r1").exists()  # refused before anything was written
     from tfdp.recipe import TrainConfig, build_data
 
-    one = build_data(TrainConfig(data=_npz(tmp_path / "o.npz", labels=np.zeros(30, int))))
+    single = _npz(tmp_path / "o.npz", labels=np.zeros(30, int))
+    one = build_data(TrainConfig(data=single))
     assert any(n.startswith("warning: ") and "a single class" in n for n in one.notes)
+    argv = ["train", "--data", single, "--mixup", "0.8", "--batch-size", "8", *HERE, "--run-dir",
+            str(tmp_path / "r2")]  # fmt: skip
+    assert main(argv) == 2  # soft targets need classes: refused before a step, not a bug
+    err = capsys.readouterr().err
+    assert "--mixup / --cutmix mix class labels into soft targets" in err, err
+    assert "at least 2 classes, and this one has 1" in err and "Traceback" not in err
 
 
 def test_stream_checks_counts_as_it_reads(tmp_path):

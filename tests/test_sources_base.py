@@ -109,7 +109,7 @@ def test_augmentations_are_told_apart_by_the_protocol():
 
     assert isinstance(Flagged(), augment.BatchedAugmentation)  # the attribute is declared ...
     assert not augment.is_batched_augmentation(Flagged())  # ... and says per-example
-    with pytest.raises(TypeError, match="Compose stages must be batched"):
+    with pytest.raises(TypeError, match="stages must be batched"):
         augment.Compose([Flagged()])
 
 

@@ -26,17 +26,20 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
-from tfdp.errors import ConfigError
+from tfdp.errors import ConfigError, ConfigTypeError, DataError
 from tfdp.random import as_seeds, per_sample_uniform
 
-__all__ = ["Augmentation", "as_images", "get_image", "no_params", "put_image"]
+__all__ = ["Augmentation", "as_images", "get_image", "no_params", "put_image", "replace_item"]
 
 
 def get_image(example: Any, image_key: str) -> Any:
     """The images of ``example`` (see the module docstring for the structures)."""
     if isinstance(example, Mapping):
         if image_key not in example:
-            raise KeyError(f"example has no image key {image_key!r}; keys: {sorted(example)}")
+            raise DataError(
+                f"image_key {image_key!r} is not a key of the example; its keys: {sorted(example)}",
+                argument="image_key",
+            )
         return example[image_key]
     if isinstance(example, (tuple, list)):
         if not example:
@@ -49,17 +52,31 @@ def get_image(example: Any, image_key: str) -> Any:
 
 def put_image(example: Any, image: tf.Tensor, image_key: str) -> Any:
     """``example`` with its images replaced by ``image`` (the same structure)."""
-    if isinstance(example, Mapping):
-        out = dict(example)
-        out[image_key] = image
-        return out
-    if isinstance(example, tuple):
-        if hasattr(example, "_fields"):  # namedtuple
-            return example._replace(**{example._fields[0]: image})
-        return (image, *example[1:])
-    if isinstance(example, list):
-        return [image, *example[1:]]
+    if isinstance(example, (tuple, list, Mapping)):
+        return replace_item(example, 0, image_key, image)
     return image
+
+
+def replace_item(example: Any, position: int, key: str, value: Any) -> Any:
+    """``example`` (a mapping, tuple, namedtuple or list) with one item replaced by ``value``.
+
+    The item is ``example[key]`` for a mapping, else the one at ``position``.
+
+    Example:
+        >>> import collections
+        >>> Pair = collections.namedtuple("Pair", "x y")
+        >>> replace_item(Pair(1, 2), 1, "y", 5), replace_item([1, 2], 0, "x", 7)
+        (Pair(x=1, y=5), [7, 2])
+        >>> replace_item({"image": 1, "label": 2}, 1, "label", 3)
+        {'image': 1, 'label': 3}
+    """
+    if isinstance(example, Mapping):
+        return {**example, key: value}
+    items = list(example)
+    items[position] = value
+    if isinstance(example, list):
+        return items
+    return tuple(items) if type(example) is tuple else type(example)(*items)  # a namedtuple
 
 
 def as_images(images: Any, encoded: bool = False) -> tf.Tensor:
@@ -117,7 +134,9 @@ class Augmentation:
 
     def __init__(self, *, image_key: str = "image") -> None:
         if not isinstance(image_key, str):
-            raise TypeError(f"image_key must be a str, got {image_key!r}")
+            raise ConfigTypeError(
+                f"image_key must be a str, got {image_key!r}", argument="image_key"
+            )
         self.image_key = image_key
 
     def __call__(self, example: Any, seeds: Any) -> Any:

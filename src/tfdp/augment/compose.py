@@ -18,6 +18,7 @@ import tensorflow as tf
 from tfdp._autograph import user_code
 from tfdp.augment.base import Augmentation
 from tfdp.augment.contract import BatchedAugmentation, is_batch_stage
+from tfdp.errors import ConfigTypeError
 from tfdp.random import as_seeds, fold_in
 
 __all__ = ["Compose", "split_batch_stages", "stage_seeds"]
@@ -38,7 +39,7 @@ class Compose:
         stages: The augmentations, applied first to last.
 
     Raises:
-        TypeError: If a stage is not callable or lacks ``batched = True``.
+        tfdp.errors.ConfigTypeError: A stage is not callable or lacks ``batched = True``.
 
     Example:
         >>> import tensorflow as tf
@@ -56,9 +57,10 @@ class Compose:
         stages = list(stages)
         for stage in stages:
             if not isinstance(stage, BatchedAugmentation) or stage.batched is not True:
-                raise TypeError(
-                    f"Compose stages must be batched augmentations (callable with "
-                    f"batched = True), got {stage!r}"
+                raise ConfigTypeError(
+                    f"stages must be batched augmentations (callable with batched = True), "
+                    f"got {stage!r}",
+                    argument="stages",
                 )
         self.stages = stages
 

@@ -19,7 +19,7 @@ import tensorflow as tf
 from tfdp._compat import RowsInPlace
 from tfdp.augment._fast import select
 from tfdp.augment._pil_ops import as_double
-from tfdp.augment.base import as_images, get_image, put_image
+from tfdp.augment.base import as_images, get_image, put_image, replace_item
 from tfdp.augment.spec import MixupSpec
 from tfdp.errors import ConfigError
 from tfdp.random import as_seeds, fold_in, per_sample_uniform
@@ -312,12 +312,7 @@ class Mixup:
         return labels
 
     def _put_labels(self, example: Any, targets: tf.Tensor) -> Any:
-        if isinstance(example, Mapping):
-            return {**example, self.label_key: targets}
-        if isinstance(example, tuple) and hasattr(example, "_fields"):  # a namedtuple
-            return example._replace(**{example._fields[1]: targets})
-        items = [example[0], targets, *example[2:]]
-        return items if isinstance(example, list) else tuple(items)
+        return replace_item(example, 1, self.label_key, targets)
 
     def __call__(self, example: Any, seeds: Any) -> Any:
         """Mix the batched ``example``'s images and turn its labels into soft targets."""

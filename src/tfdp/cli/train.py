@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shlex
 import signal
@@ -36,6 +37,7 @@ from typing import Any
 
 from tfdp.cli.args import quiet_tf, require
 from tfdp.errors import ConfigError
+from tfdp.recipe.augment_options import AugmentOptions
 from tfdp.recipe.config import (
     ALIASES,
     TrainConfig,
@@ -51,6 +53,8 @@ PREFIX = "tfdp train"
 #: Exit status when another worker of a multi-worker job was lost (see PeerLostError).
 PEER_LOST_STATUS = 4
 _EXCLUSIVE = ("batch_size", "batch_size_per_replica")
+#: Flags that set ``--mixed-precision`` (timm's ``--amp``, float16 by default as timm's).
+_PRECISION_ALIASES = {"--amp": "mixed_float16", "--bf16": "mixed_bfloat16"}
 _DESCRIPTION = (
     "Train with Repeated Augmentation on MirroredStrategy (logical CPU replicas without a "
     "GPU), evaluating exactly on a held-out split after every epoch: --eval-data, else a "
@@ -95,13 +99,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="YAML, TOML or JSON file of options (flags given here win)",
     )
     batch = p.add_mutually_exclusive_group()
+    augmentation = p.add_argument_group(
+        "DeiT's / timm's augmentations (their main.py / train.py names; all off by default)"
+    )
+    precision = p.add_mutually_exclusive_group()
     aliases = {name: flag(alias) for alias, name in ALIASES.items()}
+    augment_options = {f.name for f in dataclasses.fields(AugmentOptions)}
     for name, f in TrainConfig.fields().items():
         strings = [flag(name), *([aliases[name]] if name in aliases else [])]
         type_name = str(f.type).replace("'", "")
         shown = default_help(name)  # the value, or how a None default is computed
         help_text = f.metadata["help"] + (f" (default: {shown})" if shown is not None else "")
         target = batch if name in _EXCLUSIVE else p
+        target = augmentation if name in augment_options else target
+        target = precision if name == "mixed_precision" else target
         if type_name.startswith("bool"):
             target.add_argument(
                 *strings,
@@ -121,6 +132,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             if choices is None
             else "{" + ",".join(str(c) for c in choices) + "}",
             help=help_text,
+        )
+    for alias, value in _PRECISION_ALIASES.items():  # timm's --amp, and a bf16 twin
+        precision.add_argument(
+            alias,
+            dest="mixed_precision",
+            action="store_const",
+            const=value,
+            default=None,
+            help=f"= --mixed-precision {value}",
         )
     p.set_defaults(func=run)
     return p

@@ -165,6 +165,7 @@ class DistributedInput:
         # Stages that mix the samples of a batch (tfdp.augment.contract.BatchStage) run on each
         # replica's batch: a per-example path applies the rest per example, these after .batch.
         self._per_sample, self._batch_stages = split_batch_stages(augment)
+        self._augment_fn: Any = None  # see _shared_augment
         self.seed = int(seed)
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
@@ -454,8 +455,20 @@ class DistributedInput:
     def _load_batch(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         example = user_code(self.source.gather)(idx)
         if self._augment is not None:
-            example = self._augment(example, sample_seeds(key, pos))
+            example = self._shared_augment()(example, sample_seeds(key, pos))
         return self.finish_element(example, idx, pos, weight)
+
+    def _shared_augment(self) -> Any:
+        """The batched augmentation as one ``tf.function`` shared by every rank's pipeline.
+
+        Each rank's dataset (and each call of :meth:`epochs`) would trace the
+        augmentation into its own map function; called through one
+        ``tf.function``, it is traced once per input signature and the rank
+        pipelines call that graph (the same ops: the same values).
+        """
+        if self._augment_fn is None:
+            self._augment_fn = tf.function(self._augment, autograph=False)
+        return self._augment_fn
 
     def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         if isinstance(self.source, WeightedSource):
@@ -467,11 +480,13 @@ class DistributedInput:
 
     def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
         """The per-sample stages on one example (the batch stages come after batching)."""
+        # The kind is the user's callable's (``self._augment`` is its user_code wrapper).
+        kind = self.augment if self._batch_stages is None else self._per_sample
         augment = self._augment if self._batch_stages is None else self._per_sample
         if augment is None:
             return example
         seed = tf.stack([key, pos])
-        if is_batched_augmentation(augment):
+        if is_batched_augmentation(kind):
             batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
             out = augment(batch, tf.expand_dims(seed, 0))
             return tf.nest.map_structure(lambda t: t[0], out)

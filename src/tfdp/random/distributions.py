@@ -22,6 +22,8 @@ import math
 
 import tensorflow as tf
 
+from tfdp.errors import ConfigError
+
 __all__ = ["BETA_UNIFORMS", "GAMMA_CANDIDATES", "GAMMA_UNIFORMS", "beta", "gamma", "normal"]
 
 #: Candidates of :func:`gamma`: each is accepted with probability > 0.95, so all 16 fail
@@ -59,7 +61,7 @@ def gamma(u: tf.Tensor, alpha: float) -> tf.Tensor:
         2.0
     """
     if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha!r}")
+        raise ConfigError(f"alpha must be > 0, got {alpha!r}", argument="alpha")
     u = tf.cast(u, tf.float64)
     shape = float(alpha) + 1.0 if alpha < 1 else float(alpha)
     d = shape - 1.0 / 3.0

@@ -5,6 +5,8 @@ in the order the data flows:
 
 * :mod:`tfdp.recipe.config` -- :class:`TrainConfig` (every option: type,
   default, help, resume policy), config files, cheap checks, the run directory;
+  :mod:`tfdp.recipe.augment_options` its DeiT / timm augmentation options (and the
+  stages they build), :mod:`tfdp.recipe.options` what an option is;
 * :mod:`tfdp.recipe.resume` -- a run's ``config.json`` and the resume policy;
 * :mod:`tfdp.recipe.data` -- the data, the held-out split and the augmentation;
 * :mod:`tfdp.recipe.model` -- the model, the optimizer, the loss, the saved ``model.keras``;
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 from tfdp.recipe.config import (
     OPTIONS_HELP,
-    RESUME_POLICIES,
     TrainConfig,
     check_config,
     check_paths,
@@ -49,6 +50,7 @@ from tfdp.recipe.model import (
     save_model,
     weights_fingerprint,
 )
+from tfdp.recipe.options import RESUME_POLICIES
 from tfdp.recipe.resume import Resumed, resolve_resume
 from tfdp.recipe.run import Report, StopRequest, replicas_warning, run_evaluate, run_train
 

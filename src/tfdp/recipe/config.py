@@ -28,19 +28,20 @@ import glob
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError
+from tfdp.recipe.augment_options import AugmentOptions, check_augment_options
 from tfdp.recipe.networks import check_model_module, check_model_ref
+from tfdp.recipe.options import option as _opt
 
 __all__ = [
     "ALIASES",
     "DEFAULT_LOG_EVERY",
     "GRADIENT_COMPRESSIONS",
     "OPTIONS_HELP",
-    "RESUME_POLICIES",
     "RUN_NAME_PATTERN",
     "TrainConfig",
     "check_config",
@@ -54,11 +55,6 @@ __all__ = [
 ]
 
 OPTIONS_HELP = "see `tfdp train --help`"
-#: What an option may do when a run is resumed: "refuse" a change (it is the run's identity:
-#: the data, the model, the optimizer's state...), "record" a change in config.json's history,
-#: or nothing for the options that only locate the run.
-RESUME_POLICIES = ("refuse", "record", "locate")
-
 
 #: timm's and DeiT's names of options tfdp names otherwise (flags and config-file keys alike).
 ALIASES = {"opt": "optimizer", "sched": "schedule"}
@@ -79,26 +75,6 @@ GRADIENT_COMPRESSIONS = ("none", "fp16", "bf16")
 RUN_NAME_PATTERN = "<data>-<model>-<date>-<time>"
 
 
-def _opt(
-    default: Any,
-    help: str,
-    choices: tuple[Any, ...] | None = None,
-    *,
-    resume: str = "refuse",
-    computed: str | None = None,
-) -> Any:
-    """An option: its default, help, choices, resume policy, and how a ``None`` default is computed.
-
-    ``computed`` says in words what a ``None`` default becomes (help shows it as the default).
-    """
-    if resume not in RESUME_POLICIES:
-        raise ValueError(f"resume policy must be one of {RESUME_POLICIES}, got {resume!r}")
-    if computed is not None and default is not None:
-        raise ValueError("only a None default is computed")
-    metadata = {"help": help, "choices": choices, "resume": resume, "computed": computed}
-    return field(default=default, metadata=metadata)
-
-
 def default_help(name: str) -> str | None:
     """What help shows as option ``name``'s default: the value, or how it is computed, or None.
 
@@ -113,13 +89,8 @@ def default_help(name: str) -> str | None:
 
 
 @dataclass
-class TrainConfig:
-    """Every option of the training job (flags, config files and ``config.json`` share it).
-
-    Example:
-        >>> TrainConfig(batch_size=32).batch_size
-        32
-    """
+class _JobOptions:
+    """The job's options but the augmentation's (:class:`TrainConfig` has them all)."""
 
     data: str = _opt(
         "digits",
@@ -240,8 +211,8 @@ class TrainConfig:
     )
     smoothing: float = _opt(
         0.0,
-        "label smoothing of the training loss (timm's --smoothing; the held-out loss is plain "
-        "cross-entropy)",
+        "label smoothing of the training loss (timm's --smoothing; with --mixup / --cutmix "
+        "Mixup's soft targets carry it; the held-out loss is plain cross-entropy)",
         resume="record",
     )
     accum_steps: int = _opt(
@@ -304,7 +275,9 @@ class TrainConfig:
     )
     steps_per_call: int = _opt(4, "optimizer steps per tf.function call", resume="record")
     mixed_precision: str | None = _opt(
-        None, "mixed precision policy", (None, "mixed_float16", "mixed_bfloat16")
+        None,
+        "mixed precision policy (--amp: mixed_float16, timm's; --bf16: mixed_bfloat16)",
+        (None, "mixed_float16", "mixed_bfloat16"),
     )
     gradient_compression: str = _opt(
         "none",
@@ -325,7 +298,24 @@ class TrainConfig:
         computed=f"{DEFAULT_LOG_EVERY} when stdout is not a terminal, else 0",
     )
 
+
+@dataclass
+class TrainConfig(AugmentOptions, _JobOptions):
+    """Every option of the training job (flags, config files and ``config.json`` share it).
+
+    The job's own options first, then DeiT's / timm's augmentation options
+    (:class:`tfdp.recipe.augment_options.AugmentOptions`).
+
+    Example:
+        >>> TrainConfig(batch_size=32, aa="rand-m9-mstd0.5-inc1").batch_size
+        32
+        >>> list(TrainConfig.fields())[-1]
+        'train_interpolation'
+    """
+
     def __post_init__(self) -> None:
+        if self.aa == "none":  # timm's word for no RandAugment (a config file has no null)
+            self.aa = None
         if self.sampler == "repeat_aug":  # the Python spelling names the same sampler
             self.sampler = "repeat-aug"
 
@@ -379,7 +369,7 @@ def coerce(name: str, value: Any, where: str) -> Any:
     if name == "sampler" and value == "repeat_aug":
         value = "repeat-aug"
     choices = f.metadata.get("choices")
-    if choices is not None and value not in choices:
+    if choices is not None and value is not None and value not in choices:
         raise ConfigError(f"{where}: option {name!r} must be one of {list(choices)}, got {value!r}")
     return value
 
@@ -476,6 +466,7 @@ def check_config(cfg: TrainConfig) -> None:
         if not (math.isfinite(value) and value >= 0):
             raise ConfigError(f"{flag(name)} must be a finite number >= 0, got {value}")
     _check_recipe(cfg)
+    check_augment_options(cfg)
     if not (math.isfinite(cfg.repeats) and cfg.repeats >= 1):
         raise ConfigError(f"--repeats must be a finite number >= 1, got {cfg.repeats}")
     if not 0 < cfg.eval_fraction < 1:

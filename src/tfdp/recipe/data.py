@@ -289,38 +289,51 @@ def build_data(cfg: TrainConfig) -> JobData:
     )
 
 
-def build_augment(cfg: TrainConfig, shape: tuple[int, int, int], scale: float, train: bool) -> Any:
+def build_augment(
+    cfg: TrainConfig,
+    shape: tuple[int, int, int],
+    scale: float,
+    train: bool,
+    num_classes: int | None = None,
+) -> Any:
     """The augmentation pipeline for ``cfg`` (``train=False``: the held-out transform).
 
     ``resized-crop`` (the default with ``--image-size``) is DeiT's / torchvision's
-    ImageNet recipe: RandomResizedCrop to the image size and a horizontal flip
-    for training, the centre 87.5% resized for evaluation. Both start by
-    cutting a window, so JPEG image folders decode only that window.
+    ImageNet recipe: RandomResizedCrop to the image size (with
+    ``--train-interpolation``'s filter) and a horizontal flip for training, the
+    centre 87.5% resized for evaluation. Both start by cutting a window, so
+    JPEG image folders decode only that window. The training pipeline then has
+    DeiT's / timm's stages of ``cfg`` (:func:`tfdp.recipe.augment_options.deit_stages`:
+    RandAugment or colour jitter, erasing, Mixup / CutMix, which needs
+    ``num_classes``); the held-out one only the scaling to [0, 1].
+
+    Example:
+        >>> cfg = TrainConfig(aa="rand-m9-mstd0.5-inc1", mixup=0.8, smoothing=0.1)
+        >>> aug = build_augment(cfg, (8, 8, 1), 1 / 16, True, num_classes=10)
+        >>> [type(s).__name__ for s in aug.stages][:3], aug.stages[-1].spec.label_smoothing
+        (['RandomShift', 'ToFloat', 'RandAugment'], 0.1)
     """
     from tfdp import augment as aug
+    from tfdp.recipe.augment_options import augment_kind, deit_stages, resize_options
 
-    kind = cfg.augment
-    if kind == "auto":
-        if cfg.data == "digits":
-            kind = "shift"
-        else:
-            kind = "resized-crop" if cfg.image_size else "crop-flip"
+    kind = augment_kind(cfg)
     stages: list[Any] = []
     if kind == "resized-crop":
         size = cfg.image_size or shape[0]
         if train:
-            stages += [aug.RandomResizedCrop(size), aug.RandomFlip()]
+            stages += [aug.RandomResizedCrop(size, **resize_options(cfg)), aug.RandomFlip()]
         else:
             stages.append(aug.CenterCrop(size))
+    else:
+        if cfg.image_size:
+            stages.append(_Resize(cfg.image_size))
+        if train and kind == "shift":
+            stages.append(aug.RandomShift(max(1, shape[0] // 8)))
+        elif train and kind == "crop-flip":
+            stages += [aug.RandomCrop(shape[0], padding=max(1, shape[0] // 8)), aug.RandomFlip()]
+    if not train:
         return aug.Compose([*stages, aug.ToFloat(scale=scale)])
-    if cfg.image_size:
-        stages.append(_Resize(cfg.image_size))
-    if train and kind == "shift":
-        stages.append(aug.RandomShift(max(1, shape[0] // 8)))
-    elif train and kind == "crop-flip":
-        stages += [aug.RandomCrop(shape[0], padding=max(1, shape[0] // 8)), aug.RandomFlip()]
-    stages.append(aug.ToFloat(scale=scale))
-    return aug.Compose(stages)
+    return aug.Compose([*stages, *deit_stages(cfg, shape[-1], scale, num_classes)])
 
 
 class _Resize:

@@ -1,9 +1,11 @@
 """The training job's model and optimizer, and what is kept of the model at the end.
 
 This module owns :func:`build_optimizer` (the options' optimizer and
-learning-rate schedule), :func:`training_loss` (cross-entropy, label-smoothed),
-:func:`job_metrics` (top-1, top-5), :func:`model_factory` (the seeded model builder the
-Trainer calls inside the strategy's scope), :func:`save_model` (the final
+learning-rate schedule), :func:`training_loss` (cross-entropy, label-smoothed,
+or soft-target under Mixup), :func:`job_metrics` (top-1, top-5) and
+:func:`training_metrics` (soft-target accuracy under Mixup),
+:func:`model_factory` (the seeded model builder the Trainer calls inside the
+strategy's scope), :func:`save_model` (the final
 ``model.keras`` of a run, written atomically) and
 :func:`weights_fingerprint` (a short hash that is equal on every worker of
 a healthy job).
@@ -31,6 +33,7 @@ __all__ = [
     "model_factory",
     "save_model",
     "training_loss",
+    "training_metrics",
     "weights_fingerprint",
 ]
 
@@ -103,6 +106,10 @@ def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
 
     Smoothing ``s`` is timm's ``LabelSmoothingCrossEntropy``: the target
     ``(1 - s) * onehot + s / K`` (Keras's ``label_smoothing``), one loss per example.
+    With ``--mixup`` / ``--cutmix`` the targets are Mixup's soft ones, already
+    smoothed by ``s`` (timm's ``mixup_target``): the loss is then timm's
+    ``SoftTargetCrossEntropy`` (:func:`tfdp.losses.soft_target_cross_entropy`),
+    as DeiT's, which smooths nothing again.
 
     Example:
         >>> import numpy as np
@@ -110,7 +117,15 @@ def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
         >>> out = loss(np.array([2]), np.log(np.array([[0.1, 0.2, 0.6, 0.1]], "float32")))
         >>> round(float(out[0]), 5)  # 0.9 * -log(.6) + 0.1 * mean(-log p)
         0.62788
+        >>> training_loss(TrainConfig(smoothing=0.1, cutmix=1.0), 4).name
+        'soft_target_ce'
     """
+    from tfdp.recipe.augment_options import mixing
+
+    if mixing(cfg):
+        from tfdp.losses import soft_target_cross_entropy
+
+        return soft_target_cross_entropy()
     if not cfg.smoothing:
         return "sparse_categorical_crossentropy_from_logits"
     smoothing = cfg.smoothing
@@ -129,6 +144,28 @@ def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
 
 #: What ``--eval-metric`` names, as the held-out record's keys.
 EVAL_METRICS = {"top1": "val_sparse_categorical_accuracy", "top5": "val_top5", "loss": "val_loss"}
+
+
+def training_metrics(cfg: TrainConfig, num_classes: int) -> list[Any]:
+    """The training metrics: :func:`job_metrics`, or with soft targets ``soft_target_accuracy``.
+
+    Under Mixup / CutMix the targets are soft: the accuracy reported is the
+    argmax of the prediction against the target's argmax (the class with the
+    larger weight, :func:`tfdp.losses.soft_target_accuracy`), named apart from
+    the plain accuracy it is not comparable with; no top-5. The held-out
+    metrics stay :func:`job_metrics` on the plain labels.
+
+    Example:
+        >>> [m.name for m in training_metrics(TrainConfig(mixup=0.8), 10)]
+        ['soft_target_accuracy']
+    """
+    from tfdp.recipe.augment_options import mixing
+
+    if not mixing(cfg):
+        return job_metrics(num_classes)
+    from tfdp.losses import soft_target_accuracy
+
+    return [soft_target_accuracy(name="soft_target_accuracy")]
 
 
 def job_metrics(num_classes: int) -> list[Any]:

@@ -6,7 +6,7 @@ and the history of its starts and resumes: :func:`read_run_config`,
 an option not given takes the run's value; a given one either changes
 (recorded in the history) or is refused, naming it, when the checkpoints or
 the data order depend on it (see ``RESUME_POLICIES`` in
-:mod:`tfdp.recipe.config`). Loads no TensorFlow.
+:mod:`tfdp.recipe.options`). Loads no TensorFlow.
 
 Example:
     >>> import tempfile

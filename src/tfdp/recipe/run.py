@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError, StateError
+from tfdp.recipe.augment_options import mixing
 from tfdp.recipe.config import (
     TrainConfig,
     check_config,
@@ -47,6 +48,7 @@ from tfdp.recipe.model import (
     model_factory,
     save_model,
     training_loss,
+    training_metrics,
     weights_fingerprint,
 )
 from tfdp.recipe.resume import (
@@ -296,7 +298,7 @@ def _train(
         sampler=sampler,
         sampler_options=options,
         global_batch_size=cfg.batch_size,
-        augment=build_augment(cfg, data.shape, data.train_scale, True),
+        augment=build_augment(cfg, data.shape, data.train_scale, True, data.num_classes),
         seed=cfg.seed,
         return_ids=bool(cfg.record_samples),
     )
@@ -317,6 +319,8 @@ def _train(
         start = {"event": "start", "time": now(), "world_size": w}
         start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
         write_run_config(run_dir, cfg, [start])
+    if info.is_chief and cfg.color_jitter and cfg.aa is not None:
+        say("info", f"--color-jitter {cfg.color_jitter:g} is not applied with --aa (timm's rule)")
     if info.is_chief and resumed is None:
         per = cfg.batch_size // w
         say(
@@ -420,7 +424,7 @@ def _trainer(
         built["model"] = make_model()
         return built["model"]
 
-    metrics = job_metrics(data.num_classes)
+    metrics = training_metrics(cfg, data.num_classes)
     options = trainer_options(cfg)
     parts = default_parts(
         strategy,
@@ -440,9 +444,12 @@ def _trainer(
         log_every=step_lines_every(cfg, sys.stdout),
     )
     step = parts.step
-    if cfg.smoothing:  # the held-out loss is plain cross-entropy, as timm's validate
+    if cfg.smoothing or mixing(cfg):  # held out: plain cross-entropy and labels (timm's validate)
         parts.evaluator = Evaluator(
-            strategy, step.model, "sparse_categorical_crossentropy_from_logits", metrics
+            strategy,
+            step.model,
+            "sparse_categorical_crossentropy_from_logits",
+            job_metrics(data.num_classes),
         )
     if cfg.model_ema:
         parts.evaluator = EmaEvaluator(parts.evaluator, step.model, step.optimizer)
