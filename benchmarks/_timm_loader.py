@@ -1,7 +1,7 @@
 """timm's side of bench_images.py's DeiT comparison: DeiT's training input, in a process of its own.
 
 Importing torchvision (which timm does) in a process that has loaded TensorFlow crashes it,
-so ``bench_images.py --deit`` runs this script as a subprocess. It builds what DeiT's
+so ``bench_images.py --deit-only`` runs this script as a subprocess. It builds what DeiT's
 ``main.py`` trains on -- timm's ``create_loader(..., is_training=True,
 auto_augment='rand-m9-mstd0.5-inc1', interpolation='bicubic', re_prob=0.25, re_mode='pixel',
 color_jitter=0.3)`` (timm drops the colour jitter next to RandAugment, as in DeiT), a torch

@@ -698,11 +698,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--conditions",
         choices=("all", "none", "only"),
-        default="all",
         help="the conditions' part (busy core, TFRecords, end to end; _images_conditions.py): "
-        "run it after the rounds (all), skip it (none), or run it alone (only)",
+        "run it after the rounds (all), skip it (none), or run it alone (only); "
+        "default: all, none with --quick (a quick run stays within a minute)",
     )
     args = ap.parse_args(argv)
+    if args.conditions is None:
+        args.conditions = "none" if args.quick else "all"
     cfg = dict(QUICK if args.quick else FULL)
     if args.rounds:
         cfg["rounds"] = args.rounds
