@@ -214,6 +214,7 @@ PER_SAMPLE = augment.Compose(
 )
 
 
+@pytest.mark.xdist_group("deit_pipeline")  # one worker: RandAugment traced and compiled once
 @settings(max_examples=1, deadline=None)
 @given(seed=st.integers(0, 2**31), epoch=st.integers(0, 9))
 def test_an_id_and_copy_gets_the_same_augmentation_on_1_and_3_replicas(mirrored_of, seed, epoch):
@@ -240,6 +241,7 @@ def test_an_id_and_copy_gets_the_same_augmentation_on_1_and_3_replicas(mirrored_
     assert copies and apart >= 0.6 * len(copies), (apart, len(copies))
 
 
+@pytest.mark.xdist_group("deit_pipeline")  # one worker: RandAugment traced and compiled once
 def test_the_deit_pipeline_is_the_same_on_every_path(tmp_path, mirrored_of):
     """Window decoding, whole files per example, and decoded arrays batched: bit for bit, with
     Mixup / CutMix on each replica's batch; and so is a resume in the middle of the epoch."""
@@ -289,6 +291,7 @@ def test_the_deit_pipeline_is_the_same_on_every_path(tmp_path, mirrored_of):
     assert (targets.max(1) < 0.9).any()  # some batches were mixed
 
 
+@pytest.mark.xdist_group("deit_pipeline")  # one worker: RandAugment traced and compiled once
 def test_the_guides_deit_example_runs(tmp_path, mirrored_of):
     """docs/guide.md's DeiT pipeline, at 16 pixels and a global batch of 4: soft targets."""
     import re

@@ -47,7 +47,8 @@ from tfdp.augment.mixup import MixParams, cutmix_box
 from tfdp.augment.spec import RAND_INCREASING_OPS, RAND_OPS
 from tfdp.losses import soft_target_cross_entropy
 
-pytestmark = pytest.mark.torch
+# One worker runs the whole module: its timm fixture (a process of its own) starts once.
+pytestmark = [pytest.mark.torch, pytest.mark.xdist_group("timm_augment")]
 
 FILL = (124, 116, 104)
 IMAGE = photo(40, 52, np.random.default_rng(3))
@@ -61,13 +62,29 @@ def _op_params(name: str, negate: bool) -> tuple[augment.RandAugment, np.ndarray
     return ops, params.astype(np.float32)
 
 
-def _tfdp_op(name, magnitude, negate, interpolation):
-    ops, params = _op_params(name, negate)
-    ra = augment.RandAugment(
-        magnitude, num_layers=1, prob=1.0, increasing=ops is RAND_INCREASING_OPS,
-        fill=FILL, interpolation=interpolation,
-    )  # fmt: skip
-    return ra.apply(tf.constant(IMAGE[np.newaxis]), tf.constant(params)).numpy()[0]
+def _tfdp_ops(cases) -> list[np.ndarray]:
+    """tfdp's output for each case ``(name, magnitude, negate, interpolation, fill)``.
+
+    The cases of one configuration (magnitude, op set, interpolation) run as the rows of one
+    batch through one traced call: each row is its own sample (what the per-sample tests of
+    tests/test_deit_augment.py prove), and one call costs what one eager sample did.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for j, (name, magnitude, _, interpolation, _) in enumerate(cases):
+        increasing = name not in RAND_OPS
+        groups.setdefault((magnitude, increasing, interpolation), []).append(j)
+    out: list = [None] * len(cases)
+    for (magnitude, increasing, interpolation), rows in groups.items():
+        ra = augment.RandAugment(
+            magnitude, num_layers=1, prob=1.0, increasing=increasing, fill=FILL,
+            interpolation=interpolation,
+        )  # fmt: skip
+        params = np.concatenate([_op_params(cases[j][0], cases[j][2])[1] for j in rows])
+        images = np.repeat(IMAGE[np.newaxis], len(rows), 0)
+        batch = tf.function(ra.apply, autograph=False)(tf.constant(images), tf.constant(params))
+        for j, image in zip(rows, batch.numpy(), strict=True):
+            out[j] = image
+    return out
 
 
 GEOMETRIC = {"Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"}
@@ -90,8 +107,9 @@ def test_rand_augment_ops_equal_timms(timm):
     cases = _rand_augment_cases()
     want = timm["rand_augment_ops"]
     checked = 0
-    for (name, magnitude, negate, interpolation, _), ref in zip(cases, want, strict=True):
-        ours = _tfdp_op(name, magnitude, negate, interpolation)
+    for (name, magnitude, negate, interpolation, _), ref, ours in zip(
+        cases, want, _tfdp_ops(cases), strict=True
+    ):
         where = f"{name} m={magnitude} negate={negate} {interpolation}"
         bits = int(magnitude / 10 * 4)
         if name.startswith("Posterize") and (4 - bits if "Increasing" in name else bits) == 0:

@@ -423,7 +423,8 @@ def lightly_optimized_map(
         dataset: The input dataset.
         fn: A ``tf.function`` taking an element's components (as ``Dataset.map``
             passes them).
-        num_parallel_calls: As for ``Dataset.map`` (``tf.data.AUTOTUNE``).
+        num_parallel_calls: As for ``Dataset.map`` (``tf.data.AUTOTUNE``; ``None``: one call
+            at a time).
         deterministic: As for ``Dataset.map``.
 
     Example:
@@ -453,7 +454,7 @@ def lightly_optimized_map(
                 dataset._variant_tensor,
                 self._map_func.function.captured_inputs,
                 f=self._map_func.function,
-                num_parallel_calls=tf.convert_to_tensor(num_parallel_calls, tf.int64),
+                num_parallel_calls=tf.convert_to_tensor(num_parallel_calls or 1, tf.int64),
                 deterministic="true" if deterministic else "false",
                 preserve_cardinality=True,
                 **self._common_args,
@@ -498,9 +499,7 @@ class RowsInPlace:
     def __init__(self, n: Any, row_shape: Any, dtype: Any) -> None:
         import tensorflow as tf
 
-        shape = tf.concat(
-            [tf.reshape(tf.cast(n, tf.int32), [1]), tf.constant(row_shape, tf.int32)], 0
-        )
+        shape = tf.concat([tf.reshape(tf.cast(n, tf.int32), [1]), tf.cast(row_shape, tf.int32)], 0)
         #: The batch to thread through :meth:`write`.
         self.batch = tf.raw_ops.Empty(shape=shape, dtype=dtype, init=False)
 

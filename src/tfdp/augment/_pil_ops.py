@@ -50,7 +50,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp.augment._fast import per_channel
+from tfdp.augment._fast import per_channel, select
 from tfdp.errors import ConfigError
 
 __all__ = [
@@ -242,13 +242,13 @@ def posterize(images: tf.Tensor, bits: tf.Tensor) -> tf.Tensor:
 
 def solarize(images: tf.Tensor, threshold: tf.Tensor) -> tf.Tensor:
     """``ImageOps.solarize(img, threshold)``: values ``>= threshold`` inverted."""
-    return tf.where(images < _per_sample(threshold, images), images, 255.0 - images)
+    return select(images < _per_sample(threshold, images), images, 255.0 - images)
 
 
 def solarize_add(images: tf.Tensor, add: tf.Tensor, threshold: float = 128.0) -> tf.Tensor:
     """The ``solarize_add`` of timm: ``min(255, v + add)`` below ``threshold``, else unchanged."""
     add = _per_sample(add, images)
-    return tf.where(images < threshold, tf.minimum(images + add, 255.0), images)
+    return select(images < threshold, tf.minimum(images + add, 255.0), images)
 
 
 def autocontrast(images: tf.Tensor) -> tf.Tensor:

@@ -16,6 +16,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
 
+from tfdp._compat import RowsInPlace
+from tfdp.augment._fast import select
 from tfdp.augment._pil_ops import as_double
 from tfdp.augment.base import as_images, get_image, put_image, replace_item
 from tfdp.augment.spec import MixupSpec
@@ -146,21 +148,60 @@ def _mix(images: tf.Tensor, partner: tf.Tensor, params: MixParams) -> tf.Tensor:
     axis only: TensorFlow's CPU kernels broadcast a ``[B, 1, 1, 1]`` weight or
     a ``[B, H, W, 1]`` mask several times slower than they run an elementwise op.
     """
+    return tf.cond(
+        params.cutmix,
+        lambda: select(_box_mask(images, params.box), partner, images),
+        lambda: tf.cond(params.lam != 1.0, lambda: _blend(images, partner, params.lam),
+                        lambda: images),
+    )  # fmt: skip
+
+
+def _box_mask(images: tf.Tensor, box: tf.Tensor) -> tf.Tensor:
+    """The bool mask ``[H, W, C]`` of CutMix's ``box`` ``(top, bottom, left, right)``."""
+    shape = tf.shape(images)
+    rows = tf.range(shape[-3])[:, tf.newaxis]
+    cols = tf.range(shape[-2])[tf.newaxis, :]
+    top, bottom, left, right = tf.unstack(box)
+    inside = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)
+    return tf.tile(inside[..., tf.newaxis], tf.stack([1, 1, shape[-1]]))
+
+
+def _blend(images: tf.Tensor, partner: tf.Tensor, lam: tf.Tensor) -> tf.Tensor:
+    """Float32 weights, as torch's ``x.mul_(lam) + x_flip.mul_(1 - lam)``."""
+    return images * tf.cast(lam, tf.float32) + partner * tf.cast(1.0 - lam, tf.float32)
+
+
+def _mix_batch(images: tf.Tensor, params: MixParams) -> tf.Tensor:
+    """Batch mode: every sample ``i`` mixed with ``B - 1 - i`` by one draw (scalar ``params``).
+
+    Sample by sample into one batch written in place
+    (:class:`tfdp._compat.RowsInPlace`): the partner is a row read, not a reversed
+    copy of the batch, and no temporary is of the batch's size -- each new one
+    (tens of MB) is fresh memory that the kernel pages in, which cost more than the
+    arithmetic. The same float32 operations per value as on the whole batch.
+    """
+    n = tf.shape(images)[0]
+
+    def rows(one: Any) -> tf.Tensor:
+        out = RowsInPlace(n, tf.shape(images)[1:], tf.float32)
+
+        def body(i: tf.Tensor, batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            return i + 1, out.write(batch, i, one(images[i], images[n - 1 - i]))
+
+        _, batch = tf.while_loop(lambda i, _: i < n, body, (tf.constant(0), out.batch))
+        batch.set_shape(images.shape)
+        return batch
 
     def cut() -> tf.Tensor:
-        shape = tf.shape(images)
-        rows = tf.range(shape[-3])[:, tf.newaxis]
-        cols = tf.range(shape[-2])[tf.newaxis, :]
-        top, bottom, left, right = tf.unstack(params.box)
-        inside = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)
-        inside = tf.tile(inside[..., tf.newaxis], tf.stack([1, 1, shape[-1]]))
-        return tf.where(inside, partner, images)
+        inside = _box_mask(images, params.box)
+        return rows(lambda x, p: select(inside, p, x))
 
-    def blend() -> tf.Tensor:  # float32 weights, as torch's x.mul_(lam) + x_flip.mul_(1 - lam)
-        lam = params.lam
-        return images * tf.cast(lam, tf.float32) + partner * tf.cast(1.0 - lam, tf.float32)
-
-    return tf.cond(params.cutmix, cut, lambda: tf.cond(params.lam != 1.0, blend, lambda: images))
+    return tf.cond(
+        params.cutmix,
+        cut,
+        lambda: tf.cond(params.lam != 1.0, lambda: rows(lambda x, p: _blend(x, p, params.lam)),
+                        lambda: images),
+    )  # fmt: skip
 
 
 class Mixup:
@@ -347,11 +388,10 @@ class Mixup:
             ([3.0, 1.0], [[0.25, 0.75], [0.75, 0.25]])
         """
         images = tf.cast(images, tf.float32)
-        partner = tf.reverse(images, [0])
-        if self.spec.mode == "batch":  # one lambda and one box: scalars and one mask, batched
-            first = MixParams(*(t[0] for t in params))
-            out = _mix(images, partner, first)
+        if self.spec.mode == "batch":  # one lambda and one box: scalars and one mask
+            out = _mix_batch(images, MixParams(*(t[0] for t in params)))
         else:  # each sample its own, with the same arithmetic
+            partner = tf.reverse(images, [0])
             spec = tf.TensorSpec(images.shape[1:], tf.float32)
             out = tf.map_fn(
                 lambda a: _mix(a[0], a[1], MixParams(*a[2:])),

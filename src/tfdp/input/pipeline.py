@@ -52,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
+from tfdp._compat import lightly_optimized_map
 from tfdp._util import deterministic_unsharded
 from tfdp.augment.compose import split_batch_stages
 from tfdp.augment.contract import is_batched_augmentation
@@ -218,6 +219,7 @@ class DistributedInput:
                 f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
                 "drop_remainder=False"
             )
+        self._traced_functions: dict[str, Any] = {}  # see _traced
         #: The window loader when the window path applies (tfdp.windows), else None.
         self.window_loader = window_loader(
             source,
@@ -345,6 +347,15 @@ class DistributedInput:
             self.augment is None or is_batched_augmentation(self.augment)
         )
 
+        rows = self.batch_size if self.drop_remainder else None  # the batches' static size
+        vector, scalar = tf.TensorSpec([rows], tf.int64), tf.TensorSpec([], tf.int64)
+        load_batch = self._traced(
+            "load_batch", self._load_batch, [vector] * 3 + [tf.TensorSpec([rows], tf.float32)]
+        )
+        load_one = self._traced(
+            "load_one", self._load_one, [scalar] * 3 + [tf.TensorSpec([], tf.float32)]
+        )
+
         def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
             arrays = tf.numpy_function(
@@ -365,17 +376,10 @@ class DistributedInput:
                 if not self.drop_remainder:  # the last, partial batch
                     tail = tf.data.Dataset.from_tensor_slices(tuple(a[full:] for a in arrays))
                     ds = ds.concatenate(tail.batch(b))
-                return ds.map(
-                    plain(self._load_batch),
-                    num_parallel_calls=self.num_parallel_calls,
-                    deterministic=True,
-                )
-            ds = tf.data.Dataset.from_tensor_slices(tuple(arrays)).map(
-                plain(self._load_one),
-                num_parallel_calls=self.num_parallel_calls,
-                deterministic=True,
-            )
-            return self._batched(ds)
+                return lightly_optimized_map(ds, load_batch, self.num_parallel_calls)
+            ds = tf.data.Dataset.from_tensor_slices(tuple(arrays))
+            ds = lightly_optimized_map(ds, load_one, self.num_parallel_calls)
+            return self._batched(ds, traced=True)
 
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         return tf.data.Dataset.range(first_epoch, last).flat_map(plain(per_epoch))
@@ -406,13 +410,36 @@ class DistributedInput:
             return example, {"index": idx, "position": pos}
         return example
 
-    def _batched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-        """A per-example dataset batched; its elements finished (batch stages, weights, ids)."""
+    def _batched(self, ds: tf.data.Dataset, traced: bool = False) -> tf.data.Dataset:
+        """A per-example dataset batched; its elements finished (batch stages, weights, ids).
+
+        ``traced``: the finishing function is traced once per input and element
+        spec (:meth:`_traced`), for a dataset built anew every epoch.
+        """
         ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
         if self._batch_stages is None:  # the examples were finished one by one
             return ds
         parallel = self.num_parallel_calls
+        if traced:
+            spec = ds.element_spec
+            finish = self._traced(f"finish_batch {spec}", self._finish_batch, list(spec))
+            return lightly_optimized_map(ds, finish, parallel)
         return ds.map(plain(self._finish_batch), num_parallel_calls=parallel, deterministic=True)
+
+    def _traced(self, name: str, fn: Callable[..., Any], signature: list[Any]) -> Any:
+        """``fn`` as a ``tf.function`` of ``signature``, made once per input and ``name``.
+
+        What the index path's maps call: a new dataset (every epoch, a resume)
+        then traces a thin call instead of the whole loading and augmentation
+        graph, and its iterators instantiate it optimised lightly
+        (:func:`tfdp._compat.lightly_optimized_map`): a DeiT pipeline cost every
+        epoch seconds of tracing and of Grappler on its RandAugment branches.
+        """
+        traced = self._traced_functions.get(name)
+        if traced is None:
+            traced = tf.function(plain(fn), input_signature=signature, autograph=False)
+            self._traced_functions[name] = traced
+        return traced
 
     def _finish_batch(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         """A batch of per-example augmented examples, through the batch stages, finished."""
