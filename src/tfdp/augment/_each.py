@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-__all__ = ["compiled", "each_sample"]
+__all__ = ["compiled", "each_sample", "traced_per_image_kind"]
 
 
 def each_sample(
@@ -65,4 +65,32 @@ def compiled(fn: Callable[..., tf.Tensor], jit_compile: bool = True) -> Callable
     """
     if not jit_compile:
         return fn
-    return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False)
+    return traced_per_image_kind(fn, jit_compile=True)
+
+
+def traced_per_image_kind(
+    fn: Callable[..., tf.Tensor], **options: bool
+) -> Callable[..., tf.Tensor]:
+    """``fn`` as one ``tf.function`` per kind (rank, channels, dtype) of its first argument.
+
+    Traced without AutoGraph, generalising the sizes that change between calls
+    (``reduce_retracing``); the channel count stays known when the graph is
+    built (colour ops need it), however many kinds one process sees.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> channels = traced_per_image_kind(lambda x: tf.constant(x.shape[-1]))
+        >>> [int(channels(tf.zeros([h, h, c]))) for h, c in ((2, 1), (3, 3), (4, 1), (5, 3))]
+        [1, 3, 1, 3]
+    """
+    traced: dict[tuple, Callable[..., tf.Tensor]] = {}
+
+    def call(image: tf.Tensor, *args: object) -> tf.Tensor:
+        image = tf.convert_to_tensor(image)
+        rank = image.shape.rank
+        kind = (rank, image.shape[-1] if rank else None, image.dtype)
+        if kind not in traced:
+            traced[kind] = tf.function(fn, reduce_retracing=True, autograph=False, **options)
+        return traced[kind](image, *args)
+
+    return call

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from tfdp.augment import _pil_ops as pil
 from tfdp.augment._affine import affine, rotation
-from tfdp.augment._each import compiled
+from tfdp.augment._each import compiled, traced_per_image_kind
 from tfdp.augment._pil_ops import div, mul
 from tfdp.augment.spec import MAX_LEVEL
 from tfdp.errors import ConfigError
@@ -98,9 +98,9 @@ class RandOps:
         }
         self._equalize = _equalizer(jit_compile)
         #: ``layer(image, op, applied, level, negate, bicubic)``: one layer on one sample, a
-        #: ``tf.function`` traced once and called by every layer (its branches are traced,
-        #: and instantiated by a new ``tf.data`` iterator, once).
-        self.layer = tf.function(self._apply_layer, autograph=False, reduce_retracing=True)
+        #: ``tf.function`` per kind of image traced once and called by every layer (its
+        #: branches are traced, and instantiated by a new ``tf.data`` iterator, once).
+        self.layer = traced_per_image_kind(self._apply_layer)
 
     def _apply_layer(
         self,
