@@ -480,9 +480,10 @@ class DistributedInput:
 
     def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
         """The per-sample stages on one example (the batch stages come after batching)."""
-        # The kind is the user's callable's (``self._augment`` is its user_code wrapper).
-        kind = self.augment if self._batch_stages is None else self._per_sample
-        augment = self._augment if self._batch_stages is None else self._per_sample
+        if self._batch_stages is None:  # the kind is the user's callable's, not its wrapper's
+            kind, augment = self.augment, self._augment
+        else:
+            kind = augment = self._per_sample
         if augment is None:
             return example
         seed = tf.stack([key, pos])
