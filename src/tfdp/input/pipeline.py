@@ -496,37 +496,56 @@ class DistributedInput:
     def _stream_rank_dataset(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
     ) -> tf.data.Dataset:
-        """Epoch after epoch of this rank's batches from a streaming source."""
+        """Epoch after epoch of this rank's batches from a streaming source.
+
+        A stream augmented batch by batch is one map over every epoch's
+        batches of records: its calls in flight run on while the next epoch's
+        lanes open (a stream's epoch starts by reading a shuffle block of every
+        lane it reads), so a new epoch inside one dataset does not stall it.
+        """
         sampler = self._stream_sampler.with_rank(rank)
 
         def arrays(epoch: int, start: int) -> tuple[np.ndarray, np.ndarray]:
             sampler.set_epoch(epoch)
             return sampler.indices(start), sampler.positions(start)
 
-        first = self._stream_epoch(first_epoch, *arrays(first_epoch, start_step * self.batch_size))
-        if num_epochs == 1:
-            return first
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         if same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
             idx, pos = arrays(first_epoch, 0)
-            rest = tf.data.Dataset.range(first_epoch + 1, last).flat_map(
+            ds = tf.data.Dataset.range(first_epoch + (start_step > 0), last).flat_map(
                 plain(lambda e: self._stream_epoch(e, idx, pos))
             )
+            if start_step > 0:
+                first = arrays(first_epoch, start_step * self.batch_size)
+                ds = self._stream_epoch(first_epoch, *first).concatenate(ds)
+        elif num_epochs is None:
+            raise ConfigError(
+                f"{sampler!r} picks other stream positions every epoch (random padding "
+                "of more than the stream holds), so a streaming input needs a finite "
+                "num_epochs; or use padding='wrap'"
+            )
         else:
-            if num_epochs is None:
-                raise ConfigError(
-                    f"{sampler!r} picks other stream positions every epoch (random padding "
-                    "of more than the stream holds), so a streaming input needs a finite "
-                    "num_epochs; or use padding='wrap'"
-                )
-            rest = None
-            for e in range(first_epoch + 1, last):
-                part = self._stream_epoch(e, *arrays(e, 0))
-                rest = part if rest is None else rest.concatenate(part)
-        return first.concatenate(rest)
+            starts = {first_epoch: start_step * self.batch_size}
+            parts = [
+                self._stream_epoch(e, *arrays(e, starts.get(e, 0)))
+                for e in range(first_epoch, last)
+            ]
+            ds = parts[0]
+            for part in parts[1:]:
+                ds = ds.concatenate(part)
+        if not self._stream_augments_batches():
+            return ds
+        # The augmentation traced once per input (_traced), not with every new dataset.
+        spec = ds.element_spec
+        batch = self._traced(f"stream_batch {spec}", self._stream_batch, list(spec))
+        return ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
 
     def _stream_epoch(self, epoch: Any, idx: np.ndarray, pos: np.ndarray) -> tf.data.Dataset:
-        """One epoch's batches of the stream entries ``idx`` (``epoch``: int or int64 tensor)."""
+        """One epoch's batches of the stream entries ``idx`` (``epoch``: int or int64 tensor).
+
+        Batches of ``(records, indices, positions, keys)`` when the stream is
+        augmented batch by batch (the caller augments them), else finished batches.
+        """
         examples = self.source.stream(
             idx,
             num_replicas=self.num_replicas,
@@ -542,23 +561,22 @@ class DistributedInput:
             stateful=False,
         )
         key.set_shape([])
-        meta = tf.data.Dataset.from_tensor_slices((idx, pos))
-        ds = tf.data.Dataset.zip((examples, meta))
+        ds = tf.data.Dataset.zip(
+            (
+                examples,
+                tf.data.Dataset.from_tensor_slices(idx),
+                tf.data.Dataset.from_tensor_slices(pos),
+                tf.data.Dataset.from_tensors(key).repeat(),
+            )
+        )
         if self._stream_augments_batches():
             # Examples of a fixed shape (e.g. JPEG records kept encoded) are batched first and
             # a batched augmentation runs once per batch: its rows are its per-example results
             # (seeds per row), and a window stage decodes the batch's files in one loop.
-            ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
-            return ds.map(
-                plain(lambda example, m: self._stream_batch(example, m[0], m[1], key)),
-                num_parallel_calls=self.num_parallel_calls,
-                deterministic=True,
-            )
-        ds = ds.map(
-            plain(lambda example, m: self._stream_one(example, m[0], m[1], key)),
-            num_parallel_calls=self.num_parallel_calls,
-            deterministic=True,
-        )
+            return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+        spec = ds.element_spec
+        one = self._traced(f"stream_one {spec}", self._stream_one, list(spec))
+        ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
         return self._batched(ds)
 
     def _stream_augments_batches(self) -> bool:
@@ -573,7 +591,7 @@ class DistributedInput:
         return all(s.shape.is_fully_defined() for s in specs)
 
     def _stream_batch(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
-        example = self._augment(example, sample_seeds(tf.fill(tf.shape(pos), key), pos))
+        example = self._augment(example, sample_seeds(key, pos))
         return self.finish_element(example, idx, pos, tf.ones(tf.shape(pos), tf.float32))
 
     def _stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
