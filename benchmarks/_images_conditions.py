@@ -47,6 +47,9 @@ CONFIG = {
     "quick": {"rounds": 2, "window": 8, "warmup": 2, "firsts": 1, "train_steps": 8},
     "full": {"rounds": 5, "window": 12, "warmup": 3, "firsts": 3, "train_steps": 12},
 }
+#: The sources and the conditions measured (bench_images' --kinds and --only-conditions pick).
+KINDS = ("folder", "tfrecord")
+CONDITIONS = ("idle", "busy", "e2e")
 SHARDS = 16
 CYCLE_LENGTH = 16
 FEATURES = {
@@ -243,8 +246,10 @@ def conditions(
     paths: list[str],
     labels: np.ndarray,
     cfg: dict[str, int],
+    kinds: tuple[str, ...] = KINDS,
+    conds: tuple[str, ...] = CONDITIONS,
 ) -> dict[str, float]:
-    """Every condition for the folder and the TFRecords; returns the headline ratios."""
+    """The conditions ``conds`` for the sources ``kinds``; returns the headline ratios."""
     import bench_images as bi
 
     files = write_imagenet_shards(
@@ -255,6 +260,8 @@ def conditions(
     records = tfrecord_source(files)
     makers: dict[str, dict[str, Callable[[int], Any]]] = {}
     for kind, source, mg in (("folder", None, mg_folder), ("tfrecord", records, mg_records)):
+        if kind not in kinds:
+            continue
         ra = bi.tfdp_input(strategy, root, "repeat_aug", source=source)
         plain = bi.tfdp_input(strategy, root, "distributed", source=source)
         makers[kind] = {
@@ -267,7 +274,7 @@ def conditions(
     table = []
     epoch = itertools.count(1000)  # a new sampler epoch for every dataset
     for kind, pipes in makers.items():
-        for cond in ("idle", "busy", "e2e"):
+        for cond in conds:
 
             def measure(make: Callable[[int], Any], cond: str = cond) -> Callable[[], dict]:
                 if cond == "e2e":

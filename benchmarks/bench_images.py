@@ -69,6 +69,8 @@ Usage (on a shared machine, under the lock, e.g.
     python benchmarks/bench_images.py            # 3,000 images, 7 rounds (~15 min on 2 cores)
     python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
     python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's (~1 min)
+    python benchmarks/bench_images.py --quick --conditions only --kinds tfrecord \
+        --only-conditions idle   # the TFRecord input alone, one condition (< 1 min)
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -702,7 +704,26 @@ def main(argv: list[str] | None = None) -> int:
         "run it after the rounds (all), skip it (none), or run it alone (only); "
         "default: all, none with --quick (a quick run stays within a minute)",
     )
+    ap.add_argument(
+        "--kinds",
+        default="folder,tfrecord",
+        help="the conditions' sources, comma-separated: folder, tfrecord (default both; "
+        "--conditions only --kinds tfrecord iterates on the TFRecord input alone)",
+    )
+    ap.add_argument(
+        "--only-conditions",
+        default="idle,busy,e2e",
+        help="the conditions measured, comma-separated: idle, busy, e2e (default all)",
+    )
     args = ap.parse_args(argv)
+    args.kinds = tuple(k for k in args.kinds.split(",") if k)
+    args.only_conditions = tuple(c for c in args.only_conditions.split(",") if c)
+    for given, valid in (
+        (args.kinds, ("folder", "tfrecord")),
+        (args.only_conditions, ("idle", "busy", "e2e")),
+    ):
+        if not given or set(given) - set(valid):
+            ap.error(f"expected a comma-separated subset of {', '.join(valid)}, got {given}")
     if args.conditions is None:
         args.conditions = "none" if args.quick else "all"
     cfg = dict(QUICK if args.quick else FULL)
@@ -723,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"folder: {root}: {folder_stats(root)}")
     if args.conditions == "only":
-        return conditions_part(strategy, root, paths, labels, args.quick, {}, [])
+        return conditions_part(strategy, root, paths, labels, args, {}, [])
     print(
         f"{REPLICAS} replicas (MirroredStrategy, logical CPUs), global batch {GLOBAL_BATCH}, "
         f"output {SIZE}x{SIZE}, {cfg['rounds']} rounds of {cfg['window']} batches after "
@@ -849,17 +870,18 @@ def main(argv: list[str] | None = None) -> int:
         ("first_batch_plain_vs_model_garden", "<=", TARGETS["first_batch"]),
     ]
     if args.conditions == "all":
-        return conditions_part(strategy, root, paths, labels, args.quick, heads, checks)
+        return conditions_part(strategy, root, paths, labels, args, heads, checks)
     return headlines(heads, checks)
 
 
 # --------------------------------------------------------------------------- conditions
-def conditions_part(strategy, root, paths, labels, quick: bool, heads: dict, checks: list) -> int:
+def conditions_part(strategy, root, paths, labels, args, heads: dict, checks: list) -> int:
     """The conditions of ``_images_conditions`` (issue 27), their targets, then the headlines."""
     from _images_conditions import CONFIG, conditions
 
-    print("\nconditions: idle, one core busy, end to end; the folder and its TFRecords")
-    found = conditions(strategy, root, paths, labels, CONFIG["quick" if quick else "full"])
+    print(f"\nconditions: {', '.join(args.only_conditions)}; {', '.join(args.kinds)}")
+    cfg = CONFIG["quick" if args.quick else "full"]
+    found = conditions(strategy, root, paths, labels, cfg, args.kinds, args.only_conditions)
     for key in found:
         if key.endswith(("_ra_vs_model_garden", "_plain_vs_model_garden")):
             flavour = "first_batch" if "_first_batch_" in key else key.split("_")[2]
