@@ -442,6 +442,50 @@ def test_stream_of_fixed_shapes_is_augmented_batch_by_batch_as_one_by_one(stream
         tf.nest.map_structure(np.testing.assert_array_equal, a, b)
 
 
+@pytest.mark.parametrize("batched", [True, False])
+def test_stream_augmentation_is_traced_once_per_input(stream_sources, batched):
+    """New datasets of a stream (every epoch of an endless one, each rank, a resume) call the
+    augmentation traced once per input, not traced again with each dataset (seconds each for
+    an image augmentation); their values are those of one dataset per epoch."""
+    traces = []
+
+    def shift(example, seeds):  # batched: every row shifted by its position
+        traces.append(1)
+        x, y = example
+        return x + tf.cast(seeds[:, 1:], tf.float32), y
+
+    def shift_one(example, seed):
+        traces.append(1)
+        return example[0] + tf.cast(seed[1], tf.float32), example[1]
+
+    if batched:
+        aug = shift
+        aug.batched = True
+    else:
+        aug = shift_one
+    inp = DistributedInput(
+        tf.distribute.OneDeviceStrategy("/cpu:0"),
+        stream_sources[8],
+        batch_size=8,
+        augment=aug,
+        seed=3,
+    )
+    assert inp._stream_augments_batches() == batched
+    steps = inp.steps_per_epoch
+
+    def values(ds):
+        return [x.numpy().tolist() for x, _ in ds]
+
+    endless = values(inp.rank_dataset(0, 4, None).take(2 * steps + 1))
+    resumed = values(inp.rank_dataset(0, 4, 2, start_step=1))
+    assert len(traces) == 1
+    by_epoch = [values(inp.rank_dataset(0, e, 1)) for e in (4, 5, 6)]
+    assert len(traces) == 1
+    assert endless == by_epoch[0] + by_epoch[1] + by_epoch[2][:1]
+    assert resumed == by_epoch[0][1:] + by_epoch[1]
+    assert by_epoch[0] != by_epoch[1]
+
+
 def test_stream_refuses_what_needs_random_access(stream_sources):
     src = stream_sources[8]
     with pytest.raises(ValueError, match="sampler='eval' needs a random-access source"):

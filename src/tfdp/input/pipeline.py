@@ -533,12 +533,12 @@ class DistributedInput:
             ds = parts[0]
             for part in parts[1:]:
                 ds = ds.concatenate(part)
-        if not self._stream_augments_batches():
-            return ds
-        # The augmentation traced once per input (_traced), not with every new dataset.
-        spec = ds.element_spec
-        batch = self._traced(f"stream_batch {spec}", self._stream_batch, list(spec))
-        return ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
+        if self._stream_augments_batches():
+            # The augmentation traced once per input (_traced), not with every new dataset.
+            spec = ds.element_spec
+            batch = self._traced(f"stream_batch {spec}", self._stream_batch, list(spec))
+            ds = ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
+        return ds
 
     def _stream_epoch(self, epoch: Any, idx: np.ndarray, pos: np.ndarray) -> tf.data.Dataset:
         """One epoch's batches of the stream entries ``idx`` (``epoch``: int or int64 tensor).
