@@ -271,7 +271,9 @@ def test_a_dead_or_frozen_peer_is_named_in_the_error_line(tmp_path, fault):
 
 
 def _train(run: Path, *extra: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **TINY_ENV}
+    # TFDP_ELASTIC_SLOW: 100 ms per step, so the first run idles (not trains and saves flat
+    # out) while the second starts up.
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **TINY_ENV, "TFDP_ELASTIC_SLOW": "1"}
     cmd = [sys.executable, "-m", "tfdp.cli", "train", "--run-dir", str(run), "--no-progress",
            *TINY, *extra]  # fmt: skip
     return subprocess.Popen(
