@@ -25,18 +25,20 @@ def _source(n: int = N, image: bool = False) -> ArraySource:
     return ArraySource((np.arange(n, dtype=np.float32)[:, None], np.arange(n)))
 
 
+@tf.function
+def _replica_step(batch):
+    """One function for every test here: traced once per replica, strategy and batch spec (a
+    per-call function was traced again on every call)."""
+    element, ids = batch
+    ctx = tf.distribute.get_replica_context()
+    return ctx.replica_id_in_sync_group, element[1], ids["index"]
+
+
 def _received(strategy, dds) -> dict[int, list[int]]:
     """Run every batch through strategy.run and collect the labels (= ids) per replica."""
-
-    @tf.function
-    def step(batch):
-        element, ids = batch
-        ctx = tf.distribute.get_replica_context()
-        return ctx.replica_id_in_sync_group, element[1], ids["index"]
-
     got: dict[int, list[int]] = {}
     for batch in dds:
-        rid, y, idx = strategy.run(step, args=(batch,))
+        rid, y, idx = strategy.run(_replica_step, args=(batch,))
         for r, yy, ii in zip(
             strategy.experimental_local_results(rid),
             strategy.experimental_local_results(y),
@@ -267,17 +269,10 @@ def stream_sources(tmp_path_factory):
 
 def _received_stream(strategy, dds) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
     """Per replica: the stream indices and the record ids (labels) it received."""
-
-    @tf.function
-    def step(batch):
-        (_, y), ids = batch
-        ctx = tf.distribute.get_replica_context()
-        return ctx.replica_id_in_sync_group, y, ids["index"]
-
     idx: dict[int, list[int]] = {}
     labels: dict[int, list[int]] = {}
     for batch in dds:
-        rid, y, i = strategy.run(step, args=(batch,))
+        rid, y, i = strategy.run(_replica_step, args=(batch,))
         for r, yy, ii in zip(
             *(strategy.experimental_local_results(t) for t in (rid, y, i)), strict=True
         ):
