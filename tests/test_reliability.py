@@ -82,6 +82,7 @@ def test_resume_alone_continues_the_run_and_records_changes(run, capsys):
     assert [m["lr"] for m in _metrics(run)] == pytest.approx([0.002, 0.0005])  # in effect
 
 
+@pytest.mark.xdist_group("reliability_base")  # its module fixture runs once
 def test_resume_may_change_the_gradient_compression_and_records_it(run, capsys):
     assert main(["train", "--resume", "--run-dir", str(run), "--gradient-compression", "bf16"]) == 0
     assert "--gradient-compression 'bf16' (was 'none')" in capsys.readouterr().out
