@@ -91,8 +91,8 @@ class RandAugment(Augmentation):
             ``"random"`` (timm's default: bilinear or bicubic per op).
         jit_compile: Compile the geometric ops' resampling, and the histograms and table
             lookups of AutoContrast and Equalize, with XLA (several times faster on CPU; the
-            first use in a process compiles, a fraction of a second). The blends are not compiled: XLA fuses their
-            multiply-add, which rounds once where PIL rounds twice.
+            first use in a process compiles, a fraction of a second). The blends are not
+            compiled: XLA fuses their multiply-add, which rounds once where PIL rounds twice.
         image_key: Key of the images when the example is a dict.
 
     Example:
