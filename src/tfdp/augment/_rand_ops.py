@@ -37,7 +37,6 @@ __all__ = ["IMAGENET_FILL", "RandOps", "rand_ops"]
 IMAGENET_FILL = (124.0, 116.0, 104.0)
 
 
-@functools.cache
 def _resampler(axes: str, method: str, fill: tuple[float, ...], jit_compile: bool) -> Callable:
     """The affine resampling of one kind, compiled with XLA once per process (and image shape).
 
@@ -46,8 +45,8 @@ def _resampler(axes: str, method: str, fill: tuple[float, ...], jit_compile: boo
     as timm's Python. The blends are not compiled: XLA fuses their
     multiply-add, rounding once where PIL rounds twice.
     """
-    return compiled(
-        functools.partial(affine, interpolation=method, fill=fill, axes=axes), jit_compile
+    return functools.partial(
+        affine, interpolation=method, fill=fill, axes=axes, jit_compile=jit_compile
     )
 
 
