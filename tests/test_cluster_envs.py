@@ -1,7 +1,7 @@
 """`tfdp train` under the environments clusters set: a Slurm job step, a Kubeflow TFJob.
 
-Two real processes on 127.0.0.1 each, as the scheduler would start them, training the digits
-for one epoch with op determinism; both must end with identical weights.
+Two real processes on 127.0.0.1 each, as the scheduler would start them, training a one-layer
+model on the digits for one epoch with op determinism; both must end with identical weights.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ import pytest
 from mw import run_workers
 
 CLI = Path(__file__).parent / "workers" / "cli_main.py"
-TRAIN = ["train", "--epochs", "1", "--batch-size", "32", "--deterministic", "--no-progress",
-         "--steps-per-call", "1", "--checkpoint-every", "1000"]  # fmt: skip
+# The cluster's environment is the point, not the training: a one-layer model
+# (tests/workers/elastic_model.py, beside cli_main.py), about 25 steps of 64.
+TRAIN = ["train", "--epochs", "1", "--batch-size", "64", "--deterministic", "--no-progress",
+         "--steps-per-call", "1", "--checkpoint-every", "1000",
+         "--model", "elastic_model:tiny"]  # fmt: skip
 
 
 def _two_consecutive_free_ports() -> int:

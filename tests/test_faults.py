@@ -34,6 +34,14 @@ TRAIN = [
     "--checkpoint-every", "1", "--steps-per-call", "1",
 ]  # fmt: skip
 
+# Where the fault, not the training, is the point: a one-layer model (tests/workers/
+# elastic_model.py), one step per call and a checkpoint after every step, so that a run is
+# under way (a checkpoint on disk) a moment after TensorFlow has loaded.
+TINY = ["--model", "elastic_model:tiny", "--steps-per-call", "1", "--checkpoint-every", "1"]
+TINY_ENV = {
+    "PYTHONPATH": os.pathsep.join(p for p in (str(WORKERS), os.environ.get("PYTHONPATH")) if p)
+}
+
 pytestmark = pytest.mark.slow
 
 
@@ -232,10 +240,12 @@ def test_two_workers_with_one_task_index_are_told_why(tmp_path):
 def test_a_dead_or_frozen_peer_is_named_in_the_error_line(tmp_path, fault):
     ports = free_ports(2)
     cmd = [sys.executable, "-m", "tfdp.cli", "train", "--epochs", "200", "--no-progress",
-           "--run-dir", str(tmp_path / "r")]  # fmt: skip
+           *TINY, "--run-dir", str(tmp_path / "r")]  # fmt: skip
+    # A frozen peer is lost after the heartbeat timeout: 5 s instead of TensorFlow's 10.
+    env = {**TINY_ENV, "TFDP_HEARTBEAT_TIMEOUT": "5"}
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=_worker_env(ports, i))
+                         env={**_worker_env(ports, i), **env})
         for i in range(2)
     ]  # fmt: skip
     try:
@@ -261,20 +271,13 @@ def test_a_dead_or_frozen_peer_is_named_in_the_error_line(tmp_path, fault):
 
 
 def _train(run: Path, *extra: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # TFDP_ELASTIC_SLOW: 100 ms per step, so the first run idles (not trains and saves flat
+    # out) while the second starts up.
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **TINY_ENV, "TFDP_ELASTIC_SLOW": "1"}
+    cmd = [sys.executable, "-m", "tfdp.cli", "train", "--run-dir", str(run), "--no-progress",
+           *TINY, *extra]  # fmt: skip
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tfdp.cli",
-            "train",
-            "--run-dir",
-            str(run),
-            "--no-progress",
-            "--checkpoint-every",
-            "5",
-            *extra,
-        ],
+        cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,9 +5,10 @@ several machines would, and ``tfdp train`` workers under MultiWorkerMirroredStra
 are tiny (a 480-example slice of the digits, a one-layer model, a few steps) and op
 determinism is on, so weights can be compared bit for bit:
 
-* 2 nodes x 2 workers train to the weights of 1 node x 4 workers (the same worker order);
-* a node's link cut mid-epoch with ``--max-restarts 1``: the group stops, the node rejoins when
-  the link comes back, and the job completes with the uninterrupted run's weights;
+* 2 nodes x 2 workers, a node's link cut mid-epoch with ``--max-restarts 1``: the group
+  stops, the node rejoins when the link comes back, and the job completes with the weights of
+  1 node x 4 workers, uninterrupted (the same worker order); one run proves both that 2 x 2
+  trains as 1 x 4 and that the restart loses nothing;
 * ``--nnodes 2:3``, one of 3 nodes killed (launcher and workers, kill -9) mid-epoch: the job
   goes on on 2 nodes and completes; from ``--record-samples``, the interrupted epoch consumed
   exactly the 3-node plan's samples and the next epoch follows the 2-node plan.
@@ -116,7 +117,7 @@ def fingerprints(*texts: str) -> dict[int, str]:
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def one_node_of_four(data, tmp_path_factory):
     """The reference: 1 node x 4 workers on this host, uninterrupted (2 epochs)."""
     tmp = tmp_path_factory.mktemp("ref")
@@ -129,28 +130,12 @@ def one_node_of_four(data, tmp_path_factory):
     return fps[0]
 
 
-@pytest.mark.xdist_group("multinode_one_node_of_four")  # its module fixture runs once
-def test_two_nodes_of_two_workers_train_to_the_weights_of_one_node_of_four(
+def test_two_nodes_of_two_workers_with_a_cut_link_and_a_restart_end_at_one_node_of_fours_weights(
     data, tmp_path, one_node_of_four
 ):
-    with SimNet(2) as net:
-        master = net.nodes[0].address
-        cmd = train_args(data, tmp_path / "run", 64, 2)
-        nodes = [Launcher(tmp_path / f"node{i}.out", launch_argv("2", i, master, 2) + cmd, node)
-                 for i, node in enumerate(net.nodes)]  # fmt: skip
-        assert [n.finish() for n in nodes] == [0, 0], nodes[0].text[-3000:] + nodes[1].text[-3000:]
-    texts = [n.text for n in nodes]
-    for text in texts:  # the cluster spans both machines' addresses
-        assert "round 0: 2 node(s), 4 worker(s)" in text
-    assert "[worker 0]" in texts[0] and "[worker 2]" in texts[1]
-    assert f"(node 1, {net.nodes[1].address}) runs worker(s) 2-3" in texts[1]
-    assert fingerprints(*texts) == dict.fromkeys(range(4), one_node_of_four)
-
-
-@pytest.mark.xdist_group("multinode_one_node_of_four")  # its module fixture runs once
-def test_a_cut_link_with_a_restart_completes_with_the_uninterrupted_weights(
-    data, tmp_path, one_node_of_four
-):
+    """One run proves both: 2 nodes x 2 workers form one cluster of 4 (worker order as on one
+    node), and a cut link, a restart and a resume end at the 1 x 4 run's weights bit for bit
+    (the run before the cut is a plain 2 x 2 run, the one after resumes from its checkpoint)."""
     with SimNet(2) as net:
         master = net.nodes[0].address
         flags = ("--max-restarts", "1", "--heartbeat-timeout", "5")
@@ -172,6 +157,11 @@ def test_a_cut_link_with_a_restart_completes_with_the_uninterrupted_weights(
         finally:
             net.nodes[1].restore()
         assert [n.finish() for n in nodes] == [0, 0], nodes[0].text[-3000:] + nodes[1].text[-3000:]
+    texts = [n.text for n in nodes]
+    for text in texts:  # the cluster spans both machines' addresses
+        assert "round 0: 2 node(s), 4 worker(s)" in text
+    assert "[worker 0]" in texts[0] and "[worker 2]" in texts[1]
+    assert f"(node 1, {net.nodes[1].address}) runs worker(s) 2-3" in texts[1]
     lost = f"node 1 ({net.nodes[1].address}) lost: no heartbeat for 5s"
     for node in nodes:
         assert f"restarting the group (restart 1 of 1) after: {lost}" in node.text, node.text

@@ -1,7 +1,8 @@
 """Multi-worker training via `tfdp launch`: agreement, kill -9 and SIGTERM recovery, start-up.
 
 Real MultiWorkerMirroredStrategy workers on 127.0.0.1 (one replica per process on CPU),
-op determinism on, the bundled digits, one short epoch.
+op determinism on, one short epoch of a slice of the digits (8 steps) and a one-layer model:
+the faults, not the training, are the point.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ import pytest
 from conftest import free_ports
 
 WORKER = Path(__file__).parent / "workers" / "train_fault.py"
+# --model elastic_model:tiny: tests/workers/elastic_model.py, beside the worker script.
 TRAIN = [
+    "--model",
+    "elastic_model:tiny",
+    "--eval-fraction",
+    "0.2",
     "--epochs",
     "1",
     "--batch-size",
@@ -32,7 +38,20 @@ TRAIN = [
 ]
 
 
-def launch(tmp: Path, fault: str, step: int, restarts: int) -> tuple[int, str]:
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """640 digits: 512 training examples, 8 steps of 64 (2 workers), 128 held out."""
+    import numpy as np
+
+    from tfdp.recipe.digits import load_digits
+
+    images, labels = load_digits("all")
+    path = tmp_path_factory.mktemp("data") / "digits640.npz"
+    np.savez(path, images=images[:640], labels=labels[:640])
+    return path
+
+
+def launch(tmp: Path, data: Path, fault: str, step: int, restarts: int) -> tuple[int, str]:
     cmd = [
         sys.executable,
         "-m",
@@ -48,6 +67,8 @@ def launch(tmp: Path, fault: str, step: int, restarts: int) -> tuple[int, str]:
         str(step),
         "--",
         *TRAIN,
+        "--data",
+        str(data),
         "--run-dir",
         str(tmp / "run"),
     ]
@@ -65,9 +86,9 @@ def fingerprints(out: str) -> dict[int, str]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("clean")
-    code, out = launch(tmp, "none", 0, 0)
+    code, out = launch(tmp, data, "none", 0, 0)
     assert code == 0, out[-3000:]
     fps = fingerprints(out)
     assert set(fps) == {0, 1}
@@ -88,8 +109,8 @@ def test_two_workers_train_to_identical_weights(uninterrupted):
 
 
 @pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
-def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, uninterrupted):
-    code, out = launch(tmp_path, "kill", 7, 1)
+def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, data, uninterrupted):
+    code, out = launch(tmp_path, data, "kill", 7, 1)
     assert code == 0, out[-3000:]
     assert "FAULT kill worker 1 at step 7" in out  # the kill really happened ...
     assert "killed by SIGKILL" in out and "restart 1 of 1" in out  # ... and was recovered from
@@ -110,8 +131,8 @@ def test_kill9_mid_epoch_restarts_and_ends_with_the_same_weights(tmp_path, unint
 
 
 @pytest.mark.xdist_group("multiworker_uninterrupted")  # its module fixture runs once
-def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, uninterrupted):
-    code, out = launch(tmp_path, "term", 7, 1)
+def test_sigterm_checkpoints_that_step_and_the_restart_resumes_there(tmp_path, data, uninterrupted):
+    code, out = launch(tmp_path, data, "term", 7, 1)
     assert code == 0, out[-3000:]
     assert "FAULT term worker 1 at step 7" in out
     assert "[worker 1] tfdp train: SIGTERM: saving a checkpoint and stopping" in out

@@ -81,7 +81,7 @@ def _start(net, argv, tmp_path):
     for i, node in enumerate(net.nodes):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
         env = {"TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "3",
-               "TFDP_STARTUP_TIMEOUT": "120"}  # fmt: skip
+               "TFDP_STARTUP_TIMEOUT": "120", "PYTHONPATH": str(WORKERS)}  # fmt: skip
         workers.append(Worker(node, argv, env))
     return workers
 
@@ -131,8 +131,8 @@ def test_a_stopped_node_ends_tfdp_train_with_exit_4_and_the_resume_command(simne
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "tfdp.cli", "train", "--epochs", "100", "--no-progress",
             "--replicas", "1", "--log-every", "1", "--checkpoint-every", "50",
-            "--run-dir", str(run)]  # fmt: skip
-    chief, other = _start(net, argv, tmp_path)
+            "--model", "elastic_model:tiny", "--run-dir", str(run)]  # fmt: skip
+    chief, other = _start(net, argv, tmp_path)  # the one-layer model: the fault is the point
     chief.wait_for(r"global_step (1[2-9]|[2-9]\d) ")
     stopped = net.nodes[1].signal(signal.SIGSTOP)
     stop_at = time.monotonic()
