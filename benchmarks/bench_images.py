@@ -72,6 +72,10 @@ Usage (on a shared machine, under the lock, e.g.
     python benchmarks/bench_images.py --quick --conditions only --kinds tfrecord \
         --only-conditions idle   # the TFRecord input alone, one condition (< 1 min)
 
+TensorFlow runs with the host allocator tfdp's CLI and launcher give it (BFC,
+:func:`tfdp._compat.prefer_bfc_cpu_allocator`); ``TF_CPU_ALLOCATOR_USE_BFC=false`` in the
+environment measures with malloc's (every buffer of 32 MiB or more faulted in anew).
+
 The headline figures come last, one ``name: value`` per line.
 """
 
@@ -91,9 +95,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from tfdp._compat import CPU_ALLOCATOR_ENV, prefer_bfc_cpu_allocator
 
-import numpy as np
-import tensorflow as tf
+# TensorFlow's host allocator as tfdp's CLI and launcher give it (BFC: no page faults for
+# every batch); TF_CPU_ALLOCATOR_USE_BFC=false in the environment measures malloc's.
+prefer_bfc_cpu_allocator(os.environ)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -740,7 +749,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"bench_images {_dt.datetime.now():%Y-%m-%d %H:%M}, {platform.node()}, "
         f"os.cpu_count()={os.cpu_count()}, Python {platform.python_version()}, "
-        f"TensorFlow {tf.__version__}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"TensorFlow {tf.__version__}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+        f"{CPU_ALLOCATOR_ENV}={os.environ[CPU_ALLOCATOR_ENV]}"
     )
     print(f"folder: {root}: {folder_stats(root)}")
     if args.conditions == "only":

@@ -26,10 +26,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
+
+from tfdp.augment._each import compiled
+from tfdp.errors import ConfigError
 
 __all__ = ["AFFINE_INTERPOLATIONS", "affine", "rotation"]
 
@@ -81,6 +85,7 @@ def affine(
     interpolation: str,
     fill: Sequence[float],
     axes: str = "xy",
+    jit_compile: bool = False,
 ) -> tf.Tensor:
     """PIL's affine transform of each 8-bit-valued image by its matrix (see the module docstring).
 
@@ -94,66 +99,164 @@ def affine(
             column (``a, b, c = 1, 0, 0``): PIL's interpolation across the kept axis
             weighs the pixel itself by exactly 1, so only the other axis' taps are
             read (4 per pixel instead of 16) -- the same values.
+        jit_compile: Compile with XLA, in two parts for ``bilinear`` and ``bicubic``: the
+            taps' gather, and their interpolation (one XLA function repeats the gather
+            for every value it feeds: twice as slow). The values are the same either
+            way but for the interpolation's rounding (XLA fuses multiply-adds).
 
     Returns:
         float32 ``[B, H, W, C]``, integer values.
     """
-    if axes == "y":  # the transposed image, rows and columns (and the matrix) swapped
-        m = tf.cast(matrices, tf.float64)
-        swapped = tf.stack([m[:, 4], m[:, 3], m[:, 5], m[:, 1], m[:, 0], m[:, 2]], axis=1)
-        out = affine(tf.transpose(images, [0, 2, 1, 3]), swapped, interpolation, fill, "x")
-        return tf.transpose(out, [0, 2, 1, 3])
+    gather, interpolate = _stages(interpolation, tuple(fill), axes, jit_compile)
+    return interpolate(*gather(images, matrices))
+
+
+@functools.cache
+def _stages(
+    interpolation: str, fill: tuple[float, ...], axes: str, jit_compile: bool
+) -> tuple[Callable[..., tuple[tf.Tensor, ...]], Callable[..., tf.Tensor]]:
+    """:func:`affine`'s two stages, each compiled with XLA (``jit_compile``) once per process."""
+    if interpolation == "nearest":
+        whole = functools.partial(_nearest_affine, fill=fill)
+        return compiled(lambda images, m: (whole(images, m),), jit_compile), lambda out: out
+    gather = functools.partial(_gather_taps, interpolation=interpolation, fill=fill, axes=axes)
+    finish = functools.partial(_interpolate_taps, axes=axes)
+    return compiled(gather, jit_compile), compiled(finish, jit_compile)
+
+
+def _nearest_affine(images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[float]) -> tf.Tensor:
+    """PIL's nearest affine transform (exact: PIL's 16.16 fixed point, see :func:`_nearest`)."""
     shape = tf.shape(images)
     batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
     m = tf.cast(matrices, tf.float64)
     fill_value = tf.broadcast_to(tf.constant(fill, tf.float32), [channels])
-    if interpolation == "nearest":
-        flat = tf.reshape(images, [batch, -1, channels])  # [B, HW, C]
-        gy, gx = tf.meshgrid(tf.range(height), tf.range(width), indexing="ij")
-        rows, cols = _nearest(m, tf.reshape(gx, [1, -1]), tf.reshape(gy, [1, -1]))
-        h64, w64 = tf.cast(height, tf.int64), tf.cast(width, tf.int64)
-        inside = (cols >= 0) & (cols < w64) & (rows >= 0) & (rows < h64)
-        rows = tf.cast(tf.clip_by_value(rows, 0, h64 - 1), tf.int32)
-        cols = tf.cast(tf.clip_by_value(cols, 0, w64 - 1), tf.int32)
-        out = tf.gather(flat, rows * width + cols, batch_dims=1)
-        out = tf.where(inside[..., tf.newaxis], out, fill_value)
-        return tf.reshape(out, shape)
+    flat = tf.reshape(images, [batch, -1, channels])  # [B, HW, C]
+    gy, gx = tf.meshgrid(tf.range(height), tf.range(width), indexing="ij")
+    rows, cols = _nearest(m, tf.reshape(gx, [1, -1]), tf.reshape(gy, [1, -1]))
+    h64, w64 = tf.cast(height, tf.int64), tf.cast(width, tf.int64)
+    inside = (cols >= 0) & (cols < w64) & (rows >= 0) & (rows < h64)
+    rows = tf.cast(tf.clip_by_value(rows, 0, h64 - 1), tf.int32)
+    cols = tf.cast(tf.clip_by_value(cols, 0, w64 - 1), tf.int32)
+    out = tf.gather(flat, rows * width + cols, batch_dims=1)
+    out = tf.where(inside[..., tf.newaxis], out, fill_value)
+    return tf.reshape(out, shape)
+
+
+def _packed(images: tf.Tensor) -> tf.Tensor:
+    """An RGB image's 8-bit values as one float32 per pixel, ``r + 256 g + 65536 b``.
+
+    Exact (below ``2**24``), and a third of the values to gather: XLA's CPU
+    gather costs per value, not per byte. Other channel counts are returned
+    as they are.
+    """
+    if images.shape[-1] != 3:
+        return images
+    r, g, b = tf.unstack(images, 3, axis=-1)
+    return (r + 256.0 * g + 65536.0 * b)[..., tf.newaxis]
+
+
+def _unpacked(values: tf.Tensor, channel: int) -> tf.Tensor:
+    """Channel ``channel`` of :func:`_packed` values (exact: powers of two, integers)."""
+    if channel == 2:
+        return tf.floor(values / 65536.0)
+    if channel == 1:
+        return tf.floor((values - 65536.0 * tf.floor(values / 65536.0)) / 256.0)
+    return values - 256.0 * tf.floor(values / 256.0)
+
+
+def _gather_taps(
+    images: tf.Tensor,
+    matrices: tf.Tensor,
+    interpolation: str,
+    fill: Sequence[float],
+    axes: str,
+) -> tuple[tf.Tensor, ...]:
+    """Each pixel's taps (channels packed), fractions and whether it lies inside the image.
+
+    Returns ``(values, dx, dy, inside, fill_value)``: ``values`` ``[rows, B, H, W, taps,
+    P]`` (``rows`` 1 for ``axes`` ``"x"`` / ``"y"``, ``P`` values per pixel:
+    :func:`_packed`), ``dx``, ``dy`` :data:`DTYPE` ``[B, H, W]``, ``inside`` bool ``[B,
+    H, W]`` (for ``"y"`` all of the transposed image's), the fill colour ``[C]``.
+    """
+    m = tf.cast(matrices, tf.float64)
+    if axes == "y":  # the transposed image, rows and columns (and the matrix) swapped
+        images = tf.transpose(images, [0, 2, 1, 3])
+    channels = images.shape[-1]
+    if channels is None:
+        raise ConfigError(
+            "affine takes images whose channel count is known when the graph is built",
+            argument="images",
+        )
+    packed = _packed(images)
+    per_pixel = packed.shape[-1]
+    fill_value = tf.broadcast_to(tf.constant(fill, tf.float32), [channels])
+    shape = tf.shape(images)
+    batch, height, width = shape[0], shape[1], shape[2]
     gx = tf.range(width, dtype=tf.float64)[tf.newaxis, tf.newaxis, :] + 0.5  # [1, 1, W]
     gy = tf.range(height, dtype=tf.float64)[tf.newaxis, :, tf.newaxis] + 0.5  # [1, H, 1]
-    coef = [m[:, k, tf.newaxis, tf.newaxis] for k in range(6)]  # [B, 1, 1] each
+    # [B, 1, 1] each; for "y" the transposed image's matrix (picked, not re-stacked: Grappler
+    # broke the stacked matrix's broadcast for more than one sample)
+    order = (4, 3, 5, 1, 0, 2) if axes == "y" else range(6)
+    coef = [m[:, k, tf.newaxis, tf.newaxis] for k in order]
     xs = coef[0] * gx + coef[1] * gy + coef[2]  # [B, H, W], in double as PIL
     inside = (xs >= 0.0) & (xs < tf.cast(width, tf.float64))
     taps = 2 if interpolation == "bilinear" else 4
     pad = taps // 2  # the taps of x0 in [-1, W - 1] lie in [-pad, W - 1 + pad]
     x0 = tf.floor(xs - 0.5)
-    dx = tf.cast(xs - 0.5 - x0, DTYPE)[..., tf.newaxis]  # [B, H, W, 1]
+    dx = tf.cast(xs - 0.5 - x0, DTYPE)
     # PIL clamps each tap to the image: the image edge-padded, and each pixel's taps side by
     # side in its last axis, so that one gather per pixel (and row) reads all of them --
-    # TensorFlow's gather costs per index, not per byte.
+    # TensorFlow's gather costs per index and value, not per byte.
     col = tf.clip_by_value(tf.cast(x0, tf.int32) + 1, 0, width)  # first tap in the padding
-    if axes == "x":  # every row kept: the taps along x of the pixel's own row
-        wide = _taps_side_by_side(images, taps, pad)  # [B, H, W + 1, taps * C]
-        values = tf.cast(tf.gather(wide, col, axis=2, batch_dims=2), DTYPE)  # [B, H, W, taps C]
-        values = tf.reshape(values, tf.concat([shape[:3], [taps, channels]], 0))
-        out = _interpolate(tf.unstack(values, taps, axis=3), dx)
-    else:
-        ys = coef[3] * gx + coef[4] * gy + coef[5]
-        inside &= (ys >= 0.0) & (ys < tf.cast(height, tf.float64))
-        y0 = tf.floor(ys - 0.5)
-        dy = tf.cast(ys - 0.5 - y0, DTYPE)[..., tf.newaxis]
-        rows = _edge_pad(images, pad, axis=1)  # [B, H + 2 pad, W, C]
-        wide = _taps_side_by_side(rows, taps, pad)  # [B, H + 2 pad, W + 1, taps * C]
-        row = tf.clip_by_value(tf.cast(y0, tf.int32) + 1, 0, height)  # first tap row
-        row = row + tf.reshape(tf.range(taps), [taps, 1, 1, 1])  # [taps, B, H, W]
-        start = tf.reshape(tf.range(batch) * (height + 2 * pad), [1, -1, 1, 1])
-        index = (start + row) * (width + 1) + col
-        flat = tf.reshape(wide, [-1, taps * channels])
-        values = tf.cast(tf.gather(flat, index), DTYPE)  # [rows, B, H, W, cols * C]
-        values = tf.reshape(values, tf.concat([[taps], shape[:3], [taps, channels]], 0))
-        per_row = _interpolate(tf.unstack(values, taps, axis=4), dx)  # [rows, B, H, W, C]
-        out = _interpolate(tf.unstack(per_row, taps), dy)  # rows along x, then along y, as PIL
-    out = tf.cast(tf.floor(tf.clip_by_value(out, 0.0, 255.0)), tf.float32)
-    return tf.where(inside[..., tf.newaxis], out, fill_value)
+    if axes != "xy":  # every row kept: the taps along x of the pixel's own row
+        wide = _taps_side_by_side(packed, taps, pad)  # [B, H, W + 1, taps * P]
+        values = tf.gather(wide, col, axis=2, batch_dims=2)[tf.newaxis]  # [1, B, H, W, taps P]
+        values = tf.reshape(values, tf.concat([tf.shape(values)[:4], [taps, per_pixel]], 0))
+        return values, dx, tf.zeros_like(dx), inside, fill_value
+    ys = coef[3] * gx + coef[4] * gy + coef[5]
+    inside &= (ys >= 0.0) & (ys < tf.cast(height, tf.float64))
+    y0 = tf.floor(ys - 0.5)
+    dy = tf.cast(ys - 0.5 - y0, DTYPE)
+    rows = _edge_pad(packed, pad, axis=1)  # [B, H + 2 pad, W, P]
+    wide = _taps_side_by_side(rows, taps, pad)  # [B, H + 2 pad, W + 1, taps * P]
+    row = tf.clip_by_value(tf.cast(y0, tf.int32) + 1, 0, height)  # first tap row
+    row = row + tf.reshape(tf.range(taps), [taps, 1, 1, 1])  # [taps, B, H, W]
+    start = tf.reshape(tf.range(batch) * (height + 2 * pad), [1, -1, 1, 1])
+    index = (start + row) * (width + 1) + col
+    values = tf.gather(tf.reshape(wide, [-1, taps * per_pixel]), index)  # [rows, B, H, W, taps P]
+    values = tf.reshape(values, tf.concat([tf.shape(values)[:4], [taps, per_pixel]], 0))
+    return values, dx, dy, inside, fill_value
+
+
+def _interpolate_taps(
+    values: tf.Tensor,
+    dx: tf.Tensor,
+    dy: tf.Tensor,
+    inside: tf.Tensor,
+    fill_value: tf.Tensor,
+    axes: str,
+) -> tf.Tensor:
+    """The taps of :func:`_gather_taps` interpolated as PIL's, channel by channel.
+
+    Rows along x, then along y; truncated; ``fill_value`` ``[C]`` outside.
+    Returns float32 ``[B, H, W, C]``.
+    """
+    rows, taps, per_pixel = values.shape[0], values.shape[-2], values.shape[-1]
+    channels = fill_value.shape[0]
+    packed = per_pixel != channels  # RGB as one value (_packed)
+    interpolate = _linear if taps == 2 else _cubic
+    out = []
+    for c in range(channels):
+        per_row = []
+        for r in range(rows):
+            at = [values[r, ..., t, 0 if packed else c] for t in range(taps)]
+            at = [tf.cast(_unpacked(v, c) if packed else v, DTYPE) for v in at]
+            per_row.append(interpolate(*at, dx))
+        v = per_row[0] if rows == 1 else interpolate(*per_row, dy)
+        v = tf.cast(tf.floor(tf.clip_by_value(v, 0.0, 255.0)), tf.float32)
+        out.append(tf.where(inside, v, fill_value[c]))
+    image = tf.stack(out, axis=-1)
+    return tf.transpose(image, [0, 2, 1, 3]) if axes == "y" else image
 
 
 def _edge_pad(images: tf.Tensor, pad: int, axis: int) -> tf.Tensor:
@@ -168,16 +271,6 @@ def _taps_side_by_side(images: tf.Tensor, taps: int, pad: int) -> tf.Tensor:
     padded = _edge_pad(images, pad, axis=2)  # [B, H, W + 2 pad, C]
     width = tf.shape(images)[2]
     return tf.concat([padded[:, :, k : k + width + 1] for k in range(taps)], axis=3)
-
-
-def _interpolate(values: list[tf.Tensor], d: tf.Tensor) -> tf.Tensor:
-    """PIL's bilinear (2 taps) or cubic (4 taps) of ``values`` at fraction ``d`` ``[..., 1]``.
-
-    ``d`` is tiled to the values' channels first: TensorFlow's CPU kernels
-    broadcast a last axis of 1 several times slower than they multiply alike shapes.
-    """
-    d = tf.tile(d, tf.concat([tf.ones([d.shape.rank - 1], tf.int32), tf.shape(values[0])[-1:]], 0))
-    return _linear(*values, d) if len(values) == 2 else _cubic(*values, d)
 
 
 def _nearest(m: tf.Tensor, gx: tf.Tensor, gy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

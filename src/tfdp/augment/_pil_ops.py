@@ -56,15 +56,19 @@ from tfdp.errors import ConfigError
 __all__ = [
     "as_double",
     "autocontrast",
+    "autocontrast_tables",
     "blend",
     "brightness",
     "color",
     "contrast",
     "div",
     "equalize",
+    "equalize_tables",
     "grayscale",
+    "histograms",
     "hue",
     "invert",
+    "lookup",
     "mul",
     "posterize",
     "quantize",
@@ -124,8 +128,19 @@ def _channel_index(images: tf.Tensor) -> tf.Tensor:
     return index + offsets[:, tf.newaxis, tf.newaxis, tf.newaxis]
 
 
-def _lookup(images: tf.Tensor, tables: tf.Tensor) -> tf.Tensor:
-    """``images`` through per-(sample, channel) tables ``[B, C, 256]``: one gather."""
+def lookup(images: tf.Tensor, tables: tf.Tensor) -> tf.Tensor:
+    """``images`` (8-bit values) through per-(sample, channel) tables ``[B, C, 256]``: one gather.
+
+    Exact, compiled or not; XLA runs it several times faster than TensorFlow's
+    kernels (the channel offsets and the gather fused into one loop: 0.24 vs
+    1.0 ms for a 224x224 RGB image, one thread).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> tables = tf.reshape(255.0 - tf.range(256.0), [1, 1, 256])
+        >>> lookup(tf.constant([[[[0.0], [10.0]]]]), tables).numpy().ravel().tolist()
+        [255.0, 245.0]
+    """
     return tf.gather(tf.reshape(tf.cast(tables, tf.float32), [-1]), _channel_index(images))
 
 
@@ -254,31 +269,60 @@ def solarize_add(images: tf.Tensor, add: tf.Tensor, threshold: float = 128.0) ->
 def autocontrast(images: tf.Tensor) -> tf.Tensor:
     """``ImageOps.autocontrast(img)``: each channel stretched from ``[lo, hi]`` to ``[0, 255]``.
 
-    PIL's table ``int(v * scale + offset)``, ``scale = 255 / (hi - lo)``,
-    ``offset = -lo * scale``, in float64 as PIL's Python computes it; a channel
-    with ``hi <= lo`` is unchanged.
+    ``lookup(images, autocontrast_tables(images))`` (see :func:`autocontrast_tables`).
 
     Example:
         >>> import tensorflow as tf
         >>> autocontrast(tf.constant([[[[50.0], [100.0], [150.0]]]])).numpy().ravel().tolist()
         [0.0, 127.0, 255.0]
     """
-    lo = tf.cast(tf.reduce_min(images, axis=[1, 2]), tf.float64)[..., tf.newaxis]  # [B, C, 1]
-    hi = tf.cast(tf.reduce_max(images, axis=[1, 2]), tf.float64)[..., tf.newaxis]
+    return lookup(images, autocontrast_tables(images))
+
+
+def _extremes(images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Each channel's minimum and maximum ``[B, C]``: over the rows first, then the columns.
+
+    The rows reduced as ``[B, H, W * C]`` (contiguous) are faster than ``tf.reduce_min(images,
+    [1, 2])`` (0.40 vs 0.56 ms for both of a 224x224 RGB image, one thread).
+    """
+    shape = tf.shape(images)
+    rows = tf.reshape(images, tf.stack([shape[0], shape[1], -1]))
+    pixels = tf.stack([shape[0], shape[2], _channels(images)])
+    lo = tf.reduce_min(tf.reshape(tf.reduce_min(rows, axis=1), pixels), axis=1)
+    hi = tf.reduce_max(tf.reshape(tf.reduce_max(rows, axis=1), pixels), axis=1)
+    return lo, hi
+
+
+def autocontrast_tables(images: tf.Tensor) -> tf.Tensor:
+    """PIL's autocontrast tables ``[B, C, 256]`` (float64) of 8-bit-valued images.
+
+    PIL's table ``int(v * scale + offset)``, ``scale = 255 / (hi - lo)``,
+    ``offset = -lo * scale``, in float64 as PIL's Python computes it; a channel
+    with ``hi <= lo`` is unchanged. Kept out of XLA, which would fuse the
+    multiply-add (one rounding where PIL's Python rounds twice); the tables
+    are small, the lookup (:func:`lookup`) is what may be compiled.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> table = autocontrast_tables(tf.constant([[[[50.0], [100.0], [150.0]]]]))
+        >>> table[0, 0, 49:52].numpy().tolist(), table[0, 0, 150].numpy().item()
+        ([0.0, 0.0, 2.0], 255.0)
+    """
+    lo, hi = (tf.cast(v, tf.float64)[..., tf.newaxis] for v in _extremes(images))  # [B, C, 1]
     spread = hi > lo
     scale = 255.0 / tf.where(spread, hi - lo, 1.0)
     offset = -lo * scale
     levels = tf.range(256, dtype=tf.float64)
     table = tf.clip_by_value(tf.floor(levels * scale + offset), 0.0, 255.0)  # PIL's table
-    return _lookup(images, tf.where(spread, table, levels))
+    return tf.where(spread, table, levels)
 
 
 def equalize(images: tf.Tensor) -> tf.Tensor:
     """``ImageOps.equalize(img)``: each channel through PIL's histogram-equalising table.
 
-    Per channel: ``step = (pixels - count of the last used level) // 255``;
-    one used level, or ``step`` 0, leaves the channel unchanged; otherwise
-    level ``i`` maps to ``(step // 2 + pixels below i) // step``.
+    ``lookup(images, equalize_tables(histograms(images)))``; the stages compile
+    the histograms and the lookup with XLA, apart (one XLA function of the
+    three ran twice as long: 2.3 vs 1.1 ms for a 224x224 RGB image, one thread).
 
     Example:
         >>> import tensorflow as tf
@@ -286,13 +330,39 @@ def equalize(images: tf.Tensor) -> tf.Tensor:
         >>> sorted(set(equalize(levels).numpy().ravel().tolist()))
         [0.0, 85.0, 171.0, 255.0]
     """
+    return lookup(images, equalize_tables(histograms(images)))
+
+
+def histograms(images: tf.Tensor) -> tf.Tensor:
+    """Per-(sample, channel) histograms ``[B, C, 256]`` (int32) of 8-bit-valued images.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> histograms(tf.constant([[[[0.0], [2.0], [2.0]]]]))[0, 0, :3].numpy().tolist()
+        [1, 0, 2]
+    """
     shape = tf.shape(images)
-    batch, channels = shape[0], shape[3]
-    index = _channel_index(images)
-    flat = tf.reshape(index, [-1])
+    flat = tf.reshape(_channel_index(images), [-1])
     # A segment sum, not bincount: bincount's size depends on the values, which XLA would
     # take for a constant (a new compilation for every image).
-    hist = tf.math.unsorted_segment_sum(tf.ones_like(flat), flat, batch * channels * 256)
+    hist = tf.math.unsorted_segment_sum(tf.ones_like(flat), flat, shape[0] * shape[3] * 256)
+    return tf.reshape(hist, [shape[0], _channels(images), 256])
+
+
+def equalize_tables(hist: tf.Tensor) -> tf.Tensor:
+    """PIL's equalize tables ``[B, C, 256]`` (int64) from histograms ``[B, C, 256]``.
+
+    Per channel: ``step = (pixels - count of the last used level) // 255``;
+    one used level, or ``step`` 0, leaves the channel unchanged; otherwise
+    level ``i`` maps to ``(step // 2 + pixels below i) // step``.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> hist = tf.reshape(tf.one_hot([0, 1, 2, 3], 256, dtype=tf.int32) * 256, [1, 4, 256])
+        >>> equalize_tables(tf.reduce_sum(hist, 1, keepdims=True))[0, 0, :4].numpy().tolist()
+        [0, 85, 171, 255]
+    """
+    shape = tf.shape(hist)
     hist = tf.reshape(tf.cast(hist, tf.int64), [-1, 256])  # [BC, 256]
     used = hist > 0
     last = 255 - tf.argmax(tf.reverse(tf.cast(used, tf.int32), [1]), axis=1, output_type=tf.int32)
@@ -304,8 +374,7 @@ def equalize(images: tf.Tensor) -> tf.Tensor:
     safe = tf.maximum(step, 1)[:, tf.newaxis]
     table = tf.minimum((safe // 2 + below) // safe, 255)
     identity = tf.broadcast_to(tf.range(256, dtype=tf.int64), tf.shape(table))
-    table = tf.where(keep[:, tf.newaxis], identity, table)  # [BC, 256]
-    return tf.gather(tf.cast(tf.reshape(table, [-1]), tf.float32), index)
+    return tf.reshape(tf.where(keep[:, tf.newaxis], identity, table), shape)
 
 
 def _f32(x: tf.Tensor) -> tf.Tensor:

@@ -37,7 +37,6 @@ __all__ = ["IMAGENET_FILL", "RandOps", "rand_ops"]
 IMAGENET_FILL = (124.0, 116.0, 104.0)
 
 
-@functools.cache
 def _resampler(axes: str, method: str, fill: tuple[float, ...], jit_compile: bool) -> Callable:
     """The affine resampling of one kind, compiled with XLA once per process (and image shape).
 
@@ -46,15 +45,21 @@ def _resampler(axes: str, method: str, fill: tuple[float, ...], jit_compile: boo
     as timm's Python. The blends are not compiled: XLA fuses their
     multiply-add, rounding once where PIL rounds twice.
     """
-    return compiled(
-        functools.partial(affine, interpolation=method, fill=fill, axes=axes), jit_compile
+    return functools.partial(
+        affine, interpolation=method, fill=fill, axes=axes, jit_compile=jit_compile
     )
 
 
 @functools.cache
-def _equalizer(jit_compile: bool) -> Callable:
-    """PIL's equalize (integer arithmetic), compiled with XLA once per process."""
-    return compiled(pil.equalize, jit_compile)
+def _histograms(jit_compile: bool) -> Callable:
+    """Per-channel histograms (integer counts), compiled with XLA once per process."""
+    return compiled(pil.histograms, jit_compile)
+
+
+@functools.cache
+def _lookup(jit_compile: bool) -> Callable:
+    """The per-channel table lookup (a gather: exact), compiled with XLA once per process."""
+    return compiled(pil.lookup, jit_compile)
 
 
 def _signed(value: tf.Tensor, negate: tf.Tensor) -> tf.Tensor:
@@ -83,7 +88,7 @@ class RandOps:
         ops: The op names (timm's), in the order the draws index them.
         fill: The geometric ops' fill colour.
         interpolation: ``"nearest"``, ``"bilinear"``, ``"bicubic"`` or ``"random"``.
-        jit_compile: Compile the resampling and Equalize with XLA.
+        jit_compile: Compile the resampling, the histograms and the table lookups with XLA.
     """
 
     def __init__(
@@ -96,7 +101,8 @@ class RandOps:
             for axes in ("x", "y", "xy")
             for method in resamplers
         }
-        self._equalize = _equalizer(jit_compile)
+        self._histograms = _histograms(jit_compile)
+        self._lookup = _lookup(jit_compile)
         #: ``layer(image, op, applied, level, negate, bicubic)``: one layer on one sample, a
         #: ``tf.function`` per kind of image traced once and called by every layer (its
         #: branches are traced, and instantiated by a new ``tf.data`` iterator, once).
@@ -159,9 +165,9 @@ class RandOps:
         if name == "SolarizeAdd":
             return pil.solarize_add(image, tf.minimum(tf.floor(mul(fraction, 110.0)), 128.0))
         if name == "AutoContrast":
-            return pil.autocontrast(image)
+            return self._lookup(image, pil.autocontrast_tables(image))
         if name == "Equalize":
-            return self._equalize(image)
+            return self._lookup(image, pil.equalize_tables(self._histograms(image)))
         if name == "Invert":
             return pil.invert(image)
         axes = "y" if name in ("ShearY", "TranslateYRel") else "x"

@@ -89,10 +89,10 @@ class RandAugment(Augmentation):
         fill: Fill colour of the geometric ops (one value per channel, or one).
         interpolation: ``"bicubic"`` (DeiT's), ``"bilinear"``, ``"nearest"`` or
             ``"random"`` (timm's default: bilinear or bicubic per op).
-        jit_compile: Compile the geometric ops' resampling and Equalize with XLA
-            (several times faster on CPU; the first use in a process compiles, a
-            fraction of a second). The blends are not compiled: XLA fuses their
-            multiply-add, which rounds once where PIL rounds twice.
+        jit_compile: Compile the geometric ops' resampling, and the histograms and table
+            lookups of AutoContrast and Equalize, with XLA (several times faster on CPU; the
+            first use in a process compiles, a fraction of a second). The blends are not
+            compiled: XLA fuses their multiply-add, which rounds once where PIL rounds twice.
         image_key: Key of the images when the example is a dict.
 
     Example:

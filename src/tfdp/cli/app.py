@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from tfdp._compat import prefer_bfc_cpu_allocator
 from tfdp.cli import data, evaluate, launch, plot, sampler, train
 from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
 from tfdp.errors import TfdpError, user_message
@@ -103,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     quiet_tf()  # before TensorFlow loads
+    prefer_bfc_cpu_allocator(os.environ)  # likewise (the input's batches: no page faults)
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "command", None):

@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdp._compat import prefer_bfc_cpu_allocator
 from tfdp.launch.plan import (
     LaunchError,
     NodeSlot,
@@ -390,10 +391,13 @@ def _worker_env(env: Mapping[str, str], silence: float) -> dict[str, str]:
 
     A machine silent for ``silence`` seconds is lost to the launchers; its workers' peers
     declare it lost after the same time (``TFDP_HEARTBEAT_TIMEOUT``, read by
-    :func:`tfdp.distribute.make_strategy`), unless the environment sets that already.
+    :func:`tfdp.distribute.make_strategy`), unless the environment sets that already. The
+    workers' TensorFlow keeps its host memory for reuse
+    (:func:`tfdp._compat.prefer_bfc_cpu_allocator`), likewise.
     """
     out = dict(env)
     out.setdefault("TFDP_HEARTBEAT_TIMEOUT", f"{silence:g}")
+    prefer_bfc_cpu_allocator(out)
     return out
 
 
