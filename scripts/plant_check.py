@@ -106,9 +106,9 @@ PLANTS = [
     ),
     Plant(
         "augment-keyed-by-index",
-        "input/pipeline.py",
-        "self._finish_one(self._augment_one(example, key, pos), idx, pos, key, weight)",
-        "self._finish_one(self._augment_one(example, key, idx), idx, pos, key, weight)",
+        "input/examples.py",
+        "self.finish_one(self.augment_one(example, key, pos), idx, pos, key, weight)",
+        "self.finish_one(self.augment_one(example, key, idx), idx, pos, key, weight)",
         "a per-example augmentation keyed by the example's index, not its list position "
         "(repeats and padding augmented alike)",
     ),

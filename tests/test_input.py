@@ -443,7 +443,7 @@ def test_stream_of_fixed_shapes_is_augmented_batch_by_batch_as_one_by_one(stream
             drop_remainder=False,
             seed=5,
         )
-        assert inp._stream_augments_batches() == (aug is not one_by_one)
+        assert inp.examples.augments_stream_batches() == (aug is not one_by_one)
         batches = list(inp.rank_dataset(0, 1, 1))
         outputs.append(tf.nest.map_structure(lambda t: t.numpy(), batches))
     assert len(outputs[0]) == len(outputs[1]) > 2
@@ -480,7 +480,7 @@ def test_stream_augmentation_is_traced_once_per_input(stream_sources, batched):
         augment=aug,
         seed=3,
     )
-    assert inp._stream_augments_batches() == batched
+    assert inp.examples.augments_stream_batches() == batched
     steps = inp.steps_per_epoch
 
     def values(ds):

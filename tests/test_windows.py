@@ -608,7 +608,7 @@ def test_encoded_tfrecord_stream_equals_the_decoded_stream(tmp_path, mirrored2):
             seed=3,
         )
         # encoded: augmented batch by batch (scalar strings batch); decoded: one by one
-        assert inp._stream_augments_batches() == (images == "encoded")
+        assert inp.examples.augments_stream_batches() == (images == "encoded")
         outputs.append(_elements(mirrored2, inp.epoch(1)))
     assert len(outputs[0]) >= 2
     _assert_same(outputs[0], outputs[1])

@@ -5,7 +5,8 @@ source, a sampler configuration, a batch size and an augmentation into a
 ``tf.distribute.DistributedDataset`` in which the replica of global rank ``r``
 receives exactly ``sampler(rank=r).indices()``, in order, batch after batch:
 ``pipeline`` (:class:`DistributedInput`: the per-rank pipelines and their
-interleaving), ``config`` (the batch size and sampler it is given, checked
+interleaving), ``examples`` (what happens to loaded examples: augmentation,
+batch stages, weights and ids), ``config`` (the batch size and sampler it is given, checked
 against the source and the strategy) and ``agreement`` (the workers'
 agreement on a user ``permutation=``).
 

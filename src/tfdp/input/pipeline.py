@@ -51,10 +51,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfdp._autograph import plain, user_code
+from tfdp._autograph import plain
 from tfdp._compat import lightly_optimized_map
 from tfdp._util import deterministic_unsharded
-from tfdp.augment.compose import split_batch_stages
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.elastic import epoch_plan, plan_steps
 from tfdp.errors import ConfigError, ConfigTypeError
@@ -66,10 +65,10 @@ from tfdp.input.config import (
     same_stream_indices_every_epoch,
     stream_index_sampler,
 )
-from tfdp.random import sample_seeds
+from tfdp.input.examples import ExamplePipeline
 from tfdp.samplers import DistributedEvalSampler, Sampler
 from tfdp.seeding import epoch_seed_key
-from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource, WeightedSource
+from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource
 from tfdp.windows.loader import window_loader
 
 __all__ = ["DistributedInput"]
@@ -159,13 +158,6 @@ class DistributedInput:
         )
         self.global_batch_size = self.batch_size * self.num_replicas
         self.augment = augment
-        # What this input calls in the graph: tfdp's own code as is, a user's as AutoGraph
-        # converts it (see tfdp._autograph).
-        self._augment = user_code(augment) if augment is not None else None
-        # Stages that mix the samples of a batch (tfdp.augment.contract.BatchStage) run on each
-        # replica's batch: a per-example path applies the rest per example, these after .batch.
-        self._per_sample, self._batch_stages = split_batch_stages(augment)
-        self._augment_fn: Any = None  # see _shared_augment
         self.seed = int(seed)
         self.return_ids = bool(return_ids)
         self.num_parallel_calls = num_parallel_calls
@@ -219,7 +211,16 @@ class DistributedInput:
                 f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
                 "drop_remainder=False"
             )
-        self._traced_functions: dict[str, Any] = {}  # see _traced
+        #: What happens to loaded examples (augmentation, batch stages, weights, ids).
+        self.examples = ExamplePipeline(
+            source,
+            augment,
+            batch_size=self.batch_size,
+            drop_remainder=self.drop_remainder,
+            with_weights=self.with_weights,
+            return_ids=self.return_ids,
+            num_parallel_calls=num_parallel_calls,
+        )
         #: The window loader when the window path applies (tfdp.windows), else None.
         self.window_loader = window_loader(
             source,
@@ -349,12 +350,12 @@ class DistributedInput:
 
         rows = self.batch_size if self.drop_remainder else None  # the batches' static size
         vector, scalar = tf.TensorSpec([rows], tf.int64), tf.TensorSpec([], tf.int64)
-        load_batch = self._traced(
-            "load_batch", self._load_batch, [vector] * 3 + [tf.TensorSpec([rows], tf.float32)]
+        ex = self.examples
+        load_batch = ex.traced(
+            "load_batch", ex.load_batch, [vector] * 3 + [tf.TensorSpec([rows], tf.float32)]
         )
-        load_one = self._traced(
-            "load_one", self._load_one, [scalar] * 3 + [tf.TensorSpec([], tf.float32)]
-        )
+        scalars = [scalar] * 3 + [tf.TensorSpec([], tf.float32)]
+        load_one = ex.traced("load_one", ex.load_one, scalars)
 
         def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
@@ -379,7 +380,7 @@ class DistributedInput:
                 return lightly_optimized_map(ds, load_batch, self.num_parallel_calls)
             ds = tf.data.Dataset.from_tensor_slices(tuple(arrays))
             ds = lightly_optimized_map(ds, load_one, self.num_parallel_calls)
-            return self._batched(ds, traced=True)
+            return self.examples.batched(ds, traced=True)
 
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         return tf.data.Dataset.range(first_epoch, last).flat_map(plain(per_epoch))
@@ -387,9 +388,7 @@ class DistributedInput:
     def finish_element(self, example: Any, idx: Any, pos: Any, weight: Any) -> Any:
         """The element this input yields for a loaded ``example``: its weight and ids added.
 
-        ``with_weights`` appends ``weight`` (to a tuple, or as a dict's
-        ``"sample_weight"``); ``return_ids`` pairs the element with
-        ``{"index": idx, "position": pos}``.
+        See :meth:`tfdp.input.examples.ExamplePipeline.finish_element`.
 
         Example:
             >>> import numpy as np
@@ -399,99 +398,7 @@ class DistributedInput:
             >>> inp.finish_element((10, 20), 1, 5, 0.5)
             ((10, 20, 0.5), {'index': 1, 'position': 5})
         """
-        if self.with_weights:
-            if isinstance(example, dict):
-                example = {**example, "sample_weight": weight}
-            elif isinstance(example, (tuple, list)):
-                example = (*example, weight)
-            else:
-                example = (example, weight)
-        if self.return_ids:
-            return example, {"index": idx, "position": pos}
-        return example
-
-    def _batched(self, ds: tf.data.Dataset, traced: bool = False) -> tf.data.Dataset:
-        """A per-example dataset batched; its elements finished (batch stages, weights, ids).
-
-        ``traced``: the finishing function is traced once per input and element
-        spec (:meth:`_traced`), for a dataset built anew every epoch.
-        """
-        ds = ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
-        if self._batch_stages is None:  # the examples were finished one by one
-            return ds
-        parallel = self.num_parallel_calls
-        if traced:
-            spec = ds.element_spec
-            finish = self._traced(f"finish_batch {spec}", self._finish_batch, list(spec))
-            return lightly_optimized_map(ds, finish, parallel)
-        return ds.map(plain(self._finish_batch), num_parallel_calls=parallel, deterministic=True)
-
-    def _traced(self, name: str, fn: Callable[..., Any], signature: list[Any]) -> Any:
-        """``fn`` as a ``tf.function`` of ``signature``, made once per input and ``name``.
-
-        What the index path's maps call: a new dataset (every epoch, a resume)
-        then traces a thin call instead of the whole loading and augmentation
-        graph, and its iterators instantiate it optimised lightly
-        (:func:`tfdp._compat.lightly_optimized_map`): a DeiT pipeline cost every
-        epoch seconds of tracing and of Grappler on its RandAugment branches.
-        """
-        traced = self._traced_functions.get(name)
-        if traced is None:
-            traced = tf.function(plain(fn), input_signature=signature, autograph=False)
-            self._traced_functions[name] = traced
-        return traced
-
-    def _finish_batch(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        """A batch of per-example augmented examples, through the batch stages, finished."""
-        example = self._batch_stages(example, sample_seeds(key, pos))
-        return self.finish_element(example, idx, pos, weight)
-
-    def _finish_one(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        """An example's element, or (with batch stages) what the batch map needs."""
-        if self._batch_stages is None:
-            return self.finish_element(example, idx, pos, weight)
-        return example, idx, pos, key, weight
-
-    def _load_batch(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        example = user_code(self.source.gather)(idx)
-        if self._augment is not None:
-            example = self._shared_augment()(example, sample_seeds(key, pos))
-        return self.finish_element(example, idx, pos, weight)
-
-    def _shared_augment(self) -> Any:
-        """The batched augmentation as one ``tf.function`` shared by every rank's pipeline.
-
-        Each rank's dataset (and each call of :meth:`epochs`) would trace the
-        augmentation into its own map function; called through one
-        ``tf.function``, it is traced once per input signature and the rank
-        pipelines call that graph (the same ops: the same values).
-        """
-        if self._augment_fn is None:
-            self._augment_fn = tf.function(self._augment, autograph=False)
-        return self._augment_fn
-
-    def _load_one(self, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
-        if isinstance(self.source, WeightedSource):
-            example, ok = user_code(self.source.load_with_weight)(idx)
-            weight = weight * tf.cast(ok, tf.float32)
-        else:
-            example = user_code(self.source.load)(idx)
-        return self._finish_one(self._augment_one(example, key, pos), idx, pos, key, weight)
-
-    def _augment_one(self, example: Any, key: Any, pos: Any) -> Any:
-        """The per-sample stages on one example (the batch stages come after batching)."""
-        if self._batch_stages is None:  # the kind is the user's callable's, not its wrapper's
-            kind, augment = self.augment, self._augment
-        else:
-            kind = augment = self._per_sample
-        if augment is None:
-            return example
-        seed = tf.stack([key, pos])
-        if is_batched_augmentation(kind):
-            batch = tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), example)
-            out = augment(batch, tf.expand_dims(seed, 0))
-            return tf.nest.map_structure(lambda t: t[0], out)
-        return augment(example, seed)
+        return self.examples.finish_element(example, idx, pos, weight)
 
     def _stream_rank_dataset(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
@@ -533,10 +440,11 @@ class DistributedInput:
             ds = parts[0]
             for part in parts[1:]:
                 ds = ds.concatenate(part)
-        if self._stream_augments_batches():
-            # The augmentation traced once per input (_traced), not with every new dataset.
-            spec = ds.element_spec
-            batch = self._traced(f"stream_batch {spec}", self._stream_batch, list(spec))
+        if self.examples.augments_stream_batches():
+            # The augmentation traced once per input (ExamplePipeline.traced), not with every
+            # new dataset.
+            spec, ex = ds.element_spec, self.examples
+            batch = ex.traced(f"stream_batch {spec}", ex.stream_batch, list(spec))
             ds = ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
         return ds
 
@@ -569,34 +477,16 @@ class DistributedInput:
                 tf.data.Dataset.from_tensors(key).repeat(),
             )
         )
-        if self._stream_augments_batches():
+        if self.examples.augments_stream_batches():
             # Examples of a fixed shape (e.g. JPEG records kept encoded) are batched first and
             # a batched augmentation runs once per batch: its rows are its per-example results
             # (seeds per row), and a window stage decodes the batch's files in one loop.
             return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
         spec = ds.element_spec
-        one = self._traced(f"stream_one {spec}", self._stream_one, list(spec))
+        ex = self.examples
+        one = ex.traced(f"stream_one {spec}", ex.stream_one, list(spec))
         ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-        return self._batched(ds)
-
-    def _stream_augments_batches(self) -> bool:
-        """Whether the stream is augmented batch by batch.
-
-        So it is for a batched augmentation of examples whose every component
-        has a fixed shape (so that examples batch before it).
-        """
-        if self._augment is None or not is_batched_augmentation(self.augment):
-            return False
-        specs = tf.nest.flatten(self.source.element_spec)
-        return all(s.shape.is_fully_defined() for s in specs)
-
-    def _stream_batch(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
-        example = self._augment(example, sample_seeds(key, pos))
-        return self.finish_element(example, idx, pos, tf.ones(tf.shape(pos), tf.float32))
-
-    def _stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
-        example = self._augment_one(example, key, pos)
-        return self._finish_one(example, idx, pos, key, tf.constant(1.0))
+        return self.examples.batched(ds)
 
     def _check_start_step(self, start_step: int, epoch: int | None = None) -> None:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
