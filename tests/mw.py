@@ -60,3 +60,15 @@ def run_workers(
             if p.poll() is None:
                 p.kill()
     return outs
+
+
+def digits_npz(directory: Path, n: int) -> Path:
+    """The first ``n`` of the bundled digits as ``directory/digits{n}.npz`` (images, labels)."""
+    import numpy as np
+
+    from tfdp.recipe.digits import load_digits
+
+    images, labels = load_digits("all")
+    path = directory / f"digits{n}.npz"
+    np.savez(path, images=images[:n], labels=labels[:n])
+    return path

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mw import digits_npz
 from simnet import SimNet, skip_reason
 
 pytestmark = [
@@ -58,12 +59,7 @@ def train_args(data: Path, run: Path, batch: int, epochs: int, *extra: str) -> l
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """480 digits: 384 training examples (6 steps of 64, 8 of 48), 96 held out."""
-    from tfdp.recipe.digits import load_digits
-
-    images, labels = load_digits("all")
-    path = tmp_path_factory.mktemp("data") / "digits480.npz"
-    np.savez(path, images=images[:480], labels=labels[:480])
-    return path
+    return digits_npz(tmp_path_factory.mktemp("data"), 480)
 
 
 class Launcher:

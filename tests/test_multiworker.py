@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_ports
+from mw import digits_npz
 
 WORKER = Path(__file__).parent / "workers" / "train_fault.py"
 # --model elastic_model:tiny: tests/workers/elastic_model.py, beside the worker script.
@@ -41,14 +42,7 @@ TRAIN = [
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """640 digits: 512 training examples, 8 steps of 64 (2 workers), 128 held out."""
-    import numpy as np
-
-    from tfdp.recipe.digits import load_digits
-
-    images, labels = load_digits("all")
-    path = tmp_path_factory.mktemp("data") / "digits640.npz"
-    np.savez(path, images=images[:640], labels=labels[:640])
-    return path
+    return digits_npz(tmp_path_factory.mktemp("data"), 640)
 
 
 def launch(tmp: Path, data: Path, fault: str, step: int, restarts: int) -> tuple[int, str]:
