@@ -56,21 +56,27 @@ def trainer(strategy, **kw):
 
 
 @pytest.mark.parametrize(
-    ("sampler", "options", "kwargs"),
+    ("replicas", "sampler", "options", "kwargs"),
     [
-        ("distributed", {}, {}),
-        ("repeat_aug", {"selected_round": 0}, {"clip_global_norm": 0.5}),
-        ("distributed", {}, {"l2": 0.01, "steps_per_call": 3}),
-        ("distributed", {}, {"accumulation_steps": 2}),
-        ("distributed", {}, {"accumulation_steps": 3, "steps_per_call": 2}),  # 16 = 5 * 3 + 1
+        (4, "distributed", {}, {}),  # 4 replicas: the collective all-reduce
+        # 2 replicas (reduced through one device) where the option, not the count, is the point
+        (2, "repeat_aug", {"selected_round": 0}, {"clip_global_norm": 0.5}),
+        (2, "distributed", {}, {"l2": 0.01, "steps_per_call": 3}),
+        (2, "distributed", {}, {"accumulation_steps": 2}),
+        (2, "distributed", {}, {"accumulation_steps": 3, "steps_per_call": 2}),  # 16 = 5 * 3 + 1
     ],
 )
-def test_trainer_equals_single_device_loop(mirrored4, sampler, options, kwargs):
-    inp = DistributedInput(
-        mirrored4, ArraySource((X, Y)), sampler=sampler, sampler_options=options, batch_size=4
+def test_trainer_equals_single_device_loop(mirrored_of, replicas, sampler, options, kwargs):
+    strategy = mirrored_of(replicas)
+    inp = DistributedInput(  # a global batch of 16: 16 batches per epoch
+        strategy,
+        ArraySource((X, Y)),
+        sampler=sampler,
+        sampler_options=options,
+        batch_size=16 // replicas,
     )
     l2 = kwargs.get("l2", 0.0)
-    tr = trainer(mirrored4, **kwargs)
+    tr = trainer(strategy, **kwargs)
     tr_losses = []
     tr.fit(inp, 2, on_step=lambda st: tr_losses.extend(st.step_losses))
     ref, ref_losses = reference_loop(
@@ -94,13 +100,27 @@ def test_trainer_equals_single_device_loop(mirrored4, sampler, options, kwargs):
     )
 
 
-def test_steps_per_call_bit_identical(mirrored4):
-    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)
-    a, b = trainer(mirrored4), trainer(mirrored4, steps_per_call=5)
-    a.fit(inp, 1)
-    b.fit(inp, 1)
-    for u, v in zip(a.model.weights, b.model.weights, strict=True):
-        np.testing.assert_array_equal(u.numpy(), v.numpy())
+def test_steps_per_call_and_a_mean_reduced_loss_train_bit_identically(mirrored_of):
+    """Calls of 5 steps (16 = 3 * 5 + 1) train bit-identically to calls of one; a loss as
+    model.compile takes it (mean-reduced) trains exactly as the reduction='none' one, and not
+    divided by the replica count as Keras's mean reduction would be (the reference)."""
+    strategy = mirrored_of(2)
+    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps
+    alias = trainer(strategy)
+    mean = trainer(
+        strategy,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_call=5,
+    )
+    alias.fit(inp, 1)
+    mean.fit(inp, 1)
+    for a, b in zip(alias.model.weights, mean.model.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    ref, _ = reference_loop(inp, 1)
+    for a, b in zip(mean.model.weights, ref.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="reduction='sum'"):
+        trainer(strategy, loss=keras.losses.MeanSquaredError(reduction="sum"))
 
 
 def test_evaluation_reads_its_input_to_the_end(mirrored4):
@@ -133,16 +153,14 @@ def test_exact_evaluation_prime_size(mirrored4):
     with one.scope():
         m1 = make_model()
     m1.set_weights(model.get_weights())
-    for bs in (1, 4, 7):
+    r1 = evaluate(one, m1, DistributedInput(one, src, sampler="eval", batch_size=n), LOSS, metrics)
+    for bs in (1, 7):  # 101 = 4 * 25 + 1 and 4 * 28 - 11: 3 and 11 padding rows
         r4 = evaluate(
             mirrored4,
             m4,
             DistributedInput(mirrored4, src, sampler="eval", batch_size=bs),
             LOSS,
             metrics,
-        )
-        r1 = evaluate(
-            one, m1, DistributedInput(one, src, sampler="eval", batch_size=n), LOSS, metrics
         )
         for key in r1:
             assert abs(r4[key] - r1[key]) < 1e-6, (bs, key, r4, r1)
@@ -152,11 +170,12 @@ def test_exact_evaluation_prime_size(mirrored4):
     assert abs(r1["sparse_categorical_accuracy"] - acc) < 1e-6
 
 
-def test_mixed_precision_and_xla_train(mirrored4):
-    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=8)
+def test_mixed_precision_and_xla_train(mirrored_of):
+    strategy = mirrored_of(2)
+    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=16)
     try:
         for policy in ("mixed_float16", "mixed_bfloat16"):
-            tr = trainer(mirrored4, mixed_precision=policy, clip_global_norm=1.0)
+            tr = trainer(strategy, mixed_precision=policy, clip_global_norm=1.0)
             assert tr.model.layers[0].compute_dtype == policy.split("_")[1]
             # the policy was Keras's global one only while the model was built
             assert keras.config.dtype_policy().name == "float32"
@@ -164,7 +183,7 @@ def test_mixed_precision_and_xla_train(mirrored4):
             assert np.isfinite(loss[-1]) and loss[-1] < loss[0] + 0.05
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
-    tr = trainer(mirrored4, jit_compile=True)
+    tr = trainer(strategy, jit_compile=True)
     assert np.isfinite(tr.fit(inp, 1).history["loss"][0])
 
 
@@ -208,23 +227,6 @@ def test_model_built_outside_scope(mirrored4):
     outside = make_model()
     with pytest.raises(ValueError, match=r"outside strategy\.scope"):
         Trainer(mirrored4, outside, keras.optimizers.SGD(0.1), LOSS)
-
-
-def test_mean_reduced_loss_is_used_per_example(mirrored4):
-    """A loss as model.compile takes it trains exactly as the reduction='none' one."""
-    inp = DistributedInput(mirrored4, ArraySource((X, Y)), batch_size=4)
-    mean = trainer(mirrored4, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    alias = trainer(mirrored4)
-    mean.fit(inp, 1)
-    alias.fit(inp, 1)
-    for a, b in zip(mean.model.weights, alias.model.weights, strict=True):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
-    # ... not one divided by the replica count, as Keras's mean reduction would be
-    ref, _ = reference_loop(inp, 1)
-    for a, b in zip(mean.model.weights, ref.weights, strict=True):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
-    with pytest.raises(ValueError, match="reduction='sum'"):
-        trainer(mirrored4, loss=keras.losses.MeanSquaredError(reduction="sum"))
 
 
 def test_optimizer_clipnorm_refused(mirrored4):
@@ -297,7 +299,7 @@ def test_a_trainer_of_parts_trains_as_the_constructor_and_refuses_a_part_of_the_
 # -- checkpoints and exact resume -----------------------------------------------------------------
 
 
-def _image_input(strategy, return_ids=False):
+def _image_input(strategy, return_ids=False, batch_size=4):
     from tfdp.augment import Compose, RandomCrop, RandomFlip, ToFloat
 
     rng = np.random.default_rng(3)
@@ -310,7 +312,7 @@ def _image_input(strategy, return_ids=False):
         ArraySource((images, labels)),
         sampler="repeat_aug",
         sampler_options={"selected_round": 0},
-        batch_size=4,
+        batch_size=batch_size,
         seed=5,
         return_ids=return_ids,
         augment=Compose([RandomCrop(8, padding=2), RandomFlip(), ToFloat()]),
@@ -352,25 +354,45 @@ def _records(path):
     return [json.loads(line) for line in open(path)]
 
 
-def test_trainer_exact_mid_epoch_resume(mirrored4, tmp_path):
+def test_trainer_exact_mid_epoch_resume(mirrored_of, tmp_path):
+    """A stop in the middle of epoch 1 (epoch 0's line and checkpoint written), resumed by fresh
+    objects: bit-identical weights and optimizer state, exactly the samples of the uninterrupted
+    run, the resumed epoch's metrics line covering all its steps (the metrics of the steps before
+    the stop survive), one line per epoch and none twice, the resumed fit's history holding only
+    the epoch it ran. A resume with another input configuration is refused, the run left intact.
+    2 replicas: a Trainer traces its steps per replica (the 4-replica collective path is in
+    test_trainer_equals_single_device_loop; resumes onto 4 replicas are in test_elastic)."""
     tf.config.experimental.enable_op_determinism()
-    inp = _image_input(mirrored4, return_ids=True)
-    full = _cnn_trainer(mirrored4, tmp_path / "full", tmp_path / "full.jsonl")
+    strategy = mirrored_of(2)
+    inp = _image_input(strategy, return_ids=True, batch_size=8)
+    spe = inp.steps_per_epoch
+    assert spe == 7
+    full = _cnn_trainer(strategy, tmp_path / "full", tmp_path / "full.jsonl")
     full.fit(inp, 2)
     assert full.state.epoch == 2 and not full.state.stopped_early
 
-    first = _cnn_trainer(mirrored4, tmp_path / "cut", tmp_path / "cut.jsonl")
-    first.fit(inp, 2, max_steps=5)  # a stop in the middle of epoch 0
-    assert first.state.stopped_early and (first.state.epoch, first.state.step) == (0, 5)
-    assert inp.steps_per_epoch > 5
-    # the stop really happened: the newest checkpoint is at global step 5, mid-epoch
-    assert tf.train.latest_checkpoint(str(tmp_path / "cut" / "checkpoints")).endswith("ckpt-5")
-    second = _cnn_trainer(mirrored4, tmp_path / "cut", tmp_path / "cut.jsonl")
+    first = _cnn_trainer(strategy, tmp_path / "cut", tmp_path / "cut.jsonl")
+    first.fit(inp, 2, max_steps=spe + 2)  # a stop in the middle of epoch 1
+    assert first.state.stopped_early and (first.state.epoch, first.state.step) == (1, 2)
+    # the stop really happened: the newest checkpoint is at global step 9, mid-epoch
+    assert tf.train.latest_checkpoint(str(tmp_path / "cut" / "checkpoints")).endswith("ckpt-9")
+    other = DistributedInput(
+        strategy,
+        inp.source,
+        sampler="repeat_aug",
+        sampler_options={"selected_round": 0},
+        batch_size=4,
+        seed=5,
+    )
+    with pytest.raises(ValueError, match="batch_size: saved 8, now 4"):
+        _cnn_trainer(strategy, tmp_path / "cut").fit(other, 2)
+    second = _cnn_trainer(strategy, tmp_path / "cut", tmp_path / "cut.jsonl")
     assert any(  # before resuming, the fresh model differs from the stopped one
         not np.array_equal(a.numpy(), b.numpy())
         for a, b in zip(first.model.weights, second.model.weights, strict=True)
     )
-    second.fit(inp, 2)
+    assert second.fit(inp, 2).epoch == [1]
+    assert [r["epoch"] for r in second.state.history] == [1]
     assert second.state.global_step == full.state.global_step
     for a, b in zip(full.model.weights, second.model.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())  # bit-identical
@@ -379,28 +401,21 @@ def test_trainer_exact_mid_epoch_resume(mirrored4, tmp_path):
     # ... and the resumed run consumed exactly the samples of the uninterrupted one
     assert _records(tmp_path / "cut.jsonl") == _records(tmp_path / "full.jsonl")
     lines = [r for r in _records(tmp_path / "full.jsonl") if r["epoch"] == 0 and r["step"] == 0]
-    assert [r["rank"] for r in lines] == [0, 1, 2, 3]
-    s = inp.sampler.with_rank(2)
-    assert lines[2]["ids"] == s.indices(0, 4).tolist()
-    # logs: one metrics.jsonl line per epoch, TensorBoard events
-    assert len(_records(tmp_path / "full" / "metrics.jsonl")) == 2
-    assert list((tmp_path / "full" / "tensorboard" / "train").glob("events.out.tfevents.*"))
-
-
-def test_resume_with_another_configuration_is_refused(mirrored_of, tmp_path):
-    strategy = mirrored_of(2)
-    inp = _image_input(strategy)
-    _cnn_trainer(strategy, tmp_path / "run").fit(inp, 1, max_steps=3)
-    other = DistributedInput(
-        strategy,
-        inp.source,
-        sampler="repeat_aug",
-        sampler_options={"selected_round": 0},
-        batch_size=2,
-        seed=5,
+    assert [r["rank"] for r in lines] == [0, 1]
+    s = inp.sampler.with_rank(1)
+    assert lines[1]["ids"] == s.indices(0, 8).tolist()
+    # logs: one metrics.jsonl line per epoch, none twice, the resumed one over all its steps
+    want, got = (
+        _lines(tmp_path / "full" / "metrics.jsonl"),
+        _lines(tmp_path / "cut" / "metrics.jsonl"),
     )
-    with pytest.raises(ValueError, match="batch_size: saved 4, now 2"):
-        _cnn_trainer(strategy, tmp_path / "run").fit(other, 1)
+    assert [r["global_step"] for r in got] == [spe, 2 * spe]
+    assert "sparse_categorical_accuracy" in got[1]
+    for a, b in zip(want, got, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-6), key
+    assert list((tmp_path / "full" / "tensorboard" / "train").glob("events.out.tfevents.*"))
 
 
 def test_unwritable_run_dir_fails_before_the_first_step(mirrored4, tmp_path):
@@ -416,7 +431,7 @@ def test_fit_path_exact_mid_epoch_resume(mirrored_of, tmp_path):
     """2 replicas: a fit traces its step per replica (the 4-replica Trainer case is above)."""
     tf.config.experimental.enable_op_determinism()
     strategy = mirrored_of(2)
-    inp = _image_input(strategy)
+    inp = _image_input(strategy, batch_size=8)  # 7 steps per epoch
 
     def compiled():
         with strategy.scope():
@@ -430,8 +445,8 @@ def test_fit_path_exact_mid_epoch_resume(mirrored_of, tmp_path):
     full = compiled()
     fit(full, inp, 2, run_dir=tmp_path / "full", checkpoint_every=3, verbose=0)
     cut = compiled()
-    fit(cut, inp, 2, run_dir=tmp_path / "cut", checkpoint_every=3, max_steps=7, verbose=0)
-    assert tf.train.latest_checkpoint(str(tmp_path / "cut" / "checkpoints")).endswith("ckpt-7")
+    fit(cut, inp, 2, run_dir=tmp_path / "cut", checkpoint_every=3, max_steps=5, verbose=0)
+    assert tf.train.latest_checkpoint(str(tmp_path / "cut" / "checkpoints")).endswith("ckpt-5")
     resumed = compiled()
     fit(resumed, inp, 2, run_dir=tmp_path / "cut", checkpoint_every=3, verbose=0)
     for a, b in zip(full.weights, resumed.weights, strict=True):
@@ -503,7 +518,8 @@ def test_zero_weight_rows_add_nothing_and_count(mirrored_of):
 
 
 def test_accumulation_epoch_is_the_sampler_epoch_and_resume_is_bit_identical(mirrored_of, tmp_path):
-    """5 batches per epoch, accumulation 2: steps of 2, 2 and 1 batches; resume anywhere."""
+    """5 batches per epoch, accumulation 2: steps of 2, 2 and 1 batches; resume at an epoch's end
+    and before a shorter step."""
     tf.config.experimental.enable_op_determinism()
     strategy = mirrored_of(2)
     inp = DistributedInput(strategy, ArraySource((X[:40], Y[:40])), batch_size=4, return_ids=True)
@@ -529,25 +545,28 @@ def test_accumulation_epoch_is_the_sampler_epoch_and_resume_is_bit_identical(mir
         for r, ids in enumerate(micro)
     ]
     assert _records(tmp_path / "full.jsonl") == expected  # loop epoch e = sampler epoch e
-    for stop in (3, 5):  # the end of epoch 0; before the last, shorter step of epoch 1
-        cut = run(f"cut{stop}", max_steps=stop)
+    # One run stopped twice: at the end of epoch 0, then before the last, shorter step of
+    # epoch 1; each stop resumed by fresh objects.
+    for stop in (3, 5):
+        cut = run("cut", max_steps=stop)
         assert cut.state.global_step == stop and cut.state.stopped_early
-        resumed = run(f"cut{stop}")
-        assert resumed.state.global_step == 9
-        for a, b in zip(full.model.weights, resumed.model.weights, strict=True):
-            np.testing.assert_array_equal(a.numpy(), b.numpy())
-        assert _records(tmp_path / f"cut{stop}.jsonl") == expected
+    resumed = run("cut")
+    assert resumed.state.global_step == 9
+    for a, b in zip(full.model.weights, resumed.model.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert _records(tmp_path / "cut.jsonl") == expected
 
 
-def test_a_fit_that_runs_to_its_end_is_not_stopped_early_by_an_earlier_fit(mirrored4):
+def test_a_fit_that_runs_to_its_end_is_not_stopped_early_by_an_earlier_fit(mirrored_of):
     """``state.stopped_early`` / ``stop_reason`` describe the latest fit, not an earlier one."""
 
     class StopAtOnce(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             self.model.stop_training = True
 
-    inp = DistributedInput(mirrored4, ArraySource((X[:32], Y[:32])), batch_size=4)  # 2 steps
-    tr = trainer(mirrored4)
+    strategy = mirrored_of(2)
+    inp = DistributedInput(strategy, ArraySource((X[:32], Y[:32])), batch_size=8)  # 2 steps
+    tr = trainer(strategy)
     tr.fit(inp, 2, callbacks=[StopAtOnce()])
     assert tr.state.stopped_early and tr.state.stop_reason == "callback"
     assert tr.state.global_step == 1
@@ -558,7 +577,7 @@ def test_a_fit_that_runs_to_its_end_is_not_stopped_early_by_an_earlier_fit(mirro
 
 def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrored_of, tmp_path):
     strategy = mirrored_of(2)  # 2 replicas: every fit traces its step once per replica
-    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps per epoch
+    inp = DistributedInput(strategy, ArraySource((X[:128], Y[:128])), batch_size=8)  # 8 steps
     tr = trainer(strategy)
     hist = tr.fit(inp, 2, max_steps=5)
     assert hist.history == {} and hist.epoch == [] and tr.state.history == []
@@ -581,9 +600,9 @@ def test_mid_epoch_stop_adds_no_history_and_fit_resume_honours_max_steps(mirrore
     assert int(again.optimizer.iterations.numpy()) == 5  # restored, and not one step more
     for a, b in zip(first.weights, again.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    hist = fit(again, inp, 2, run_dir=tmp_path, max_steps=16, verbose=0)  # to the epoch's end
+    hist = fit(again, inp, 2, run_dir=tmp_path, max_steps=8, verbose=0)  # to the epoch's end
     assert len(hist.history["loss"]) == 1 and hist.epoch == [0]
-    assert int(again.optimizer.iterations.numpy()) == 16
+    assert int(again.optimizer.iterations.numpy()) == 8
 
 
 # -- logs after a resume (issue 10, item 9) ----------------------------------------------------
@@ -596,28 +615,6 @@ def _lines(path) -> list[dict]:
         {k: v for k, v in r.items() if k not in _TIMING}
         for r in (json.loads(x) for x in open(path).read().splitlines())
     ]
-
-
-def test_epoch_metrics_survive_a_mid_epoch_resume(mirrored_of, tmp_path):
-    strategy = mirrored_of(2)  # 2 replicas: each of the 3 runs traces its step per replica
-    inp = DistributedInput(strategy, ArraySource((X, Y)), batch_size=8)  # 16 steps per epoch
-    kw = {"metrics": ["sparse_categorical_accuracy"], "steps_per_call": 3}
-    full = trainer(strategy, run_dir=tmp_path / "full", **kw)
-    full.fit(inp, 2)
-    cut = trainer(strategy, run_dir=tmp_path / "cut", **kw)
-    cut.fit(inp, 2, max_steps=21)  # 5 steps into epoch 2
-    resumed = trainer(strategy, run_dir=tmp_path / "cut", **kw)
-    assert resumed.fit(inp, 2).epoch == [1]
-    assert [r["epoch"] for r in resumed.state.history] == [1]
-    want, got = (
-        _lines(tmp_path / "full" / "metrics.jsonl"),
-        _lines(tmp_path / "cut" / "metrics.jsonl"),
-    )
-    assert [r["global_step"] for r in got] == [16, 32]  # one line per epoch, none twice
-    for a, b in zip(want, got, strict=True):  # the resumed epoch's line covers all 16 steps
-        assert a.keys() == b.keys()
-        for key in a:
-            assert a[key] == pytest.approx(b[key], rel=1e-6), key
 
 
 def _log_fault(run_dir, fault: str):
