@@ -244,10 +244,11 @@ def test_gzip_round_trip(tmp_path):
 # the round-robin interleave of files[perm[j::L]], block-shuffled; stream index s = j + m * L.
 
 
-def _lane_by_hand(src, lane: int, w: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:
-    """Lane ``lane``'s labels, read plainly (tests/reference.py), before any block shuffle."""
+def _lanes_by_hand(src, w: int, *, seed: int, epoch: int, shuffle: bool) -> list[list[int]]:
+    """Every lane's labels, read plainly (tests/reference.py), before any block shuffle (one
+    read of the files for all lanes: a read per lane parsed every file again)."""
     plain = TFRecordSource(src.files, shuffle_buffer=0)
-    return [int(y) for _, y in lanes_by_hand(plain, w, seed, epoch, shuffle)[lane]]
+    return [[int(y) for _, y in lane] for lane in lanes_by_hand(plain, w, seed, epoch, shuffle)]
 
 
 def _stream_labels(src, indices, w, *, seed=0, epoch=0, shuffle=True) -> list[int]:
@@ -296,16 +297,18 @@ def test_stream_length_is_the_smallest_possible_lane(tmp_path, counts, w, expect
     assert src.stream_length(w) == expected
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-@pytest.mark.parametrize("w", [2, 3, 16])
+@pytest.mark.parametrize(
+    ("w", "shuffle"),
+    # lanes of 4 files, of 2 or 3 files, of one file (fewer files than replicas); the files
+    # permuted or not (the permutation itself: test_lanes_partition_the_files)
+    [(2, False), (3, True), (16, True)],
+)
 def test_stream_yields_the_wanted_indices_in_order(data, w, shuffle):
     """Arbitrary index lists (repeats, wraps, backwards) against lanes read by hand."""
     src = TFRecordSource(data["files"], shuffle_buffer=0)  # the lanes are plain round robins
     lanes, length = src.num_lanes(w), src.stream_length(w)
     per_lane = length // lanes
-    by_hand = [
-        _lane_by_hand(src, j, w, seed=3, epoch=2, shuffle=shuffle)[:per_lane] for j in range(lanes)
-    ]
+    by_hand = [lane[:per_lane] for lane in _lanes_by_hand(src, w, seed=3, epoch=2, shuffle=shuffle)]
     rng = np.random.default_rng(w)
     cases = [
         np.arange(length),  # the whole stream
@@ -327,9 +330,10 @@ def test_block_shuffle_permutes_within_blocks_and_is_keyed(data):
     per_lane = length // lanes
     seen = {}
     for epoch in (0, 1):
+        by_hand = _lanes_by_hand(src, w, seed=3, epoch=epoch, shuffle=True)
         for j in range(lanes):
             got = _stream_labels(src, np.arange(j, length, lanes), w, seed=3, epoch=epoch)
-            plain = _lane_by_hand(src, j, w, seed=3, epoch=epoch, shuffle=True)
+            plain = by_hand[j]
             for q in range(0, per_lane, block):  # each block: a permutation of the plain one
                 top = min(q + block, per_lane)
                 assert set(got[q:top]) <= set(plain[q : q + block])
