@@ -54,48 +54,14 @@ def test_the_cosine_schedule_is_timms_at_every_step(epochs, warmup, spe, accum, 
         assert float(schedule(k)) == pytest.approx(want, rel=1e-12, abs=1e-15), k
 
 
-TIMM_SCHEDULE = """
-import json, sys, torch
-from timm.scheduler import CosineLRScheduler
-out = []
-for base, epochs, warmup, warmup_lr, min_lr, spe, on_updates in json.loads(sys.argv[1]):
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
-    units = spe if on_updates else 1
-    s = CosineLRScheduler(opt, t_initial=epochs * units, warmup_t=warmup * units,
-                          warmup_lr_init=warmup_lr, lr_min=min_lr, t_in_epochs=not on_updates)
-    lrs = []
-    for epoch in range(epochs + 1):
-        for step in range(spe):
-            lrs.append(opt.param_groups[0]["lr"])
-            if on_updates:
-                s.step_update(epoch * spe + step + 1)
-        s.step(epoch + 1)
-    out.append(lrs)
-print(json.dumps(out))
-"""
-
-
-def test_the_cosine_schedule_is_timms_own():
-    """DeiT's loop (lr_scheduler.step(epoch) after each epoch) and timm's per-update one."""
-    timm_ref.skip_unless_available()
-    cases = [(5e-4, 6, 2, 1e-6, 1e-5, 4, False), (0.1, 5, 1, 0.0, 0.0, 3, True),
-             (1e-3, 4, 0, 0.0, 1e-4, 2, False)]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", TIMM_SCHEDULE, json.dumps(cases)],
-                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
-    for case, want in zip(cases, json.loads(proc.stdout), strict=True):
-        base, epochs, warmup, warmup_lr, min_lr, spe, on_updates = case
-        cfg = TrainConfig(epochs=epochs, lr=base, warmup_epochs=warmup, warmup_lr=warmup_lr,
-                          min_lr=min_lr, sched_on_updates=on_updates)  # fmt: skip
-        schedule = build_optimizer(cfg, spe)._learning_rate
-        got = [float(schedule(k)) for k in range(len(want))]
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, err_msg=str(case))
-
-
-TORCH_SGD = """
-import json, sys, torch
+# timm and torch in one process of their own (torch.optim next to TensorFlow crashes the process),
+# started once for both tests below: an interpreter importing torch (and timm) costs seconds.
+TORCH_SIDE = """
+import importlib.util, json, sys, torch
 f64 = torch.float64
-out = []
-for w0, b0, grads, lrs, nesterov in json.loads(sys.argv[1]):
+request = json.loads(sys.argv[1])
+sgd = []
+for w0, b0, grads, lrs, nesterov in request["sgd"]:
     tw = torch.nn.Parameter(torch.tensor(w0, dtype=f64))
     tb = torch.nn.Parameter(torch.tensor(b0, dtype=f64))
     # timm's param groups: weight decay for the 2-D weight only (filter_bias_and_bn)
@@ -107,30 +73,77 @@ for w0, b0, grads, lrs, nesterov in json.loads(sys.argv[1]):
             group["lr"] = lr
         tw.grad, tb.grad = torch.tensor(gw, dtype=f64), torch.tensor(gb, dtype=f64)
         opt.step()
-    out.append([tw.detach().tolist(), tb.detach().tolist()])
-print(json.dumps(out))
+    sgd.append([tw.detach().tolist(), tb.detach().tolist()])
+schedules = None
+if all(importlib.util.find_spec(m) is not None for m in ("torchvision", "timm")):
+    from timm.scheduler import CosineLRScheduler
+    schedules = []
+    for base, epochs, warmup, warmup_lr, min_lr, spe, on_updates in request["schedules"]:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
+        units = spe if on_updates else 1
+        s = CosineLRScheduler(opt, t_initial=epochs * units, warmup_t=warmup * units,
+                              warmup_lr_init=warmup_lr, lr_min=min_lr,
+                              t_in_epochs=not on_updates)
+        lrs = []
+        for epoch in range(epochs + 1):
+            for step in range(spe):
+                lrs.append(opt.param_groups[0]["lr"])
+                if on_updates:
+                    s.step_update(epoch * spe + step + 1)
+            s.step(epoch + 1)
+        schedules.append(lrs)
+print(json.dumps({"sgd": sgd, "schedules": schedules}))
 """
+SCHEDULE_CASES = [(5e-4, 6, 2, 1e-6, 1e-5, 4, False), (0.1, 5, 1, 0.0, 0.0, 3, True),
+                  (1e-3, 4, 0, 0.0, 1e-4, 2, False)]  # fmt: skip
+SGD_OPTS = ("sgd", "momentum")
 
 
-def test_torch_sgd_is_torchs_with_l2_momentum_and_a_changing_rate():
-    """timm's sgd (Nesterov) and momentum; torch runs in a process of its own (torch.optim next
-    to TensorFlow crashes the process). float64 weights: equal to 1e-12."""
-    import importlib.util
-
-    import keras
-
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed")
+def _sgd_inputs():
     rng = np.random.default_rng(0)
     w0, b0 = rng.normal(size=(3, 2)), rng.normal(size=2)
     grads = [(rng.normal(size=(3, 2)), rng.normal(size=2)) for _ in range(6)]
     lrs = [0.125, 0.09375, 0.0625, 0.03125, 0.015625, 0.0078125]  # float32 rates, exactly
-    opts = ("sgd", "momentum")
-    cases = [[w0.tolist(), b0.tolist(), [[g.tolist(), h.tolist()] for g, h in grads], lrs,
-              opt == "sgd"] for opt in opts]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", TORCH_SGD, json.dumps(cases)],
+    return w0, b0, grads, lrs
+
+
+@pytest.fixture(scope="module")
+def torch_side():
+    """torch's SGD results and (timm installed) timm's schedules, from one subprocess."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    w0, b0, grads, lrs = _sgd_inputs()
+    sgd = [[w0.tolist(), b0.tolist(), [[g.tolist(), h.tolist()] for g, h in grads], lrs,
+            opt == "sgd"] for opt in SGD_OPTS]  # fmt: skip
+    request = json.dumps({"sgd": sgd, "schedules": SCHEDULE_CASES})
+    proc = subprocess.run([sys.executable, "-c", TORCH_SIDE, request],
                           capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
-    for opt, (tw, tb) in zip(opts, json.loads(proc.stdout), strict=True):
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.xdist_group("recipe_optim_torch_side")  # its module fixture runs once
+def test_the_cosine_schedule_is_timms_own(torch_side):
+    """DeiT's loop (lr_scheduler.step(epoch) after each epoch) and timm's per-update one."""
+    timm_ref.skip_unless_available()
+    assert torch_side["schedules"] is not None
+    for case, want in zip(SCHEDULE_CASES, torch_side["schedules"], strict=True):
+        base, epochs, warmup, warmup_lr, min_lr, spe, on_updates = case
+        cfg = TrainConfig(epochs=epochs, lr=base, warmup_epochs=warmup, warmup_lr=warmup_lr,
+                          min_lr=min_lr, sched_on_updates=on_updates)  # fmt: skip
+        schedule = build_optimizer(cfg, spe)._learning_rate
+        got = [float(schedule(k)) for k in range(len(want))]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, err_msg=str(case))
+
+
+@pytest.mark.xdist_group("recipe_optim_torch_side")  # its module fixture runs once
+def test_torch_sgd_is_torchs_with_l2_momentum_and_a_changing_rate(torch_side):
+    """timm's sgd (Nesterov) and momentum against torch's own. float64 weights: equal to 1e-12."""
+    import keras
+
+    w0, b0, grads, lrs = _sgd_inputs()
+    for opt, (tw, tb) in zip(SGD_OPTS, torch_side["sgd"], strict=True):
         kw, kb = keras.Variable(w0, dtype="float64"), keras.Variable(b0, dtype="float64")
         cfg = TrainConfig(optimizer=opt, weight_decay=0.05, schedule="constant", lr=lrs[0])
         mine = build_optimizer(cfg, 1)
