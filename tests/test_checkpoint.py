@@ -141,34 +141,38 @@ def test_from_input_rolls_over_and_records_sampler(mirrored4):
 # -- round trip and exact resume under MirroredStrategy ----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def custom_loop_reference(mirrored4):
+def _reference_state(strategy) -> list[np.ndarray]:
     """Model and optimizer state after an uninterrupted custom-loop run of spe + 3 steps."""
-    inp = _input(mirrored4)
+    inp = _input(strategy)
     spe = inp.steps_per_epoch
-    model, opt = _model_and_optimizer(mirrored4)
-    train = _trainer(mirrored4, model, opt)
+    model, opt = _model_and_optimizer(strategy)
+    train = _trainer(strategy, model, opt)
     train(inp, 0, 0, spe)
     train(inp, 1, 0, 3)
     return _state(model, opt)
 
 
-@pytest.mark.parametrize("in_scope", [False, True])
-@pytest.mark.xdist_group("checkpoint_reference")  # its module fixture runs once
-def test_custom_loop_resume_is_exact(mirrored4, tmp_path, in_scope, custom_loop_reference):
+def _manager(strategy, directory, model, opt, in_scope: bool) -> CheckpointManager:
+    if not in_scope:
+        return CheckpointManager(directory, strategy=strategy, model=model, optimizer=opt)
+    with strategy.scope():
+        return CheckpointManager(directory, strategy=strategy, model=model, optimizer=opt)
+
+
+def test_custom_loop_resume_is_exact(mirrored4, tmp_path):
+    """Saved by a manager made outside the strategy's scope, restored by one made inside it
+    and trained on: the uninterrupted run's state, bit for bit. That state saved from inside
+    the scope and restored outside it into fresh objects: the same state again (a manager
+    made in either context saves and restores the other's)."""
     inp = _input(mirrored4)
     spe = inp.steps_per_epoch
     total = spe + 3  # crosses an epoch boundary; the interruption falls mid-epoch
     cut = spe + 1
-    reference = custom_loop_reference
+    reference = _reference_state(mirrored4)
 
     # Interrupted after `cut` steps.
     model, opt = _model_and_optimizer(mirrored4)
-    if in_scope:
-        with mirrored4.scope():
-            manager = CheckpointManager(tmp_path, strategy=mirrored4, model=model, optimizer=opt)
-    else:
-        manager = CheckpointManager(tmp_path, strategy=mirrored4, model=model, optimizer=opt)
+    manager = _manager(mirrored4, tmp_path, model, opt, in_scope=False)
     for var in (manager._step, manager._data, manager.checkpoint.save_counter):
         assert not isinstance(var, tf.distribute.DistributedValues)
     assert manager.restore() is None
@@ -184,17 +188,27 @@ def test_custom_loop_resume_is_exact(mirrored4, tmp_path, in_scope, custom_loop_
     # Fresh objects (the other creation context), restore, finish the run.
     model, opt = _model_and_optimizer(mirrored4)
     assert not np.array_equal(model.get_weights()[0], saved_state[0])
-    if in_scope:
-        manager = CheckpointManager(tmp_path, strategy=mirrored4, model=model, optimizer=opt)
-    else:
-        with mirrored4.scope():
-            manager = CheckpointManager(tmp_path, strategy=mirrored4, model=model, optimizer=opt)
+    manager = _manager(mirrored4, tmp_path, model, opt, in_scope=True)
+    for var in (manager._step, manager._data, manager.checkpoint.save_counter):
+        assert not isinstance(var, tf.distribute.DistributedValues)
     position, step = manager.restore(expected_config=input_config(_input(mirrored4)))
     assert position == saved_position and step == cut
     assert int(opt.iterations.numpy()) == cut
     _assert_same(_state(model, opt), saved_state)
     train = _trainer(mirrored4, model, opt)
     train(inp, position.epoch, position.step, total - spe)
+    _assert_same(_state(model, opt), reference)
+
+    # The in-scope manager saves; fresh objects restore through an out-of-scope one.
+    final_position = DataPosition.from_input(inp, 1, total - spe)
+    manager.save(final_position, global_step=total)
+    del model, opt, manager, train
+    model, opt = _model_and_optimizer(mirrored4)
+    assert not np.array_equal(model.get_weights()[0], reference[0])
+    manager = _manager(mirrored4, tmp_path, model, opt, in_scope=False)
+    position, step = manager.restore(expected_config=input_config(_input(mirrored4)))
+    assert position == final_position and step == total
+    assert int(opt.iterations.numpy()) == total
     _assert_same(_state(model, opt), reference)
 
 
