@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._arrays import NUMPY, TENSORFLOW, ArrayOps
+from tfdp.augment import _fast
 from tfdp.augment._args import pair
 from tfdp.augment.base import Augmentation
 from tfdp.errors import ConfigError
@@ -152,12 +153,10 @@ class WindowAugmentation(Augmentation):
             >>> CenterCrop(4).resize(tf.zeros([7, 9, 3], tf.uint8)).shape
             TensorShape([4, 4, 3])
         """
-        out = tf.image.resize(
-            window,
-            self.size,
-            method=_ALIASES.get(self.interpolation, self.interpolation),
-            antialias=self.antialias,
-        )
+        method = _ALIASES.get(self.interpolation, self.interpolation)
+        if self.antialias and method in _fast.SEPARABLE and window.shape.rank == 3:
+            return _fast.resize_antialiased(window, self.size, method)  # the same values
+        out = tf.image.resize(window, self.size, method=method, antialias=self.antialias)
         return tf.cast(out, tf.float32)
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
