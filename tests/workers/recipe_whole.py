@@ -43,7 +43,6 @@ RECIPE = dict(
     model_ema=True,
     model_ema_decay=0.9,
     steps_per_call=1,
-    checkpoint_every=None,
     progress=False,
     log_every=0,
     model="recipe_whole:tiny",  # what is trained is not the point: the fewest ops to trace
