@@ -227,10 +227,49 @@ class ExamplePipeline:
         specs = tf.nest.flatten(self.source.element_spec)
         return all(s.shape.is_fully_defined() for s in specs)
 
+    def has_batch_stages(self) -> bool:
+        """Whether the augmentation has stages that mix a batch's samples (run after batching).
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.sources import ArraySource
+            >>> ExamplePipeline(ArraySource(np.arange(4)), None, batch_size=2, drop_remainder=True,
+            ...                 with_weights=False, return_ids=False).has_batch_stages()
+            False
+        """
+        return self._batch_stages is not None
+
     def stream_batch(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         """A batch of a stream's records, augmented as one (seeds per row), finished."""
         example = self._augment(example, sample_seeds(key, pos))
         return self.finish_element(example, idx, pos, tf.ones(tf.shape(pos), tf.float32))
+
+    def stream_step(self, example: Any, idx: Any, pos: Any, key: Any, slot: Any) -> Any:
+        """A step's records of every local rank, augmented as one batch, dealt to the ranks.
+
+        ``slot``: each row's place in the step's rank batches (rank ``j``'s
+        entry ``b`` at ``j * batch_size + b``, :func:`tfdp.input.shared_stream.step_rows`).
+        Returns the ranks' elements stacked ``[ranks, batch_size, ...]``
+        (``unbatch`` deals them), finished -- or, with batch stages, what
+        :meth:`finish_batch` needs, the per-sample stages applied (the batch
+        stages run on each rank's batch). A batched augmentation's rows are its
+        per-row results, so each rank's rows equal :meth:`stream_batch`'s on its batch.
+        """
+        if self._batch_stages is None:
+            out = self.stream_batch(example, idx, pos, key)
+        else:
+            if self._per_sample is not None:
+                example = self._per_sample(example, sample_seeds(key, pos))
+            out = (example, idx, pos, key, tf.ones(tf.shape(pos), tf.float32))
+        order = tf.math.invert_permutation(slot)
+        b = self.batch_size
+
+        def dealt(t: tf.Tensor) -> tf.Tensor:
+            rows = tf.gather(t, order)
+            shape = tf.concat([[-1, b], tf.shape(rows)[1:]], 0)
+            return tf.ensure_shape(tf.reshape(rows, shape), [None, b, *t.shape[1:]])
+
+        return tf.nest.map_structure(dealt, out)
 
     def stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         """One record of a stream, augmented, finished (or passed on to the batch stages)."""

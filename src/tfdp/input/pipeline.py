@@ -66,6 +66,7 @@ from tfdp.input.config import (
     stream_index_sampler,
 )
 from tfdp.input.examples import ExamplePipeline
+from tfdp.input.shared_stream import step_rows
 from tfdp.samplers import DistributedEvalSampler, Sampler
 from tfdp.seeding import epoch_seed_key
 from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource
@@ -412,19 +413,86 @@ class DistributedInput:
         """
         sampler = self._stream_sampler.with_rank(rank)
 
-        def arrays(epoch: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+        def arrays(epoch: int, start: int) -> tuple[np.ndarray, ...]:
             sampler.set_epoch(epoch)
             return sampler.indices(start), sampler.positions(start)
 
+        ds = self._stream_epochs(arrays, first_epoch, num_epochs, start_step)
+        if self.examples.augments_stream_batches():
+            # The augmentation traced once per input (ExamplePipeline.traced), not with every
+            # new dataset.
+            spec, ex = ds.element_spec, self.examples
+            batch = ex.traced(f"stream_batch {spec}", ex.stream_batch, list(spec))
+            ds = ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
+        return ds
+
+    def _shared_stream_dataset(
+        self, ranks: list[int], first_epoch: int, num_epochs: int | None, start_step: int
+    ) -> tf.data.Dataset | None:
+        """The local ranks' batches interleaved, read from the stream as one (or None).
+
+        Each step's records of every local rank are read in one stream and
+        augmented as one batch, then dealt to the ranks' batches
+        (:mod:`tfdp.input.shared_stream`): under Repeated Augmentation an
+        image's copies on several local ranks are decoded once. The same
+        elements, in the same order, as the ranks' own streams interleaved.
+        None where that does not apply: one local rank, records not augmented
+        batch by batch, a partial last batch kept, or ranks with different
+        numbers of steps.
+        """
+        ex = self.examples
+        if len(ranks) < 2 or not self.drop_remainder or not ex.augments_stream_batches():
+            return None
+        samplers = [self._stream_sampler.with_rank(r) for r in ranks]
+        shared: dict[tuple[int, int], Any] = {}
+
+        def arrays(epoch: int, start: int) -> tuple[np.ndarray, ...]:
+            if (epoch, start) not in shared:
+                for s in samplers:
+                    s.set_epoch(epoch)
+                per_rank = [(s.indices(start), s.positions(start)) for s in samplers]
+                shared[(epoch, start)] = step_rows(per_rank, self.batch_size)
+            return shared[(epoch, start)]
+
+        epochs = [first_epoch]
+        if not same_stream_indices_every_epoch(samplers[0]) and num_epochs is not None:
+            epochs = list(range(first_epoch, first_epoch + num_epochs))
+        if any(arrays(e, 0) is None for e in epochs) or arrays(
+            first_epoch, start_step * self.batch_size
+        ) is None:
+            return None
+        ds = self._stream_epochs(
+            arrays, first_epoch, num_epochs, start_step, rows=len(ranks) * self.batch_size
+        )
+        spec = ds.element_spec
+        step = ex.traced(f"stream_step {spec}", ex.stream_step, list(spec))
+        ds = ds.map(step, num_parallel_calls=self.num_parallel_calls, deterministic=True)
+        ds = ds.unbatch()
+        if ex.has_batch_stages():
+            spec = ds.element_spec
+            finish = ex.traced(f"finish_batch {spec}", ex.finish_batch, list(spec))
+            ds = lightly_optimized_map(ds, finish, self.num_parallel_calls)
+        return deterministic_unsharded(ds)
+
+    def _stream_epochs(
+        self,
+        arrays: Callable[[int, int], tuple[np.ndarray, ...]],
+        first_epoch: int,
+        num_epochs: int | None,
+        start_step: int,
+        rows: int | None = None,
+    ) -> tf.data.Dataset:
+        """Epoch after epoch of the stream entries ``arrays(epoch, start)`` (see _stream_epoch)."""
+        sampler = self._stream_sampler
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         if same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
-            idx, pos = arrays(first_epoch, 0)
+            every = arrays(first_epoch, 0)
             ds = tf.data.Dataset.range(first_epoch + (start_step > 0), last).flat_map(
-                plain(lambda e: self._stream_epoch(e, idx, pos))
+                plain(lambda e: self._stream_epoch(e, *every, rows=rows))
             )
             if start_step > 0:
                 first = arrays(first_epoch, start_step * self.batch_size)
-                ds = self._stream_epoch(first_epoch, *first).concatenate(ds)
+                ds = self._stream_epoch(first_epoch, *first, rows=rows).concatenate(ds)
         elif num_epochs is None:
             raise ConfigError(
                 f"{sampler!r} picks other stream positions every epoch (random padding "
@@ -434,25 +502,23 @@ class DistributedInput:
         else:
             starts = {first_epoch: start_step * self.batch_size}
             parts = [
-                self._stream_epoch(e, *arrays(e, starts.get(e, 0)))
+                self._stream_epoch(e, *arrays(e, starts.get(e, 0)), rows=rows)
                 for e in range(first_epoch, last)
             ]
             ds = parts[0]
             for part in parts[1:]:
                 ds = ds.concatenate(part)
-        if self.examples.augments_stream_batches():
-            # The augmentation traced once per input (ExamplePipeline.traced), not with every
-            # new dataset.
-            spec, ex = ds.element_spec, self.examples
-            batch = ex.traced(f"stream_batch {spec}", ex.stream_batch, list(spec))
-            ds = ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
         return ds
 
-    def _stream_epoch(self, epoch: Any, idx: np.ndarray, pos: np.ndarray) -> tf.data.Dataset:
+    def _stream_epoch(
+        self, epoch: Any, idx: np.ndarray, pos: np.ndarray, *slot: np.ndarray, rows: int | None
+    ) -> tf.data.Dataset:
         """One epoch's batches of the stream entries ``idx`` (``epoch``: int or int64 tensor).
 
-        Batches of ``(records, indices, positions, keys)`` when the stream is
-        augmented batch by batch (the caller augments them), else finished batches.
+        Batches of ``(records, indices, positions, keys)`` -- of ``rows``
+        entries (default: the batch size), with the entries' ``slot`` when
+        given -- when the stream is augmented batch by batch (the caller
+        augments them), else finished batches.
         """
         examples = self.source.stream(
             idx,
@@ -475,13 +541,14 @@ class DistributedInput:
                 tf.data.Dataset.from_tensor_slices(idx),
                 tf.data.Dataset.from_tensor_slices(pos),
                 tf.data.Dataset.from_tensors(key).repeat(),
+                *(tf.data.Dataset.from_tensor_slices(s) for s in slot),
             )
         )
         if self.examples.augments_stream_batches():
             # Examples of a fixed shape (e.g. JPEG records kept encoded) are batched first and
             # a batched augmentation runs once per batch: its rows are its per-example results
             # (seeds per row), and a window stage decodes the batch's files in one loop.
-            return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
+            return ds.batch(rows or self.batch_size, drop_remainder=self.drop_remainder)
         spec = ds.element_spec
         ex = self.examples
         one = ex.traced(f"stream_one {spec}", ex.stream_one, list(spec))
@@ -551,6 +618,11 @@ class DistributedInput:
             self._check_start_step(start_step, first_epoch)
             ds = self.window_loader.dataset(ranks, first_epoch, num_epochs, start_step)
             return deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
+        if self.streaming:  # every local rank's step read and augmented as one, if it applies
+            self._check_start_step(start_step, first_epoch)
+            shared = self._shared_stream_dataset(ranks, first_epoch, num_epochs, start_step)
+            if shared is not None:
+                return shared.prefetch(tf.data.AUTOTUNE)
         parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
         if len(parts) == 1:
             ds = parts[0]
