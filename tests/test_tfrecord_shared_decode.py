@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from photos import write_folder
 from tfdp import augment
 from tfdp.input import DistributedInput
-from tfdp.input.shared_stream import step_rows
+from tfdp.input.streams import step_rows
 from tfdp.sources import ImageFolderSource, TFRecordSource, write_tfrecords
 
 SIZES = ((45, 60), (60, 45), (33, 50), (50, 33))
@@ -65,7 +65,7 @@ def test_shared_stream_equals_the_ranks_own_streams(
     local = replicas // workers
     worker = workers - 1
     ranks = [worker * local + j for j in range(local)]
-    assert inp._shared_stream_dataset(ranks, 1, epochs, start) is not None  # the path taken
+    assert inp.streams.shared(ranks, 1, epochs, start) is not None  # the path taken
     ctx = tf.distribute.InputContext(workers, worker, replicas)
     got = _numpy(inp.worker_dataset(ctx, first_epoch=1, num_epochs=epochs, start_step=start))
     own = [_numpy(inp.rank_dataset(r, 1, epochs, start)) for r in ranks]
@@ -83,7 +83,7 @@ def test_one_rank_or_unequal_ranks_read_rank_by_rank(shards, mirrored_of):
         batch_size=2,
         augment=_augment(False),
     )
-    assert inp._shared_stream_dataset([0], 0, 1, 0) is None
+    assert inp.streams.shared([0], 0, 1, 0) is None
     decoded = DistributedInput(
         mirrored_of(2),
         TFRecordSource(shards),
@@ -92,7 +92,7 @@ def test_one_rank_or_unequal_ranks_read_rank_by_rank(shards, mirrored_of):
         batch_size=2,
         augment=_augment(False),
     )  # records decoded one by one: nothing shared
-    assert decoded._shared_stream_dataset([0, 1], 0, 1, 0) is None
+    assert decoded.streams.shared([0, 1], 0, 1, 0) is None
     assert step_rows([(np.arange(4), np.arange(4)), (np.arange(3), np.arange(3))], 2) is None
 
 

@@ -248,7 +248,7 @@ class ExamplePipeline:
         """A step's records of every local rank, augmented as one batch, dealt to the ranks.
 
         ``slot``: each row's place in the step's rank batches (rank ``j``'s
-        entry ``b`` at ``j * batch_size + b``, :func:`tfdp.input.shared_stream.step_rows`).
+        entry ``b`` at ``j * batch_size + b``, :func:`tfdp.input.streams.step_rows`).
         Returns the ranks' elements stacked ``[ranks, batch_size, ...]``
         (``unbatch`` deals them), finished -- or, with batch stages, what
         :meth:`finish_batch` needs, the per-sample stages applied (the batch
