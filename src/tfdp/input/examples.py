@@ -32,10 +32,13 @@ import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
 from tfdp._compat import lightly_optimized_map
+from tfdp.augment.base import get_image, put_image
 from tfdp.augment.compose import split_batch_stages
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.random import sample_seeds
 from tfdp.sources.base import WeightedSource
+from tfdp.windows.decode import encoded_request
+from tfdp.windows.plan import WindowPipeline, split_window
 
 __all__ = ["ExamplePipeline"]
 
@@ -81,6 +84,8 @@ class ExamplePipeline:
         # Stages that mix the samples of a batch (tfdp.augment.contract.BatchStage) run on each
         # replica's batch: a per-example path applies the rest per example, these after .batch.
         self._per_sample, self._batch_stages = split_batch_stages(augment)
+        # A stream's batches of encoded images go through the window plan (see augment_records).
+        self._records_plan = _records_plan(augment)
         self._augment_fn: Any = None  # see shared_augment
         self._traced_functions: dict[str, Any] = {}  # see traced
         self.batch_size = int(batch_size)
@@ -239,9 +244,28 @@ class ExamplePipeline:
         """
         return self._batch_stages is not None
 
+    def augment_records(self, example: Any, seeds: Any) -> Any:
+        """A batch of a stream's records augmented (seeds ``[B, 2]``): the augmentation's values.
+
+        Encoded images (``TFRecordSource(images="encoded")``) under an
+        augmentation that is a window stage and per-image stages go through
+        the window plan (:func:`tfdp.windows.decode.encoded_request`): each
+        distinct image decoded once, over its windows, and every sample
+        finished (resized, the per-image stages) inside the decoding loop, as
+        the image-folder window path does -- the same values as the
+        augmentation on the batch, without its passes over the whole batch.
+        """
+        plan = self._records_plan
+        if plan is not None:
+            images = get_image(example, plan.window.image_key)
+            if isinstance(images, tf.Tensor) and images.dtype == tf.string:
+                out = encoded_request(images, plan.request(seeds, on_host=True))
+                return put_image(example, out, plan.window.image_key)
+        return self._augment(example, seeds)
+
     def stream_batch(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         """A batch of a stream's records, augmented as one (seeds per row), finished."""
-        example = self._augment(example, sample_seeds(key, pos))
+        example = self.augment_records(example, sample_seeds(key, pos))
         return self.finish_element(example, idx, pos, tf.ones(tf.shape(pos), tf.float32))
 
     def stream_step(self, example: Any, idx: Any, pos: Any, key: Any, slot: Any) -> Any:
@@ -275,3 +299,14 @@ class ExamplePipeline:
         """One record of a stream, augmented, finished (or passed on to the batch stages)."""
         example = self.augment_one(example, key, pos)
         return self.finish_one(example, idx, pos, key, tf.constant(1.0))
+
+
+def _records_plan(augment: Any) -> WindowPipeline | None:
+    """The window plan of an augmentation of window and per-image stages only, else None."""
+    plan = split_window(augment)
+    if plan is None or plan.batch_stages:
+        return None
+    key = plan.window.image_key
+    if any(stage.image_key != key for _, stage in plan.image_stages):
+        return None
+    return plan
