@@ -13,10 +13,12 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from photos import write_folder
+from photos import encode, photo, write_folder
 from tfdp import augment
 from tfdp.input import DistributedInput
+from tfdp.input.examples import ExamplePipeline
 from tfdp.input.streams import step_rows
+from tfdp.random import sample_seeds
 from tfdp.sources import ImageFolderSource, TFRecordSource, write_tfrecords
 
 SIZES = ((45, 60), (60, 45), (33, 50), (50, 33))
@@ -24,7 +26,7 @@ SIZES = ((45, 60), (60, 45), (33, 50), (50, 33))
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    root = write_folder(tmp_path_factory.mktemp("photos"), 20, classes=4, sizes=SIZES, seed=9)
+    root = write_folder(tmp_path_factory.mktemp("photos"), 12, classes=4, sizes=SIZES, seed=9)
     return write_tfrecords(ImageFolderSource(root), tmp_path_factory.mktemp("shards"), num_shards=4)
 
 
@@ -124,3 +126,30 @@ def test_step_rows_deal_back_to_the_ranks_batches(ranks, batch, steps, rnd):
             j, b = divmod(int(slot[rows][k]), batch)
             assert idx[rows][k] == per_rank[j][0][t * batch + b]
             assert pos[rows][k] == per_rank[j][1][t * batch + b]
+
+
+def test_encoded_records_through_the_window_plan_equal_the_augmentation():
+    rng = np.random.default_rng(3)
+    images = [encode(photo(h, w, rng)) for h, w in SIZES] + [encode(photo(30, 41, rng), "PNG")]
+    rows = [0, 1, 0, 2, 3, 4, 0, 4]  # copies of an image among them, and a PNG
+    data = tf.constant([images[i] for i in rows])
+    seeds = sample_seeds(
+        tf.fill([len(rows)], tf.constant(11, tf.int64)), tf.range(8, dtype=tf.int64)
+    )
+    aug = _augment(False)
+    for example in ((data, tf.range(8)), {"image": data, "label": tf.range(8)}):
+        ex = ExamplePipeline(
+            None, aug, batch_size=8, drop_remainder=True, with_weights=False, return_ids=False
+        )
+        assert ex._records_plan is not None  # the window plan is the path taken
+        got, want = ex.augment_records(example, seeds), aug(example, seeds)
+        tf.nest.map_structure(np.testing.assert_array_equal, got, want)
+    mixing = ExamplePipeline(
+        None,
+        _augment(True),
+        batch_size=8,
+        drop_remainder=True,
+        with_weights=False,
+        return_ids=False,
+    )
+    assert mixing._records_plan is None  # a stage that mixes samples: the augmentation itself
