@@ -269,31 +269,39 @@ class ExamplePipeline:
         return self.finish_element(example, idx, pos, tf.ones(tf.shape(pos), tf.float32))
 
     def stream_step(self, example: Any, idx: Any, pos: Any, key: Any, slot: Any) -> Any:
-        """A step's records of every local rank, augmented as one batch, dealt to the ranks.
+        """A step's records of every local rank, augmented as one batch: the ranks' elements.
 
         ``slot``: each row's place in the step's rank batches (rank ``j``'s
         entry ``b`` at ``j * batch_size + b``, :func:`tfdp.input.streams.step_rows`).
-        Returns the ranks' elements stacked ``[ranks, batch_size, ...]``
-        (``unbatch`` deals them), finished -- or, with batch stages, what
-        :meth:`finish_batch` needs, the per-sample stages applied (the batch
-        stages run on each rank's batch). A batched augmentation's rows are its
-        per-row results, so each rank's rows equal :meth:`stream_batch`'s on its batch.
+        The rows are put in that order first (records and ids: cheap), so the
+        augmented batch is the ranks' batches back to back, cut apart without
+        a copy. Returns one element per rank (a tuple), finished -- or, with
+        batch stages, what :meth:`finish_batch` needs, the per-sample stages
+        applied (the batch stages run on each rank's batch). A batched
+        augmentation's rows are its per-row results, so each rank's rows
+        equal :meth:`stream_batch`'s on its batch.
         """
+        order = tf.math.invert_permutation(slot)
+        example, idx, pos, key = tf.nest.map_structure(
+            lambda t: tf.gather(t, order), (example, idx, pos, key)
+        )
         if self._batch_stages is None:
             out = self.stream_batch(example, idx, pos, key)
         else:
             if self._per_sample is not None:
                 example = self._per_sample(example, sample_seeds(key, pos))
             out = (example, idx, pos, key, tf.ones(tf.shape(pos), tf.float32))
-        order = tf.math.invert_permutation(slot)
         b = self.batch_size
+        ranks = int(slot.shape[0]) // b
 
-        def dealt(t: tf.Tensor) -> tf.Tensor:
-            rows = tf.gather(t, order)
-            shape = tf.concat([[-1, b], tf.shape(rows)[1:]], 0)
-            return tf.ensure_shape(tf.reshape(rows, shape), [None, b, *t.shape[1:]])
+        def cut(t: tf.Tensor) -> list[tf.Tensor]:  # unstack on axis 0 shares the buffer
+            batches = tf.reshape(t, tf.concat([[ranks, b], tf.shape(t)[1:]], 0))
+            return [tf.ensure_shape(x, [b, *t.shape[1:]]) for x in tf.unstack(batches, ranks)]
 
-        return tf.nest.map_structure(dealt, out)
+        leaves = [cut(t) for t in tf.nest.flatten(out)]
+        return tuple(
+            tf.nest.pack_sequence_as(out, [leaf[j] for leaf in leaves]) for j in range(ranks)
+        )
 
     def stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         """One record of a stream, augmented, finished (or passed on to the batch stages)."""

@@ -206,7 +206,7 @@ class StreamBatches:
         spec = ds.element_spec
         step = ex.traced(f"stream_step {spec}", ex.stream_step, list(spec))
         ds = ds.map(step, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-        ds = ds.unbatch()
+        ds = ds.flat_map(plain(_one_by_one))  # the ranks' elements, not copied (unbatch would)
         if ex.has_batch_stages():
             spec = ds.element_spec
             finish = ex.traced(f"finish_batch {spec}", ex.finish_batch, list(spec))
@@ -293,3 +293,11 @@ class StreamBatches:
         one = ex.traced(f"stream_one {spec}", ex.stream_one, list(spec))
         ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
         return self.examples.batched(ds)
+
+
+def _one_by_one(*elements: Any) -> tf.data.Dataset:
+    """A dataset of ``elements``, one after the other (each as it is: no copy)."""
+    ds = tf.data.Dataset.from_tensors(elements[0])
+    for element in elements[1:]:
+        ds = ds.concatenate(tf.data.Dataset.from_tensors(element))
+    return ds
