@@ -71,9 +71,12 @@ def launch(tmp: Path, data: Path, faults: str, restarts: int) -> tuple[int, str]
 
 
 def fingerprints(out: str) -> dict[int, str]:
-    """The final weights fingerprint each worker printed (the last one per worker)."""
+    """The final weights fingerprint each worker printed (the last one per worker).
+
+    The launcher's worker i must be TF_CONFIG task i: it says "worker i weights".
+    """
     found = {}
-    for w, fp in re.findall(r"\[worker (\d)\] tfdp train: worker \d weights sha256 (\w+)", out):
+    for w, fp in re.findall(r"\[worker (\d)\] tfdp train: worker \1 weights sha256 (\w+)", out):
         found[int(w)] = fp
     return found
 
