@@ -92,6 +92,9 @@ def main() -> int:
             tf.io.decode_and_crop_jpeg(datas_t[i], boxes[i], channels=3)[0, 0, 0], tf.float32
         ),
         "resize bicubic antialias": lambda i: rrc.resize(wins[i].to_tensor())[0, 0, 0],
+        "resize bicubic antialias (tf.image.resize)": lambda i: tf.image.resize(
+            wins[i].to_tensor(), [SIZE, SIZE], method="bicubic", antialias=True
+        )[0, 0, 0],
         "resize bicubic plain": lambda i: tf.image.resize(
             wins[i].to_tensor(), [SIZE, SIZE], method="bicubic"
         )[0, 0, 0],

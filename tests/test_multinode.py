@@ -98,9 +98,11 @@ class Launcher:
 
 
 def launch_argv(nnodes: str, rank: int, master: str, nproc: int, *flags: str) -> list[str]:
+    # --grace-seconds 5: a worker stuck in a collective with a lost peer does not exit on
+    # SIGTERM (it may say the loss and still not exit); the group's stop waits this out.
     return [sys.executable, "-m", "tfdp.launch", "--nnodes", nnodes, "--node-rank", str(rank),
             "--master-addr", master, "--master-port", str(PORT), "--nproc-per-node", str(nproc),
-            "--grace-seconds", "20", *flags, "--"]  # fmt: skip
+            "--grace-seconds", "5", *flags, "--"]  # fmt: skip
 
 
 def fingerprints(*texts: str) -> dict[int, str]:

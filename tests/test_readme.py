@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -58,28 +59,56 @@ def test_main_job_reaches_95_percent(tmp_path):
     assert last["val_sparse_categorical_accuracy"] >= 0.95, last
 
 
+def runs_here(cmd: str) -> bool:
+    """Commands run by ``tfdp.cli.main`` in this process: those that load no TensorFlow, and
+    `tfdp data` and `tfdp evaluate --replicas 4` (this process's 4 logical CPUs, tests/conftest.py).
+    A new Python + TensorFlow process costs seconds; `tfdp train` (2 replicas) and `tfdp launch`
+    run as processes, as the main job does (scripts/run-main.sh: the `tfdp` entry point)."""
+    return cmd.startswith(("tfdp plot ", "tfdp sampler ", "tfdp data ")) or (
+        cmd.startswith("tfdp evaluate ") and cmd.endswith(" --replicas 4")
+    )
+
+
+def _last_epoch(run: Path) -> dict:
+    return json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+
+
 @pytest.mark.parametrize("index", [2, 3, 4])  # quickstart, multi-worker, TFRecord shards
-def test_readme_block_runs(tmp_path, index):
+def test_readme_block_runs(tmp_path, index, monkeypatch, capsys):
+    from tfdp.cli import main
+
+    monkeypatch.chdir(tmp_path)
     block = bash_blocks()[index]
+    ran_here, said = [], {}
     for cmd in block:
         if cmd in SKIP:
             continue
-        proc = run(cmd, tmp_path)
-        assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        if runs_here(cmd):
+            capsys.readouterr()
+            code = main(shlex.split(cmd)[1:])
+            out, err = capsys.readouterr()
+            assert code == 0, f"{cmd}\n{out[-2000:]}\n{err[-2000:]}"
+            ran_here.append(cmd)
+        else:
+            proc = run(cmd, tmp_path)
+            assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+            out = proc.stdout
+        said[cmd.split()[1]] = out
     if index == 2:
+        assert len(ran_here) == 3  # evaluate, plot, sampler
         assert (tmp_path / "runs/quickstart/curves.png").is_file()
         assert (tmp_path / "layout.png").is_file()
     elif index == 3:
         assert (tmp_path / "runs/two-workers/metrics.jsonl").is_file()
-    else:  # trained from the converted shards; evaluated exactly on the held-out last shard
-        last = json.loads(
-            (tmp_path / "runs/from-shards/metrics.jsonl").read_text().splitlines()[-1]
-        )
-        evaluated = json.loads(proc.stdout)
-        assert evaluated["replicas"] == 3 and evaluated["loss"] == pytest.approx(
-            last["val_loss"], abs=1e-5
-        )
-        assert last["val_sparse_categorical_accuracy"] > 0.2  # it learned the digits
+    if index in (2, 4):  # evaluated exactly on 4 replicas: the held-out metrics of the run's 2
+        run_dir = tmp_path / ("runs/quickstart" if index == 2 else "runs/from-shards")
+        last, evaluated = _last_epoch(run_dir), json.loads(said["evaluate"])
+        assert evaluated["replicas"] == 4
+        for key in ("loss", "sparse_categorical_accuracy"):
+            assert evaluated[key] == pytest.approx(last[f"val_{key}"], abs=1e-5), (key, last)
+    if index == 4:  # trained from the converted shards; evaluated on the held-out last shard
+        assert "tfdp data convert digits shards --shards 10" in ran_here
+        assert _last_epoch(tmp_path / "runs/from-shards")["val_sparse_categorical_accuracy"] > 0.2
 
 
 def test_install_block_is_skipped_for_a_stated_reason():

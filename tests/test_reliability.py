@@ -230,25 +230,44 @@ def folder_with_a_bad_file(tmp_path) -> tuple[Path, Path]:
     return root, bad
 
 
+SKIP_THEN_FAIL = """
+import json, sys
+from tfdp.cli import main
+for argv in json.loads(sys.argv[1]):
+    print("== run", file=sys.stdout, flush=True)
+    print("== run", file=sys.stderr, flush=True)
+    print("== exit", main(argv), file=sys.stderr, flush=True)
+"""
+
+
 def test_a_corrupt_image_is_named_or_skipped(tmp_path, folder_with_a_bad_file):
     root, bad = folder_with_a_bad_file  # held out too: evaluation reads every file
     # The command's part: its exit status, its one line naming the file, the flag recorded. One
     # replica (the skipping itself: tests/test_sources_image_folder.py, tests/test_windows.py).
     common = ["train", "--data", str(root), "--eval-data", str(root), "--image-size", "8",
               "--batch-size", "4", *SHORT, "--replicas", "1"]  # fmt: skip
-    # In processes of their own: a replica that fails aborts the process's collectives, and
+    # Not in this process: a replica that fails aborts the process's collectives, and
     # TensorFlow needs a new process after that (later tests here would inherit the abort).
-    failed = tfdp(*common, "--run-dir", tmp_path / "r1")
-    assert failed.returncode == 1, failed.stderr[-3000:]
-    line = [ln for ln in failed.stderr.splitlines() if ln.startswith("tfdp: error:")][-1]
-    assert str(bad) in line and "truncated or corrupt PNG" in line
-    assert "Graph execution error" not in line
-    skipped = tfdp(*common, "--on-bad-file", "skip", "--run-dir", tmp_path / "r2")
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    out = skipped.stdout + skipped.stderr
+    # One process for both runs, the failing one last: the exit statuses are main()'s.
+    runs = [[*common, "--on-bad-file", "skip", "--run-dir", str(tmp_path / "r2")],
+            [*common, "--run-dir", str(tmp_path / "r1")]]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", SKIP_THEN_FAIL, json.dumps(runs)], capture_output=True,
+        text=True, env=ENV, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, skipped_out, failed_out = proc.stdout.split("== run\n")
+    _, skipped_err, failed_err = proc.stderr.split("== run\n")
+    assert skipped_err.rstrip().endswith("== exit 0"), skipped_err[-3000:]
+    out = skipped_out + skipped_err
     reports = [ln for ln in out.splitlines() if "ImageFolderSource: 1 of 12 files skipped" in ln]
     assert reports and all(str(bad) in ln for ln in reports)  # training's or held-out's
     assert json.loads((tmp_path / "r2" / "config.json").read_text())["on_bad_file"] == "skip"
+    assert failed_err.rstrip().endswith("== exit 1"), failed_err[-3000:]
+    line = [ln for ln in failed_err.splitlines() if ln.startswith("tfdp: error:")][-1]
+    assert str(bad) in line and "truncated or corrupt PNG" in line
+    assert "Graph execution error" not in line
+    assert "ImageFolderSource: 1 of" not in failed_out + failed_err  # the error run skips none
 
 
 def test_meaningful_line_of_real_tensorflow_errors(folder_with_a_bad_file):

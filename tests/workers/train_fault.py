@@ -1,9 +1,11 @@
-"""`tfdp train` as a worker, with an injected fault on its first run (test helper).
+"""`tfdp train` as a worker, with faults injected on chosen runs of the group (test helper).
 
-Usage: train_fault.py FAULT STEP -- <tfdp train flags>. FAULT is "none", "kill" (SIGKILL
-itself) or "term" (SIGTERM itself); the fault hits worker 1 at global step STEP, only on the
-first run of the group (TFDP_RESTART=0), and is announced on stdout first. Exits with
-`tfdp train`'s status (0, 3, 4 a peer lost, 130 / 143), after a RESULT line.
+Usage: train_fault.py PLAN -- <tfdp train flags>. PLAN is "none" or a comma-separated list of
+KIND:STEP, its i-th entry for the group's i-th run (TFDP_RESTART=i): KIND "kill" (worker 1
+SIGKILLs itself) or "term" (worker 1 SIGTERMs itself) at global step STEP, announced on stdout
+first. "term:4,kill:7": SIGTERM at step 4 on the first run, SIGKILL at step 7 on the first
+restart, no fault after. Exits with `tfdp train`'s status (0, 3, 4 a peer lost, 130 / 143),
+after a RESULT line.
 """
 
 import json
@@ -16,9 +18,10 @@ from tfdp.cli.train import train, train_request
 
 
 def main() -> int:
-    fault, step = sys.argv[1], int(sys.argv[2])
-    args = build_parser().parse_args(["train", *sys.argv[4:]])
-    first_run = os.environ.get("TFDP_RESTART", "0") == "0"
+    plan = [] if sys.argv[1] == "none" else [f.split(":") for f in sys.argv[1].split(",")]
+    args = build_parser().parse_args(["train", *sys.argv[3:]])
+    run = int(os.environ.get("TFDP_RESTART", "0"))
+    fault, step = (plan[run][0], int(plan[run][1])) if run < len(plan) else ("none", 0)
     me = int(os.environ.get("TFDP_WORKER_INDEX", "0"))
 
     cfg, _ = train_request(args)
@@ -33,7 +36,7 @@ def main() -> int:
                 with open(lock) as fh:
                     holder = json.load(fh)["pid"]
             print(f"LOCK holder {holder} is me {holder == os.getpid()}", flush=True)
-        if fault != "none" and first_run and me == 1 and state.global_step == step:
+        if fault != "none" and me == 1 and state.global_step == step:
             print(f"FAULT {fault} worker {me} at step {state.global_step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGTERM)
 

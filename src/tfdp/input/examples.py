@@ -32,10 +32,13 @@ import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
 from tfdp._compat import lightly_optimized_map
+from tfdp.augment.base import get_image, put_image
 from tfdp.augment.compose import split_batch_stages
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.random import sample_seeds
 from tfdp.sources.base import WeightedSource
+from tfdp.windows.decode import encoded_request
+from tfdp.windows.plan import WindowPipeline, split_window
 
 __all__ = ["ExamplePipeline"]
 
@@ -81,6 +84,8 @@ class ExamplePipeline:
         # Stages that mix the samples of a batch (tfdp.augment.contract.BatchStage) run on each
         # replica's batch: a per-example path applies the rest per example, these after .batch.
         self._per_sample, self._batch_stages = split_batch_stages(augment)
+        # A stream's batches of encoded images go through the window plan (see augment_records).
+        self._records_plan = _records_plan(augment)
         self._augment_fn: Any = None  # see shared_augment
         self._traced_functions: dict[str, Any] = {}  # see traced
         self.batch_size = int(batch_size)
@@ -227,12 +232,89 @@ class ExamplePipeline:
         specs = tf.nest.flatten(self.source.element_spec)
         return all(s.shape.is_fully_defined() for s in specs)
 
+    def has_batch_stages(self) -> bool:
+        """Whether the augmentation has stages that mix a batch's samples (run after batching).
+
+        Example:
+            >>> import numpy as np
+            >>> from tfdp.sources import ArraySource
+            >>> ExamplePipeline(ArraySource(np.arange(4)), None, batch_size=2, drop_remainder=True,
+            ...                 with_weights=False, return_ids=False).has_batch_stages()
+            False
+        """
+        return self._batch_stages is not None
+
+    def augment_records(self, example: Any, seeds: Any) -> Any:
+        """A batch of a stream's records augmented (seeds ``[B, 2]``): the augmentation's values.
+
+        Encoded images (``TFRecordSource(images="encoded")``) under an
+        augmentation that is a window stage and per-image stages go through
+        the window plan (:func:`tfdp.windows.decode.encoded_request`): each
+        distinct image decoded once, over its windows, and every sample
+        finished (resized, the per-image stages) inside the decoding loop, as
+        the image-folder window path does -- the same values as the
+        augmentation on the batch, without its passes over the whole batch.
+        """
+        plan = self._records_plan
+        if plan is not None:
+            images = get_image(example, plan.window.image_key)
+            if isinstance(images, tf.Tensor) and images.dtype == tf.string:
+                out = encoded_request(images, plan.request(seeds, on_host=True))
+                return put_image(example, out, plan.window.image_key)
+        return self._augment(example, seeds)
+
     def stream_batch(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         """A batch of a stream's records, augmented as one (seeds per row), finished."""
-        example = self._augment(example, sample_seeds(key, pos))
+        example = self.augment_records(example, sample_seeds(key, pos))
         return self.finish_element(example, idx, pos, tf.ones(tf.shape(pos), tf.float32))
+
+    def stream_step(self, example: Any, idx: Any, pos: Any, key: Any, slot: Any) -> Any:
+        """A step's records of every local rank, augmented as one batch: the ranks' elements.
+
+        ``slot``: each row's place in the step's rank batches (rank ``j``'s
+        entry ``b`` at ``j * batch_size + b``, :func:`tfdp.input.streams.step_rows`).
+        The rows are put in that order first (records and ids: cheap), so the
+        augmented batch is the ranks' batches back to back, cut apart without
+        a copy. Returns one element per rank (a tuple), finished -- or, with
+        batch stages, what :meth:`finish_batch` needs, the per-sample stages
+        applied (the batch stages run on each rank's batch). A batched
+        augmentation's rows are its per-row results, so each rank's rows
+        equal :meth:`stream_batch`'s on its batch.
+        """
+        order = tf.math.invert_permutation(slot)
+        example, idx, pos, key = tf.nest.map_structure(
+            lambda t: tf.gather(t, order), (example, idx, pos, key)
+        )
+        if self._batch_stages is None:
+            out = self.stream_batch(example, idx, pos, key)
+        else:
+            if self._per_sample is not None:
+                example = self._per_sample(example, sample_seeds(key, pos))
+            out = (example, idx, pos, key, tf.ones(tf.shape(pos), tf.float32))
+        b = self.batch_size
+        ranks = int(slot.shape[0]) // b
+
+        def cut(t: tf.Tensor) -> list[tf.Tensor]:  # unstack on axis 0 shares the buffer
+            batches = tf.reshape(t, tf.concat([[ranks, b], tf.shape(t)[1:]], 0))
+            return [tf.ensure_shape(x, [b, *t.shape[1:]]) for x in tf.unstack(batches, ranks)]
+
+        leaves = [cut(t) for t in tf.nest.flatten(out)]
+        return tuple(
+            tf.nest.pack_sequence_as(out, [leaf[j] for leaf in leaves]) for j in range(ranks)
+        )
 
     def stream_one(self, example: Any, idx: Any, pos: Any, key: Any) -> Any:
         """One record of a stream, augmented, finished (or passed on to the batch stages)."""
         example = self.augment_one(example, key, pos)
         return self.finish_one(example, idx, pos, key, tf.constant(1.0))
+
+
+def _records_plan(augment: Any) -> WindowPipeline | None:
+    """The window plan of an augmentation of window and per-image stages only, else None."""
+    plan = split_window(augment)
+    if plan is None or plan.batch_stages:
+        return None
+    key = plan.window.image_key
+    if any(stage.image_key != key for _, stage in plan.image_stages):
+        return None
+    return plan

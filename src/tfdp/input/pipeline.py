@@ -62,10 +62,10 @@ from tfdp.input.config import (
     SamplerSpec,
     resolve_batch_size,
     resolve_sampler,
-    same_stream_indices_every_epoch,
     stream_index_sampler,
 )
 from tfdp.input.examples import ExamplePipeline
+from tfdp.input.streams import StreamBatches
 from tfdp.samplers import DistributedEvalSampler, Sampler
 from tfdp.seeding import epoch_seed_key
 from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource
@@ -198,8 +198,8 @@ class DistributedInput:
         is_eval = isinstance(self.sampler, DistributedEvalSampler)
         self.drop_remainder = (not is_eval) if drop_remainder is None else bool(drop_remainder)
         self.with_weights = is_eval if with_weights is None else bool(with_weights)
-        if self.streaming:
-            self._stream_sampler = stream_index_sampler(self.sampler)
+        # A stream's samplers pick stream indices (refused here for a sampler that cannot).
+        stream_sampler = stream_index_sampler(self.sampler) if self.streaming else None
         per_rank = len(self.sampler)
         if self.drop_remainder:
             self.steps_per_epoch = per_rank // self.batch_size
@@ -221,6 +221,18 @@ class DistributedInput:
             return_ids=self.return_ids,
             num_parallel_calls=num_parallel_calls,
         )
+        #: A streaming source's batches (tfdp.input.streams), else None.
+        self.streams: StreamBatches | None = None
+        if self.streaming:
+            self.streams = StreamBatches(
+                source,
+                stream_sampler,
+                self.examples,
+                num_replicas=self.num_replicas,
+                seed=self.seed,
+                shuffle=self.sampler.shuffle,  # type: ignore[attr-defined]
+                num_parallel_calls=num_parallel_calls,
+            )
         #: The window loader when the window path applies (tfdp.windows), else None.
         self.window_loader = window_loader(
             source,
@@ -400,94 +412,6 @@ class DistributedInput:
         """
         return self.examples.finish_element(example, idx, pos, weight)
 
-    def _stream_rank_dataset(
-        self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
-    ) -> tf.data.Dataset:
-        """Epoch after epoch of this rank's batches from a streaming source.
-
-        A stream augmented batch by batch is one map over every epoch's
-        batches of records: its calls in flight run on while the next epoch's
-        lanes open (a stream's epoch starts by reading a shuffle block of every
-        lane it reads), so a new epoch inside one dataset does not stall it.
-        """
-        sampler = self._stream_sampler.with_rank(rank)
-
-        def arrays(epoch: int, start: int) -> tuple[np.ndarray, np.ndarray]:
-            sampler.set_epoch(epoch)
-            return sampler.indices(start), sampler.positions(start)
-
-        last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
-        if same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
-            idx, pos = arrays(first_epoch, 0)
-            ds = tf.data.Dataset.range(first_epoch + (start_step > 0), last).flat_map(
-                plain(lambda e: self._stream_epoch(e, idx, pos))
-            )
-            if start_step > 0:
-                first = arrays(first_epoch, start_step * self.batch_size)
-                ds = self._stream_epoch(first_epoch, *first).concatenate(ds)
-        elif num_epochs is None:
-            raise ConfigError(
-                f"{sampler!r} picks other stream positions every epoch (random padding "
-                "of more than the stream holds), so a streaming input needs a finite "
-                "num_epochs; or use padding='wrap'"
-            )
-        else:
-            starts = {first_epoch: start_step * self.batch_size}
-            parts = [
-                self._stream_epoch(e, *arrays(e, starts.get(e, 0)))
-                for e in range(first_epoch, last)
-            ]
-            ds = parts[0]
-            for part in parts[1:]:
-                ds = ds.concatenate(part)
-        if self.examples.augments_stream_batches():
-            # The augmentation traced once per input (ExamplePipeline.traced), not with every
-            # new dataset.
-            spec, ex = ds.element_spec, self.examples
-            batch = ex.traced(f"stream_batch {spec}", ex.stream_batch, list(spec))
-            ds = ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-        return ds
-
-    def _stream_epoch(self, epoch: Any, idx: np.ndarray, pos: np.ndarray) -> tf.data.Dataset:
-        """One epoch's batches of the stream entries ``idx`` (``epoch``: int or int64 tensor).
-
-        Batches of ``(records, indices, positions, keys)`` when the stream is
-        augmented batch by batch (the caller augments them), else finished batches.
-        """
-        examples = self.source.stream(
-            idx,
-            num_replicas=self.num_replicas,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.sampler.shuffle,  # type: ignore[attr-defined]
-        )
-        seed = self.seed
-        key = tf.numpy_function(
-            lambda e: np.int64(epoch_seed_key(seed, int(e))),
-            [tf.cast(epoch, tf.int64)],
-            tf.int64,
-            stateful=False,
-        )
-        key.set_shape([])
-        ds = tf.data.Dataset.zip(
-            (
-                examples,
-                tf.data.Dataset.from_tensor_slices(idx),
-                tf.data.Dataset.from_tensor_slices(pos),
-                tf.data.Dataset.from_tensors(key).repeat(),
-            )
-        )
-        if self.examples.augments_stream_batches():
-            # Examples of a fixed shape (e.g. JPEG records kept encoded) are batched first and
-            # a batched augmentation runs once per batch: its rows are its per-example results
-            # (seeds per row), and a window stage decodes the batch's files in one loop.
-            return ds.batch(self.batch_size, drop_remainder=self.drop_remainder)
-        spec = ds.element_spec
-        ex = self.examples
-        one = ex.traced(f"stream_one {spec}", ex.stream_one, list(spec))
-        ds = ds.map(one, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-        return self.examples.batched(ds)
-
     def _check_start_step(self, start_step: int, epoch: int | None = None) -> None:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
         if start_step < 0 or start_step > steps:
@@ -521,7 +445,7 @@ class DistributedInput:
             )
         self._check_start_step(start_step, first_epoch)
         if self.streaming:
-            ds = self._stream_rank_dataset(rank, first_epoch, num_epochs, start_step)
+            ds = self.streams.rank(rank, first_epoch, num_epochs, start_step)
         elif self.window_loader is not None:
             ds = self.window_loader.dataset([rank], first_epoch, num_epochs, start_step)
         else:
@@ -551,6 +475,11 @@ class DistributedInput:
             self._check_start_step(start_step, first_epoch)
             ds = self.window_loader.dataset(ranks, first_epoch, num_epochs, start_step)
             return deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
+        if self.streaming:  # every local rank's step read and augmented as one, if it applies
+            self._check_start_step(start_step, first_epoch)
+            shared = self.streams.shared(ranks, first_epoch, num_epochs, start_step)
+            if shared is not None:
+                return shared.prefetch(tf.data.AUTOTUNE)
         parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
         if len(parts) == 1:
             ds = parts[0]

@@ -18,7 +18,8 @@ module             owns
                    an augmentation split into window / per-image / batch stages, every
                    draw made at once (on the host with NumPy, the same bits)
 ``decode``         :func:`decode_windows` (each file read and decoded once, over its
-                   windows only), :func:`encoded_windows` (a batch of encoded images)
+                   windows only), :func:`encoded_windows` / :func:`encoded_request`
+                   (a batch of encoded images through a window stage / a whole plan)
 ``loader``         :class:`WindowedBatches` (chunks of a step across the local
                    replicas, one read per file) and :func:`window_loader`, the one
                    factory :class:`tfdp.DistributedInput` calls (None: not this path)

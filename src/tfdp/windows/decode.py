@@ -59,6 +59,7 @@ __all__ = [
     "Decoded",
     "complete_jpegs",
     "decode_windows",
+    "encoded_request",
     "encoded_windows",
     "jpeg_window",
     "read_files",
@@ -331,6 +332,27 @@ def encoded_windows(data: tf.Tensor, stage: Any, params: tf.Tensor, channels: in
         >>> encoded_windows(data, rrc, rrc.draw(seeds)).shape
         TensorShape([2, 8, 8, 3])
     """
+    return encoded_request(data, _StageWindows(stage, params, channels), channels)
+
+
+def encoded_request(data: tf.Tensor, request: WindowPlan, channels: int = 3) -> tf.Tensor:
+    """A batch of encoded images ``data`` (string ``[B]``) through a window plan ``request``.
+
+    Each distinct image is read and decoded once, over the union of its
+    entries' windows (a JPEG) or whole (another format); every entry's window
+    is finished by ``request.finish`` (e.g. a
+    :class:`tfdp.windows.plan.WindowRequest`: resized, then the per-image
+    stages) inside the decoding loop, as the image-folder window path does.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> from tfdp.augment import Compose, RandomFlip, RandomResizedCrop
+        >>> from tfdp.windows.plan import split_window
+        >>> pipe = split_window(Compose([RandomResizedCrop(8), RandomFlip()]))
+        >>> data = tf.stack([tf.io.encode_jpeg(tf.zeros([20, 30, 3], tf.uint8))] * 2)
+        >>> encoded_request(data, pipe.request(tf.constant([[0, 0], [0, 1]], tf.int64))).shape
+        TensorShape([2, 8, 8, 3])
+    """
     # Copies of one image (Repeated Augmentation's, in one batch) are read and decoded once.
     unique, entries = tf.unique(data)
     files = tf.TensorArray(tf.string, tf.size(unique), element_shape=[], clear_after_read=False)
@@ -340,7 +362,5 @@ def encoded_windows(data: tf.Tensor, stage: Any, params: tf.Tensor, channels: in
         image = tf.io.decode_image(files.read(f), channels=channels, expand_animations=False)
         return Decoded(image, tf.constant(True))
 
-    out, _ = decode_windows(
-        files, decode_whole, entries, _StageWindows(stage, params, channels), channels
-    )
+    out, _ = decode_windows(files, decode_whole, entries, request, channels)
     return out

@@ -163,17 +163,23 @@ def _example_stream(
 
         ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
         ds = ds.map(fetch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        has_paths = isinstance(data, PathSource)  # a runtime Protocol check: once, not per example
+
+        def named(index: Any) -> str:
+            index = int(index)
+            where = data.path(index) if has_paths else f"index {index}"
+            return f"example {index} ({where})"
+
         for index, parts, weight, problem in ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
-            where = data.path(int(index)) if isinstance(data, PathSource) else f"index {index}"
             if problem:
                 raise DataError(
-                    f"write_tfrecords: example {int(index)} ({where}) cannot be stored with "
+                    f"write_tfrecords: {named(index)} cannot be stored with "
                     f"encoding 'jpeg': {problem.decode('utf-8', 'replace')}; fix or remove the "
                     "file, or choose encoding 'png' for the image"
                 )
             if weight == 0:
                 raise DataError(
-                    f"write_tfrecords: example {int(index)} ({where}) could not be read and "
+                    f"write_tfrecords: {named(index)} could not be read and "
                     "would be written as a placeholder; fix or remove it and retry"
                 )
             yield int(index), parts
