@@ -71,6 +71,6 @@ def test_the_window_stages_use_it_with_the_same_values():
     want = _plain(images[0, top : top + h, left : left + w], (32, 32), "bicubic")
     np.testing.assert_array_equal(rrc(images, seeds)[0].numpy(), want)
     crop = augment.CenterCrop(40, interpolation="bilinear", antialias=True)
-    (top, left, h, w), = crop.host_windows(np.array([[120, 90]]), np.zeros([1, 0], np.float32))
+    ((top, left, h, w),) = crop.host_windows(np.array([[120, 90]]), np.zeros([1, 0], np.float32))
     want = _plain(images[0, top : top + h, left : left + w], (40, 40), "bilinear")
     np.testing.assert_array_equal(crop(images, seeds)[0].numpy(), want)
