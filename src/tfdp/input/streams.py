@@ -14,7 +14,7 @@ the ranks' batches (:meth:`tfdp.input.examples.ExamplePipeline.stream_step`).
 Why: under Repeated Augmentation a sample's copies go to several ranks. Read
 rank by rank, each copy of an image is decoded in its rank's batch; read as
 one batch per step, the window stage decodes an image once for all its copies
-in the step (:func:`tfdp.windows.decode.encoded_windows` reads and decodes
+in the step (:func:`tfdp.windows.decode.encoded_request` reads and decodes
 the copies of an image in a batch once), as the image-folder window path does,
 and every record is read once per worker, not once per local rank.
 The values are the same bit for bit: a batched augmentation's rows are its
