@@ -60,13 +60,16 @@ def trainer(strategy, **kw):
     [
         (4, "distributed", {}, {}),  # 4 replicas: the collective all-reduce
         # 2 replicas (reduced through one device) where the option, not the count, is the point
-        (2, "repeat_aug", {"selected_round": 0}, {"clip_global_norm": 0.5}),
-        (2, "distributed", {}, {"l2": 0.01, "steps_per_call": 3}),
-        (2, "distributed", {}, {"accumulation_steps": 2}),
         (2, "distributed", {}, {"accumulation_steps": 3, "steps_per_call": 2}),  # 16 = 5 * 3 + 1
     ],
 )
 def test_trainer_equals_single_device_loop(mirrored_of, replicas, sampler, options, kwargs):
+    """The Trainer's weights and step losses are a plain single-device loop's (1e-5).
+
+    Clipping, an L2 regulariser, Repeated Augmentation and accumulation of 2, each on several
+    replicas, are the differential test's named cases (tests/test_differential.py:
+    ``tfrecord-block-shuffle-weights-accumulation-clip-skip``,
+    ``l2-eval-padded-3-replicas-calls-of-3-resume-in-place``), against the same reference."""
     strategy = mirrored_of(replicas)
     inp = DistributedInput(  # a global batch of 16: 16 batches per epoch
         strategy,
