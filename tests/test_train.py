@@ -343,8 +343,7 @@ def _cnn_trainer(strategy, run_dir, record=None):
         LOSS,
         metrics=["sparse_categorical_accuracy"],
         run_dir=run_dir,
-        checkpoint_every=3,
-        steps_per_call=2,
+        checkpoint_every=3,  # one step per call: each fresh Trainer traces its step once
         progress=False,
         verbose=0,
         record_samples=record,
