@@ -60,13 +60,16 @@ def trainer(strategy, **kw):
     [
         (4, "distributed", {}, {}),  # 4 replicas: the collective all-reduce
         # 2 replicas (reduced through one device) where the option, not the count, is the point
-        (2, "repeat_aug", {"selected_round": 0}, {"clip_global_norm": 0.5}),
-        (2, "distributed", {}, {"l2": 0.01, "steps_per_call": 3}),
-        (2, "distributed", {}, {"accumulation_steps": 2}),
         (2, "distributed", {}, {"accumulation_steps": 3, "steps_per_call": 2}),  # 16 = 5 * 3 + 1
     ],
 )
 def test_trainer_equals_single_device_loop(mirrored_of, replicas, sampler, options, kwargs):
+    """The Trainer's weights and step losses are a plain single-device loop's (1e-5).
+
+    Clipping, an L2 regulariser, Repeated Augmentation and accumulation of 2, each on several
+    replicas, are the differential test's named cases (tests/test_differential.py:
+    ``tfrecord-block-shuffle-weights-accumulation-clip-skip``,
+    ``l2-eval-padded-3-replicas-calls-of-3-resume-in-place``), against the same reference."""
     strategy = mirrored_of(replicas)
     inp = DistributedInput(  # a global batch of 16: 16 batches per epoch
         strategy,
@@ -187,37 +190,8 @@ def test_mixed_precision_and_xla_train(mirrored_of):
     assert np.isfinite(tr.fit(inp, 1).history["loss"][0])
 
 
-def test_fit_path_sees_the_same_order_as_the_trainer(mirrored_of):
-    strategy = mirrored_of(2)  # 2 replicas: each path traces its steps per replica
-    inp = DistributedInput(
-        strategy,
-        ArraySource((X, Y)),
-        sampler="repeat_aug",
-        sampler_options={"selected_round": 0},
-        batch_size=8,
-    )
-    ev = DistributedInput(strategy, ArraySource((X[:101], Y[:101])), sampler="eval", batch_size=4)
-    tr = trainer(strategy, metrics=["sparse_categorical_accuracy"])
-    tr.fit(inp, 2, eval_input=ev)
-    with strategy.scope():
-        model = make_model()
-        model.compile(
-            keras.optimizers.SGD(0.1),
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["sparse_categorical_accuracy"],
-        )
-    hist = fit(model, inp, 2, eval_input=ev, verbose=0)
-    # SGD is order-sensitive: equal weights after two reshuffled epochs mean equal sample order.
-    for a, b in zip(tr.model.weights, model.weights, strict=True):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
-    last = tr.state.history[-1]
-    assert isinstance(hist, keras.callbacks.History) and hist.epoch == [0, 1]
-    hist = hist.history
-    assert abs(hist["val_loss"][-1] - last["val_loss"]) < 1e-6
-    assert (
-        abs(hist["val_sparse_categorical_accuracy"][-1] - last["val_sparse_categorical_accuracy"])
-        < 1e-6
-    )
+# The fit path's order (each replica's ids, step by step), weights and held-out metrics, against
+# the same reference as the Trainer's: tests/test_differential.py's fit-path cases.
 
 
 # -- bad input ------------------------------------------------------------------------------------
@@ -340,8 +314,7 @@ def _cnn_trainer(strategy, run_dir, record=None):
         LOSS,
         metrics=["sparse_categorical_accuracy"],
         run_dir=run_dir,
-        checkpoint_every=3,
-        steps_per_call=2,
+        checkpoint_every=3,  # one step per call: each fresh Trainer traces its step once
         progress=False,
         verbose=0,
         record_samples=record,
