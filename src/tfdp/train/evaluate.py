@@ -24,6 +24,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfdp import _compat
 from tfdp._autograph import plain, user_code
 from tfdp.errors import ConfigError, DataError
 
@@ -237,7 +238,14 @@ class Evaluator:
         if self._dataset is None or self._dataset[0] is not eval_input:
             self._dataset = (eval_input, eval_input.epoch(0))
         steps = eval_input.steps_per_epoch
-        if bool(self._fn(iter(self._dataset[1]), tf.constant(steps, tf.int64))):
+        held = [iter(self._dataset[1])]
+        try:
+            more = bool(self._fn(held[0], tf.constant(steps, tf.int64)))
+        finally:
+            # Destroyed off this thread: TensorFlow's teardown of an iterator can wait seconds
+            # (see tfdp._compat.release_in_background).
+            _compat.release_in_background(held)
+        if more:
             raise RuntimeError(
                 f"tfdp: the evaluation input holds more than its steps_per_epoch={steps} "
                 "batches: the evaluation would not cover it exactly (a bug of tfdp's input)"

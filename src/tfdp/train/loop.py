@@ -38,6 +38,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfdp import _compat
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
@@ -472,7 +473,9 @@ class Trainer:
             # in the process, and TensorFlow's teardown of one of them, whenever it comes, was
             # measured waiting 10-120 s on tf.data's background threads with a dozen alive.
             calls.clear()  # the bound calls hold it too
-            stream.clear()
+            # Destroyed off this thread: TensorFlow's teardown of an iterator can wait up to a
+            # minute (see tfdp._compat.release_in_background).
+            _compat.release_in_background(stream)
             self.logs.close()
         cbs.on_train_end({key: values[-1] for key, values in history.history.items()})
         return history
