@@ -6,7 +6,9 @@ own address on a private subnet (default ``10.231.0.0/24``: node i is
 lives in a namespace of its own (the *hub*). Nothing is created in the host's
 namespace: traffic flows only between the nodes, and two runs (two pytest
 workers, two helpers) may use the same subnet without meeting. Every name
-carries ``tfdp-sim-<pid>-<token>``, unique per run.
+carries ``tfdp-sim-<pid>-<token>``, unique per run (the token begins with the
+letters and digits of ``$TFDP_SIMNET_TAG``, if set: whose namespaces these are
+on a shared machine).
 
 What a test can do with a node (:class:`Node`)::
 
@@ -68,7 +70,8 @@ __all__ = [
 ]
 
 PREFIX = "tfdp-sim-"
-_NAME = re.compile(r"^tfdp-sim-(\d+)-([0-9a-f]+)-(hub|n\d+)$")
+_NAME = re.compile(r"^tfdp-sim-(\d+)-([0-9a-z]+)-(hub|n\d+)$")
+TAG = re.sub(r"[^0-9a-z]", "", os.environ.get("TFDP_SIMNET_TAG", "").lower())[:8]
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 DEFAULT_SUBNET = "10.231.0.0/24"
@@ -133,7 +136,7 @@ def skip_reason() -> str | None:
     elif shutil.which("ip") is None:
         reason = "simulated machines need the `ip` command (iproute2)"
     else:
-        probe = f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}-hub"
+        probe = f"{PREFIX}{os.getpid()}-{TAG}{secrets.token_hex(3)}-hub"
         try:
             _ip("netns", "add", probe)
         except (RuntimeError, OSError) as err:
@@ -311,7 +314,7 @@ class SimNet:
         hosts = list(net.hosts())[:n]
         if len(hosts) < n:
             raise ValueError(f"subnet {subnet} has fewer than {n} host addresses")
-        self.token = f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+        self.token = f"{PREFIX}{os.getpid()}-{TAG}{secrets.token_hex(3)}"
         self.hub = f"{self.token}-hub"
         self.prefixlen = net.prefixlen
         self.nodes = [

@@ -270,15 +270,22 @@ def test_config_json_is_a_config_file(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_hint_pasted_as_printed_continues_the_run(tmp_path):
     run = tmp_path / "my run"  # a space: the hint must quote it
+    # The hint and the resume are the point, not the model: the one-layer model of
+    # tests/workers/elastic_model.py (config.json names it, the pasted hint finds it on the
+    # path), 100 ms a step in the first run (TFDP_ELASTIC_SLOW) so that Ctrl-C lands mid-run.
+    workers = Path(__file__).parent / "workers"
     env = {
         **os.environ,
         "TF_CPP_MIN_LOG_LEVEL": "2",
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(workers), os.environ.get("PYTHONPATH")) if p),
     }
     first = subprocess.Popen(
         [PY, "-m", "tfdp", "train", "--epochs", "2", "--run-dir", str(run), "--no-progress",
-         "--batch-size-per-replica", "16", "--checkpoint-every", "5", "--deterministic"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+         "--batch-size-per-replica", "16", "--checkpoint-every", "5", "--deterministic",
+         "--model", "elastic_model:tiny", "--steps-per-call", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**env, "TFDP_ELASTIC_SLOW": "1"},
     )  # fmt: skip
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 300

@@ -4,8 +4,9 @@ Every test asserts that its fault really happened (the process was killed where 
 said, the write was refused, the signal arrived) before it checks the outcome: kill -9 at
 three points inside checkpoint saves of one run resumes to bit-identical weights; a read-only
 run directory and a full disk give clear errors and leave the state file as it was; a second
-Ctrl-C ends the process at once; two workers with one task index, a dead peer. (A frozen peer,
-SIGSTOP, is tests/test_net_faults.py's stopped node: the same error line, and more.)
+Ctrl-C ends the process at once; two workers with one task index beside a peer that then
+dies (one group). (A frozen peer, SIGSTOP, is tests/test_net_faults.py's stopped node: the
+same error line, and more.)
 """
 
 from __future__ import annotations
@@ -236,36 +237,10 @@ def _worker_env(ports: list[int], index: int, startup_timeout: int = 20) -> dict
     return {**ENV, "TF_CONFIG": json.dumps(tf_config), "TFDP_STARTUP_TIMEOUT": str(startup_timeout)}
 
 
-def test_two_workers_with_one_task_index_are_told_why(tmp_path):
-    ports = free_ports(2)
-    cmd = [sys.executable, "-m", "tfdp.cli", "train", *TRAIN, "--run-dir", str(tmp_path / "r")]
-    procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=_worker_env(ports, 0, startup_timeout=120))
-        for _ in range(2)
-    ]  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while all(p.poll() is None for p in procs):  # the one that cannot bind the port ends
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        # The one that bound it waits for worker 1, who never comes (until its watchdog ends
-        # it: tests/test_multiworker.py's unreachable peer): not waited out here.
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        errs = [p.communicate(timeout=60)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert all(p.returncode != 0 for p in procs)
-    both = "\n".join(errs)
-    assert f"port {ports[0]} is already in use" in both, both[-3000:]
-    assert "same TF_CONFIG task (worker 0)" in both
-
-
-def test_a_dead_peer_is_named_in_the_error_line(tmp_path):
+def test_a_second_worker_0_is_told_why_and_a_dead_peer_is_named(tmp_path):
+    """Two faults, one group: two processes start as worker 0 (one TF_CONFIG task twice) beside
+    worker 1; the one that cannot bind the port is told why, the other trains with worker 1,
+    which then dies (SIGKILL): the survivor names it. (Three processes, not four.)"""
     ports = free_ports(2)
     cmd = [sys.executable, "-m", "tfdp.cli", "train", "--epochs", "200", "--no-progress",
            *TINY, "--run-dir", str(tmp_path / "r")]  # fmt: skip
@@ -274,22 +249,32 @@ def test_a_dead_peer_is_named_in_the_error_line(tmp_path):
     env = {"TFDP_HEARTBEAT_TIMEOUT": "5"}
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**_worker_env(ports, i), **env})
-        for i in range(2)
+                         env={**_worker_env(ports, i, startup_timeout=120), **env})
+        for i in (0, 0, 1)
     ]  # fmt: skip
     try:
         deadline = time.monotonic() + 300
+        while all(p.poll() is None for p in procs[:2]):  # the one that cannot bind the port ends
+            assert procs[2].poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        (loser,) = [p for p in procs[:2] if p.poll() is not None]
+        (chief,) = [p for p in procs[:2] if p is not loser]
+        assert loser.returncode != 0
+        refused = loser.communicate(timeout=60)[1]
+        assert f"port {ports[0]} is already in use" in refused, refused[-3000:]
+        assert "same TF_CONFIG task (worker 0)" in refused
         while not list((tmp_path / "r" / "checkpoints").glob("ckpt-*.index")):
-            assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
+            assert chief.poll() is None and procs[2].poll() is None
+            assert time.monotonic() < deadline
             time.sleep(0.2)
-        procs[1].kill()  # the fault: worker 1 dies mid-run (SIGKILL)
-        assert procs[1].wait(timeout=60) == -signal.SIGKILL
-        _, err = procs[0].communicate(timeout=600)
+        procs[2].kill()  # the fault: worker 1 dies mid-run (SIGKILL)
+        assert procs[2].wait(timeout=60) == -signal.SIGKILL
+        _, err = chief.communicate(timeout=600)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert procs[0].returncode == 4, err[-3000:]  # a lost peer's own exit status
+    assert chief.returncode == 4, err[-3000:]  # a lost peer's own exit status
     line = [ln for ln in err.splitlines() if ln.startswith("tfdp train: error:")][-1]
     assert "Graph execution error" not in line
     assert f"lost worker 1 at 127.0.0.1:{ports[1]} after optimizer step" in line, line

@@ -7,8 +7,9 @@ determinism is on, so weights can be compared bit for bit:
 
 * 2 nodes x 2 workers, a node's link cut mid-epoch with ``--max-restarts 1``: the group
   stops, the node rejoins when the link comes back, and the job completes with the weights of
-  1 node x 4 workers, uninterrupted (the same worker order); one run proves both that 2 x 2
-  trains as 1 x 4 and that the restart loses nothing;
+  4 replicas trained uninterrupted in one process (which 1 node x 4 workers also end at): one
+  run proves both that 2 x 2 trains as 4 replicas on one machine and that the restart loses
+  nothing;
 * ``--nnodes 2:3``, one of 3 nodes killed (launcher and workers, kill -9) mid-epoch: the job
   goes on on 2 nodes and completes; from ``--record-samples``, the interrupted epoch consumed
   exactly the 3-node plan's samples and the next epoch follows the 2-node plan.
@@ -116,24 +117,37 @@ def fingerprints(*texts: str) -> dict[int, str]:
 
 
 @pytest.fixture
-def one_node_of_four(data, tmp_path_factory):
-    """The reference: 1 node x 4 workers on this host, uninterrupted (2 epochs)."""
-    tmp = tmp_path_factory.mktemp("ref")
-    argv = [sys.executable, "-m", "tfdp.launch", "--nproc-per-node", "4", "--",
-            *train_args(data, tmp / "run", 64, 2)]  # fmt: skip
-    ref = Launcher(tmp / "launch.out", argv)
-    assert ref.finish() == 0, ref.text[-4000:]
-    fps = fingerprints(ref.text)
-    assert sorted(fps) == [0, 1, 2, 3] and len(set(fps.values())) == 1, ref.text[-3000:]
-    return fps[0]
+def four_replicas(data, tmp_path, monkeypatch, capsys):
+    """The reference: the same run uninterrupted on 4 replicas in this process (its 4 logical
+    CPUs, tests/conftest.py), the weights fingerprint it reports.
+
+    With op determinism, 4 replicas in one process end bit for bit where 1 node x 4 workers do
+    (measured: the same fingerprint); one process here instead of a launcher and 4 workers."""
+    from tfdp.cli import main
+    from tfdp.recipe import run as recipe_run
+
+    monkeypatch.syspath_prepend(str(WORKERS))  # elastic_model
+    monkeypatch.delenv("TFDP_ELASTIC_SLOW", raising=False)
+    reported = []
+    real = recipe_run.weights_fingerprint
+    monkeypatch.setattr(recipe_run, "weights_fingerprint",
+                        lambda model: reported.append(real(model)) or reported[-1])  # fmt: skip
+    argv = train_args(data, tmp_path / "ref", 64, 2)[3:]  # without "python -m tfdp.cli"
+    code = main([*argv, "--replicas", "4"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert "4 replica(s) (MirroredStrategy)" in out + err
+    assert len(reported) == 1
+    return reported[0]
 
 
-def test_two_nodes_of_two_workers_with_a_cut_link_and_a_restart_end_at_one_node_of_fours_weights(
-    data, tmp_path, one_node_of_four
+def test_two_nodes_of_two_workers_with_a_cut_link_and_a_restart_end_at_four_replicas_weights(
+    data, tmp_path, four_replicas
 ):
     """One run proves both: 2 nodes x 2 workers form one cluster of 4 (worker order as on one
-    node), and a cut link, a restart and a resume end at the 1 x 4 run's weights bit for bit
-    (the run before the cut is a plain 2 x 2 run, the one after resumes from its checkpoint)."""
+    node), and a cut link, a restart and a resume end at the weights of 4 replicas trained
+    uninterrupted bit for bit (the run before the cut is a plain 2 x 2 run, the one after
+    resumes from its checkpoint)."""
     with SimNet(2) as net:
         master = net.nodes[0].address
         flags = ("--max-restarts", "1", "--heartbeat-timeout", "5")
@@ -165,7 +179,7 @@ def test_two_nodes_of_two_workers_with_a_cut_link_and_a_restart_end_at_one_node_
         assert f"restarting the group (restart 1 of 1) after: {lost}" in node.text, node.text
     resumed = r"\[worker 0\] .*resumed from .*ckpt-\d+: (in|at the start of) epoch \d"
     assert re.search(resumed, nodes[0].text)
-    assert fingerprints(*(n.text for n in nodes)) == dict.fromkeys(range(4), one_node_of_four)
+    assert fingerprints(*(n.text for n in nodes)) == dict.fromkeys(range(4), four_replicas)
 
 
 def _records(path: Path) -> list[dict]:

@@ -2,7 +2,9 @@
 
 Real MultiWorkerMirroredStrategy workers on 127.0.0.1 (one replica per process on CPU),
 op determinism on, one short epoch of a slice of the digits (8 steps) and a one-layer model:
-the faults, not the training, are the point.
+the faults, not the training, are the point. The Trainer's own multi-worker checks (default
+output, a callback's stop, a non-finite step, the chief-only checkpoint, disagreeing
+permutations) share one pair of worker processes (tests/workers/trainer_checks.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import pytest
 from conftest import free_ports
 from mw import digits_npz
 
-WORKER = Path(__file__).parent / "workers" / "train_fault.py"
+WORKERS = Path(__file__).parent / "workers"
+WORKER = WORKERS / "train_fault.py"
+#: trainer_checks.py's checks, in the order it runs them.
+SECTIONS = ["progress", "callback_stop", "nonfinite", "checkpoint", "permutation"]
 # --model elastic_model:tiny: tests/workers/elastic_model.py, beside the worker script.
 TRAIN = [
     "--model",
@@ -193,14 +198,28 @@ def test_unreachable_peer_is_a_clear_error_not_a_hang(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trainer_checks() -> tuple[list[str], list[str]]:
-    """Each worker's output of progress_worker.py and of permutation_worker.py (one run)."""
+def trainer_checks(tmp_path_factory) -> dict:
+    """Each worker's output per check of trainer_checks.py (one pair of processes for five
+    checks), and the checkpoint check's directory and records."""
     from mw import run_workers
 
-    outs = run_workers(Path(__file__).parent / "workers" / "trainer_checks.py", 2, [], 300)
-    parts = [out.split("=== permutation\n") for out in outs]
-    assert all(len(p) == 2 for p in parts), outs[0][-3000:]
-    return [p[0] for p in parts], [p[1] for p in parts]
+    tmp = tmp_path_factory.mktemp("trainer_checks")
+    record = str(tmp / "save{task}.json")
+    outs = run_workers(WORKERS / "trainer_checks.py", 2, [str(tmp / "ckpt"), record], 300)
+    sections: dict = {}
+    for out in outs:
+        parts = re.split(r"^=== (\w+)\n", out, flags=re.M)
+        named = dict(zip(parts[1::2], parts[2::2], strict=True))
+        assert list(named) == SECTIONS, out[-3000:]
+        for name, text in named.items():
+            sections.setdefault(name, []).append(text)
+    sections["directory"] = tmp / "ckpt"
+    sections["saves"] = [json.loads((tmp / f"save{i}.json").read_text()) for i in range(2)]
+    return sections
+
+
+def _results(outs: list[str]) -> list[dict]:
+    return [json.loads(re.search(r"RESULT (.*)", out).group(1)) for out in outs]
 
 
 @pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once
@@ -210,8 +229,8 @@ def test_default_progress_bar_and_metrics_under_two_workers(trainer_checks):
     Reading a Keras metric is a cross-worker collective: a bar that reads one on the chief
     only makes the workers' collectives disagree and the group fail (or hang).
     """
-    outs = trainer_checks[0]
-    results = [json.loads(re.search(r"RESULT (.*)", out).group(1)) for out in outs]
+    outs = trainer_checks["progress"]
+    results = _results(outs)
     assert results[0]["weights"] == results[1]["weights"]
     assert [r["loss"] for r in results[0]["records"]] == [r["loss"] for r in results[1]["records"]]
     assert len(results[0]["records"]) == 2
@@ -223,10 +242,66 @@ def test_default_progress_bar_and_metrics_under_two_workers(trainer_checks):
 
 
 @pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once
+def test_two_workers_stop_together_when_one_callback_asks(trainer_checks):
+    first, second = sorted(_results(trainer_checks["callback_stop"]), key=lambda r: r["task"])
+    assert not first["asked"] and second["asked"]  # only worker 1's callback asked ...
+    for r in (first, second):  # ... and both stopped at the same step, after the call of step 6
+        assert (r["epoch"], r["global_step"], r["epochs_done"]) == (0, 6, [])
+        assert r["stop_reason"] == "callback" and r["stopped_early"] and r["stop_training"]
+        assert r["batches"] == [1, 3, 5]
+    assert first["weights"] == second["weights"]
+
+
+@pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once
+def test_two_workers_agree_on_the_nonfinite_step(trainer_checks):
+    """The NaN is on worker 1's replica only; both workers stop at the same step."""
+    results = _results(trainer_checks["nonfinite"])
+    assert results[0] == results[1]
+    assert results[0]["error"].startswith("non-finite")
+    assert results[0]["global_step"] == results[0]["expected"]
+    assert results[0]["rank_of_nan"] == 1
+
+
+@pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once
+def test_multiworker_only_chief_writes_and_fresh_processes_restore(trainer_checks, tmp_path):
+    from mw import run_workers
+    from tfdp.checkpoint import DataPosition
+
+    directory, saves = trainer_checks["directory"], trainer_checks["saves"]
+    assert [s["is_chief"] for s in saves] == [True, False]
+    assert saves[0]["write_directory"] == str(directory)
+    assert saves[1]["write_directory"].startswith(str(directory / ".tfdp_tmp_worker_1"))
+    assert not saves[1]["tmp_exists_after"]
+    # Both workers trained synchronously and report the chief's paths.
+    assert saves[0]["weights"] == saves[1]["weights"]
+    assert (
+        saves[0]["saved"] == saves[1]["saved"] == [str(directory / f"ckpt-{s}") for s in (1, 2, 3)]
+    )
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "checkpoint",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+        "ckpt-3.data-00000-of-00001",
+        "ckpt-3.index",
+    ]
+
+    script = WORKERS / "checkpoint_worker.py"
+    run_workers(script, 2, ["restore", str(directory), str(tmp_path / "restore{task}.json")])
+    for i in range(2):
+        rec = json.loads((tmp_path / f"restore{i}.json").read_text())
+        assert rec["global_step"] == 3 and rec["iterations"] == 3
+        assert DataPosition.from_json(rec["position"]) == DataPosition.from_json(
+            saves[0]["position"]
+        )
+        assert rec["weights"] == saves[0]["weights"]
+    assert saves[0]["weights"] != [[[0.1] * 2] * 3, [0.0, 0.0]]  # training changed them
+
+
+@pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once
 def test_workers_with_different_permutations_are_stopped_naming_the_epoch(trainer_checks):
     """A user permutation= that differs between workers (here from epoch 1 on, as one shared
     generator would) is refused at that epoch's start, on every worker, before it trains."""
-    for out in trainer_checks[1]:
+    for out in trainer_checks["permutation"]:
         assert "AGREED 0" in out, out[-3000:]
         refused = re.search(r"REFUSED after (\d) epoch\(s\): (.*)", out)
         assert refused, out[-3000:]

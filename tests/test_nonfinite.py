@@ -8,9 +8,7 @@ holds the NaN example; the saved weights really make the next loss non-finite).
 from __future__ import annotations
 
 import gc
-import json
 import os
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -297,17 +295,8 @@ def test_fit_path_leaves_a_custom_train_step_with_optimizer_apply_alone(mirrored
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_two_workers_agree_on_the_nonfinite_step():
-    """The NaN is on worker 1's replica only; both workers stop at the same step."""
-    from mw import run_workers
-
-    script = Path(__file__).parent / "workers" / "nonfinite_worker.py"
-    outs = run_workers(script, 2, [], timeout=300)
-    results = [json.loads(out.split("RESULT ", 1)[1].splitlines()[0]) for out in outs]
-    assert results[0] == results[1]
-    assert results[0]["error"].startswith("non-finite")
-    assert results[0]["global_step"] == results[0]["expected"]
-    assert results[0]["rank_of_nan"] == 1
+# Two workers agree on the non-finite step: tests/test_multiworker.py (one pair of worker
+# processes runs it with the other MultiWorkerMirroredStrategy checks).
 
 
 def _tfdp_train(capsys, *args: str) -> tuple[int, str]:

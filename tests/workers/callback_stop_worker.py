@@ -1,7 +1,7 @@
 """A MultiWorkerMirroredStrategy worker whose callback may ask to stop (test helper).
 
-Worker ``argv[1]`` (the stopping worker) sets ``model.stop_training`` in
-``on_train_batch_end`` once its epoch step reaches ``argv[2]``; every worker
+Worker ``stopper`` (``argv[1]``) sets ``model.stop_training`` in
+``on_train_batch_end`` once its epoch step reaches ``at`` (``argv[2]``); every worker
 prints ``RESULT {json}``: where it stopped, why, whether its own callback
 asked, the batches its callback saw, and a weights checksum.
 """
@@ -37,9 +37,8 @@ class StopAt(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def main() -> None:
-    stopper, at = int(sys.argv[1]), int(sys.argv[2])
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+def main(strategy: tf.distribute.Strategy | None = None, stopper: int = 1, at: int = 5) -> None:
+    strategy = strategy or tf.distribute.MultiWorkerMirroredStrategy()
     info = worker_info(strategy)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(96, 4)).astype("float32")
@@ -79,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(None, int(sys.argv[1]), int(sys.argv[2]))

@@ -18,8 +18,10 @@ from tfdp.input import DistributedInput
 from tfdp.sources import ArraySource
 
 
-def main(mode: str, directory: str, out_path: str) -> None:
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+def main(
+    mode: str, directory: str, out_path: str, strategy: tf.distribute.Strategy | None = None
+) -> None:
+    strategy = strategy or tf.distribute.MultiWorkerMirroredStrategy()
     task = strategy.cluster_resolver.task_id
     rng = np.random.default_rng(0)
     n = 64

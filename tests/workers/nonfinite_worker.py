@@ -20,8 +20,8 @@ from tfdp.sources import ArraySource
 from tfdp.train import NonFiniteError, Trainer
 
 
-def main() -> None:
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+def main(strategy: tf.distribute.Strategy | None = None) -> None:
+    strategy = strategy or tf.distribute.MultiWorkerMirroredStrategy()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(48, 4)).astype("float32")
     y = (x[:, 0] > 0).astype("int64")
