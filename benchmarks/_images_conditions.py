@@ -199,11 +199,18 @@ class Training:
 
         self.step = step
 
-    def rate(self, dds: Any, steps: int, warmup: int, global_batch: int) -> dict[str, float]:
-        """Images/s of training over ``steps`` steps after ``warmup`` (and CPU ms per image)."""
-        from bench_images import cpu_seconds, wait_idle
+    def rate(
+        self, make: Callable[[], Any], steps: int, warmup: int, global_batch: int
+    ) -> dict[str, float]:
+        """Images/s of training on ``make()`` over ``steps`` steps after ``warmup`` (CPU ms/image).
+
+        The distributed dataset is built here (after the previous pipeline's
+        teardown), so this function holds its only reference and can drop it.
+        """
+        from bench_images import cpu_seconds, drop, wait_idle
 
         wait_idle()
+        dds = make()
         it = iter(dds)
         for _ in range(warmup):
             float(self.step(next(it)))
@@ -212,14 +219,16 @@ class Training:
             loss = self.step(next(it))
         float(loss)
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-        del it
+        held = [it, dds]
+        del it, dds
+        drop(held)  # destroyed before the next pipeline's wait_idle returns
         return {"rate": steps * global_batch / wall, "cpu_ms": cpu / (steps * global_batch) * 1e3}
 
 
 # --------------------------------------------------------------------------- rounds
 def cold_start(strategy: tf.distribute.Strategy, make: Callable[[int], Any], epoch: int) -> float:
     """Seconds to a pipeline's first dataset's first batch, from an idle process (untimed)."""
-    from bench_images import touch, wait_idle
+    from bench_images import drop, touch, wait_idle
 
     wait_idle()
     t0 = time.perf_counter()
@@ -227,7 +236,9 @@ def cold_start(strategy: tf.distribute.Strategy, make: Callable[[int], Any], epo
     it = iter(dds)
     touch(strategy, next(it))
     seconds = time.perf_counter() - t0
+    held = [it, dds]
     del it, dds
+    drop(held)
     return seconds
 
 
@@ -300,7 +311,10 @@ def conditions(
             def measure(make: Callable[[int], Any], cond: str = cond) -> Callable[[], dict]:
                 if cond == "e2e":
                     return lambda: training.rate(
-                        make(next(epoch)), cfg["train_steps"], cfg["warmup"], bi.GLOBAL_BATCH
+                        lambda: make(next(epoch)),
+                        cfg["train_steps"],
+                        cfg["warmup"],
+                        bi.GLOBAL_BATCH,
                     )
                 return lambda: bi.run_window(
                     strategy, make, next(epoch), cfg["window"], cfg["warmup"], cfg["firsts"]

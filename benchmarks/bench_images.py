@@ -95,7 +95,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from tfdp._compat import CPU_ALLOCATOR_ENV, prefer_bfc_cpu_allocator
+from tfdp._compat import (
+    CPU_ALLOCATOR_ENV,
+    prefer_bfc_cpu_allocator,
+    release_in_background,
+    wait_for_releases,
+)
 
 # TensorFlow's host allocator as tfdp's CLI and launcher give it (BFC: no page faults for
 # every batch); TF_CPU_ALLOCATOR_USE_BFC=false in the environment measures malloc's.
@@ -316,8 +321,20 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def drop(held: list) -> None:
+    """Destroy ``held``'s iterators and datasets (the caller's only references) in the background.
+
+    Destroying a ``tf.data`` iterator can wait up to a minute for its autotuning
+    thread (:func:`tfdp._compat.release_in_background`); :func:`wait_idle`
+    waits for the destruction to finish, so no pipeline's teardown overlaps the
+    next one's timing.
+    """
+    release_in_background(held)
+
+
 def wait_idle(limit: float = 10.0) -> None:
-    """Wait until the process burns under 2% of a core (dropped pipelines stopped)."""
+    """Wait until dropped pipelines are destroyed and the process burns under 2% of a core."""
+    wait_for_releases()
     gc.collect()
     t_end = time.perf_counter() + limit
     while time.perf_counter() < t_end:
@@ -372,9 +389,13 @@ def run_window(
         # functions instantiated), the first batch's wait
         samples.append((t_first - t0, t_built - t0, t_iter - t_built))
         if k < firsts - 1:
+            held = [it, dds]
             del it, dds
+            drop(held)
     wall, cpu = timed_batches(strategy, it, warmup, window, touch)
+    held = [it, dds]
     del it, dds
+    drop(held)
     images = window * GLOBAL_BATCH
     first, build, iterator = (float(np.median(column)) for column in zip(*samples, strict=True))
     return {
@@ -402,7 +423,9 @@ def epoch_boundary(strategy, stream, steps: int, epochs: int = 2) -> tuple[float
         t = time.perf_counter()
         touch(strategy, next(it))
         waits.append(time.perf_counter() - t)
+    held = [it]
     del it
+    drop(held)
     starts = [waits[steps * e] for e in range(1, epochs + 1)]
     return float(np.median(starts)), float(np.median(waits[1:]))
 
@@ -611,7 +634,9 @@ def deit_tfdp_window(strategy, inp, epoch: int, warmup: int, window: int) -> dic
     wait_idle()
     it = iter(inp.epochs(epoch, None))
     wall, cpu = timed_batches(strategy, it, warmup, window, touch_deit)
+    held = [it]
     del it
+    drop(held)
     images = window * GLOBAL_BATCH
     return {"rate": images / wall, "cpu_ms": cpu / images * 1e3}
 

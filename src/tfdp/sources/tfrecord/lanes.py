@@ -77,7 +77,11 @@ def kept_mask(sources: tf.Tensor, length: int) -> Any:
 
 
 def in_stream_order(
-    kept: tf.data.Dataset, sources: tf.Tensor, distinct: np.ndarray, block: int
+    kept: tf.data.Dataset,
+    sources: tf.Tensor,
+    distinct: np.ndarray,
+    block: int,
+    times: np.ndarray | None = None,
 ) -> tf.data.Dataset:
     """``kept``'s examples, one per record of ``sources``, in the order of ``sources``.
 
@@ -89,6 +93,8 @@ def in_stream_order(
         block: The shuffle's block size: ``sources`` permutes records within
             each block, so a block's records are gathered (one batch) and put
             in order before the next block's are read.
+        times: How many times each position of ``distinct`` is yielded
+            (default once): the rows of one example, not copies of the record.
 
     Example:
         >>> import numpy as np, tensorflow as tf
@@ -105,11 +111,12 @@ def in_stream_order(
     table = np.zeros(int(present[-1]) - first + 2, np.int64)
     table[present - first + 1] = sizes
     starts = tf.constant(np.cumsum(table), tf.int64)
+    repeats = tf.constant(np.ones(distinct.size, np.int64) if times is None else times, tf.int64)
 
     def ordered(ids: tf.Tensor, examples: Any) -> tf.data.Dataset:
         b = ids[0] // block - first
         wanted = sources[starts[b] : starts[b + 1]]
-        rows = tf.searchsorted(ids, wanted)
+        rows = tf.repeat(tf.searchsorted(ids, wanted), repeats[starts[b] : starts[b + 1]])
         return tf.data.Dataset.from_tensor_slices(
             tf.nest.map_structure(lambda x: tf.gather(x, rows), examples)
         )

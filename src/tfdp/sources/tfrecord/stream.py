@@ -479,7 +479,7 @@ class TFRecordSource:
             keep = kept_mask(sources, end)
             kept = reads.take(end).enumerate().filter(plain(lambda i, _: keep[i]))
             kept = kept.map(parse, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-            ds = in_stream_order(kept, sources, distinct, block)
+            return in_stream_order(kept, sources, distinct, block, times)
         else:
             lo, hi = int(distinct[0]), int(distinct[-1]) + 1
             ds = reads.skip(lo).take(hi - lo)
