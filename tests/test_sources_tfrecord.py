@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 tf = pytest.importorskip("tensorflow")
 
@@ -21,7 +19,6 @@ from tfdp.sources.tfrecord import (  # noqa: E402
     read_manifest,
     write_tfrecords,
 )
-from tfdp.sources.tfrecord.lanes import block_sources  # noqa: E402
 
 N = 96
 SHARDS = 8
@@ -483,32 +480,3 @@ def test_missing_files(tmp_path):
         TFRecordSource(str(tmp_path / "*.tfrecord"), USER_FEATURES)
     with pytest.raises(FileNotFoundError, match=r"nope\.tfrecord"):
         TFRecordSource([str(tmp_path / "nope.tfrecord")], USER_FEATURES)
-
-
-@given(
-    block=st.sampled_from([2, 3, 7, 1024]),
-    key=st.integers(0, 2**63 - 1),
-    data=st.data(),
-)
-@settings(max_examples=20, deadline=None)
-def test_block_sources_are_the_records_the_string_shuffle_puts_there(block, key, data):
-    # The lane passes shuffle indices (stateless_shuffle of tf.range), not the records: the
-    # records at those indices must be what shuffling the records themselves gives (up to a
-    # dozen blocks, a last one partial or not; 1024 is the default shuffle_buffer).
-    records = data.draw(st.integers(1, min(12 * block, 1100)))
-    picked = data.draw(st.sets(st.integers(0, records - 1), min_size=1, max_size=50))
-    distinct = np.array(sorted(picked), np.int64)
-    strings = tf.constant([f"record {i} ".encode() * (i % 5 + 1) for i in range(records)])
-    shuffled = tf.concat(
-        [
-            tf.random.experimental.stateless_shuffle(
-                strings[b : b + block], seed=tf.constant([key, b // block], tf.int64)
-            )
-            for b in range(0, records, block)
-        ],
-        0,
-    )
-    n, k = tf.constant(records, tf.int64), tf.constant(key, tf.int64)
-    sources = block_sources(distinct, n, k, block)
-    got = tf.gather(strings, sources).numpy().tolist()
-    assert got == tf.gather(shuffled, distinct).numpy().tolist()

@@ -22,7 +22,6 @@ from tfdp.errors import ConfigError, DataError
 from tfdp.indices import KeyedPermutation
 from tfdp.seeding import stream_block_key
 from tfdp.sources.example_records import check_example
-from tfdp.sources.tfrecord.lanes import block_sources, in_stream_order, kept_mask, repeated
 from tfdp.sources.tfrecord.manifest import (
     MAX_LISTED,
     count_records,
@@ -339,38 +338,47 @@ class TFRecordSource:
             order = KeyedPermutation(len(self.files), seed, epoch)(order)
         return [self.files[i] for i in order[lane::lanes]]
 
-    def _lane_plan(
+    def _lane_records(
         self, lane: int, lanes: int, seed: int, epoch: tf.Tensor, shuffle: bool
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Lane ``lane``'s files, record count and block-shuffle key in ``epoch`` (tensors)."""
-        position = {f: i for i, f in enumerate(self.files)}
+    ) -> tf.data.Dataset:
+        """Lane ``lane``'s serialized records in ``epoch`` (a scalar int64 tensor)."""
 
-        def plan(e: Any) -> tuple[np.ndarray, np.int64, np.int64]:
+        def files_of(e: Any) -> np.ndarray:
             names = self.lane_files(
                 lane, num_replicas=lanes, seed=seed, epoch=int(e), shuffle=shuffle
             )
-            records = sum(int(self.counts[position[f]]) for f in names)
-            key = stream_block_key(seed, int(e), lane) if shuffle else 0
-            return np.array(names, dtype=object), np.int64(records), np.int64(key)
+            return np.array(names, dtype=object)
 
-        files, records, key = tf.numpy_function(
-            plan, [epoch], (tf.string, tf.int64, tf.int64), stateful=False
-        )
+        files = tf.numpy_function(files_of, [epoch], tf.string, stateful=False)
         files.set_shape([None])
-        records.set_shape([])
-        key.set_shape([])
-        return files, records, key
-
-    def _lane_reads(self, files: tf.Tensor, lanes: int) -> tf.data.Dataset:
-        """The serialized records of a lane's ``files``, interleaved record by record."""
         most = -(-len(self.files) // lanes)  # files in the largest lane
-        return tf.data.Dataset.from_tensor_slices(files).interleave(
+        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
             plain(self.file_records),  # counts checked against the manifest as they are read
             cycle_length=min(self.cycle_length, most),
             block_length=1,
             num_parallel_calls=self.num_parallel_calls,
             deterministic=True,
         )
+        if shuffle and self.shuffle_buffer > 1:
+            key = tf.numpy_function(
+                lambda e: np.int64(stream_block_key(seed, int(e), lane)),
+                [epoch],
+                tf.int64,
+                stateful=False,
+            )
+            key.set_shape([])
+            ds = ds.batch(self.shuffle_buffer).enumerate()
+            ds = ds.map(
+                plain(
+                    lambda block, records: tf.random.experimental.stateless_shuffle(
+                        records, seed=tf.stack([key, block])
+                    )
+                ),
+                num_parallel_calls=self.num_parallel_calls,
+                deterministic=True,
+            )
+            ds = ds.unbatch()
+        return ds
 
     def stream(
         self,
@@ -443,13 +451,15 @@ class TFRecordSource:
                 parts.append(self._lane_pass(int(j), lanes, seed, epoch_t, shuffle, ms[run]))
         if not parts:
             ds = tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
-            ds = ds.map(plain(self.parse))
         elif len(parts) == 1:
             ds = parts[0]
         else:
             ds = tf.data.Dataset.choose_from_datasets(
                 parts, tf.data.Dataset.from_tensor_slices(choice)
             )
+        ds = ds.map(
+            plain(self.parse), num_parallel_calls=self.num_parallel_calls, deterministic=True
+        )
         return deterministic_unsharded(ds)
 
     def _lane_pass(
@@ -461,36 +471,20 @@ class TFRecordSource:
         shuffle: bool,
         wanted: np.ndarray,
     ) -> tf.data.Dataset:
-        """One read of a lane yielding the examples of its records ``wanted`` (see lanes.py).
-
-        ``wanted``: stream positions in the lane, non-decreasing, repeats kept.
-        The lane is read as far as the block shuffle needs (to the end of the
-        last block holding a wanted position), every record no position
-        wants is dropped as it is read, each kept record parsed once.
-        """
-        distinct, times = np.unique(wanted, return_counts=True)
-        block = self.shuffle_buffer if shuffle and self.shuffle_buffer > 1 else 0
-        files, records, key = self._lane_plan(lane, lanes, seed, epoch, shuffle)
-        reads = self._lane_reads(files, lanes)
-        parse = plain(lambda i, record: (i, self.parse(record)))
-        if block:
-            end = (int(distinct[-1]) // block + 1) * block
-            sources = block_sources(distinct, records, key, block)
-            keep = kept_mask(sources, end)
-            kept = reads.take(end).enumerate().filter(plain(lambda i, _: keep[i]))
-            kept = kept.map(parse, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-            return in_stream_order(kept, sources, distinct, block, times)
-        else:
-            lo, hi = int(distinct[0]), int(distinct[-1]) + 1
-            ds = reads.skip(lo).take(hi - lo)
-            if distinct.size < hi - lo:
-                keep = kept_mask(tf.constant(distinct - lo), hi - lo)
-                ds = ds.enumerate().filter(plain(lambda i, _: keep[i]))
-                ds = ds.map(plain(lambda _, record: record))
-            ds = ds.map(
-                plain(self.parse), num_parallel_calls=self.num_parallel_calls, deterministic=True
-            )
-        return repeated(ds, times)
+        """One read of a lane yielding its records ``wanted`` (non-decreasing, repeats kept)."""
+        lo, hi = int(wanted[0]), int(wanted[-1]) + 1
+        ds = self._lane_records(lane, lanes, seed, epoch, shuffle).skip(lo).take(hi - lo)
+        if wanted.size == hi - lo and np.array_equal(wanted, np.arange(lo, hi)):
+            return ds  # every record of a range, once: no filter
+        counts = np.bincount(wanted - lo, minlength=hi - lo)
+        if counts.max() == 1:
+            keep = tf.constant(counts > 0)
+            kept = ds.enumerate().filter(plain(lambda i, _: keep[i]))
+            return kept.map(plain(lambda _, record: record))
+        times = tf.constant(counts, tf.int64)
+        return ds.enumerate().flat_map(
+            plain(lambda i, record: tf.data.Dataset.from_tensors(record).repeat(times[i]))
+        )
 
     def __len__(self) -> int:
         return self.num_examples
