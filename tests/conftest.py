@@ -12,7 +12,6 @@ import os
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -51,8 +50,7 @@ def collect_garbage_off_the_test_thread(period: float = 0.1) -> threading.Thread
 
     def run() -> None:
         n = 0
-        while True:
-            time.sleep(period)
+        while not _STOP_COLLECTING.wait(period):
             n += 1
             gc.collect(2 if n % 300 == 0 else 1 if n % 10 == 0 else 0)
 
@@ -62,9 +60,22 @@ def collect_garbage_off_the_test_thread(period: float = 0.1) -> threading.Thread
     return thread
 
 
+_STOP_COLLECTING = threading.Event()
+_COLLECTOR: list[threading.Thread] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
     configure_tf()
-    collect_garbage_off_the_test_thread()
+    _COLLECTOR.append(collect_garbage_off_the_test_thread())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # Not left inside TensorFlow's teardown when the interpreter finalises (the process would
+    # abort: a daemon thread is unwound by force there).
+    _STOP_COLLECTING.set()
+    for thread in _COLLECTOR:
+        thread.join()
+    gc.enable()
 
 
 @pytest.fixture(scope="session")

@@ -65,6 +65,7 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
@@ -257,7 +258,8 @@ def release_in_background(held: list[Any]) -> None:
     drops its training stream at the end of ``fit`` and its evaluation
     iterator after every evaluation would wait that long each time; handed
     here, they are destroyed on one daemon thread while the caller goes on.
-    The caller must keep no other reference to them.
+    The caller must keep no other reference to them. A process waits at its
+    exit for what it handed over to be released.
 
     Example:
         >>> import tensorflow as tf
@@ -266,6 +268,11 @@ def release_in_background(held: list[Any]) -> None:
         []
     """
     with _RELEASE_LOCK:
+        if not _RELEASE_THREAD:
+            # A daemon thread still inside TensorFlow's teardown when the interpreter finalises
+            # is unwound by force, and the process aborts ("FATAL: exception not rethrown"):
+            # at exit, what was handed over is released first.
+            atexit.register(wait_for_releases)
         if not _RELEASE_THREAD or not _RELEASE_THREAD[0].is_alive():
             thread = threading.Thread(
                 target=_release_forever, name=RELEASE_THREAD_NAME, daemon=True
