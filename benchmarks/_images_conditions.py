@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfdp._compat import release_in_background
+
 #: Rounds, timed batches (training steps) and warm-up per measurement, fresh datasets' first
 #: batches per round, for each mode. The quick folder's epoch is 4 steps: a window of 8
 #: covers two epoch starts of every pipeline (a TFRecord stream's cost is at its epoch starts).
@@ -207,7 +209,7 @@ class Training:
         The distributed dataset is built here (after the previous pipeline's
         teardown), so this function holds its only reference and can drop it.
         """
-        from bench_images import cpu_seconds, drop, wait_idle
+        from bench_images import cpu_seconds, wait_idle
 
         wait_idle()
         dds = make()
@@ -221,14 +223,14 @@ class Training:
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         held = [it, dds]
         del it, dds
-        drop(held)  # destroyed before the next pipeline's wait_idle returns
+        release_in_background(held)  # destroyed before the next pipeline's wait_idle returns
         return {"rate": steps * global_batch / wall, "cpu_ms": cpu / (steps * global_batch) * 1e3}
 
 
 # --------------------------------------------------------------------------- rounds
 def cold_start(strategy: tf.distribute.Strategy, make: Callable[[int], Any], epoch: int) -> float:
     """Seconds to a pipeline's first dataset's first batch, from an idle process (untimed)."""
-    from bench_images import drop, touch, wait_idle
+    from bench_images import touch, wait_idle
 
     wait_idle()
     t0 = time.perf_counter()
@@ -238,7 +240,7 @@ def cold_start(strategy: tf.distribute.Strategy, make: Callable[[int], Any], epo
     seconds = time.perf_counter() - t0
     held = [it, dds]
     del it, dds
-    drop(held)
+    release_in_background(held)
     return seconds
 
 

@@ -321,19 +321,13 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def drop(held: list) -> None:
-    """Destroy ``held``'s iterators and datasets (the caller's only references) in the background.
-
-    Destroying a ``tf.data`` iterator can wait up to a minute for its autotuning
-    thread (:func:`tfdp._compat.release_in_background`); :func:`wait_idle`
-    waits for the destruction to finish, so no pipeline's teardown overlaps the
-    next one's timing.
-    """
-    release_in_background(held)
-
-
 def wait_idle(limit: float = 10.0) -> None:
-    """Wait until dropped pipelines are destroyed and the process burns under 2% of a core."""
+    """Wait until dropped pipelines are destroyed and the process burns under 2% of a core.
+
+    Pipelines drop their iterators through ``release_in_background`` (TensorFlow's
+    teardown of one can wait up to a minute): waiting for it here keeps one pipeline's
+    teardown out of the next one's timing.
+    """
     wait_for_releases()
     gc.collect()
     t_end = time.perf_counter() + limit
@@ -391,11 +385,11 @@ def run_window(
         if k < firsts - 1:
             held = [it, dds]
             del it, dds
-            drop(held)
+            release_in_background(held)
     wall, cpu = timed_batches(strategy, it, warmup, window, touch)
     held = [it, dds]
     del it, dds
-    drop(held)
+    release_in_background(held)
     images = window * GLOBAL_BATCH
     first, build, iterator = (float(np.median(column)) for column in zip(*samples, strict=True))
     return {
@@ -425,7 +419,7 @@ def epoch_boundary(strategy, stream, steps: int, epochs: int = 2) -> tuple[float
         waits.append(time.perf_counter() - t)
     held = [it]
     del it
-    drop(held)
+    release_in_background(held)
     starts = [waits[steps * e] for e in range(1, epochs + 1)]
     return float(np.median(starts)), float(np.median(waits[1:]))
 
@@ -636,7 +630,7 @@ def deit_tfdp_window(strategy, inp, epoch: int, warmup: int, window: int) -> dic
     wall, cpu = timed_batches(strategy, it, warmup, window, touch_deit)
     held = [it]
     del it
-    drop(held)
+    release_in_background(held)
     images = window * GLOBAL_BATCH
     return {"rate": images / wall, "cpu_ms": cpu / images * 1e3}
 

@@ -241,7 +241,7 @@ def call_outside_strategy(fn: Callable[[], T]) -> T:
 
 _RELEASE_QUEUE: queue.Queue[list[Any]] = queue.Queue()
 _RELEASE_LOCK = threading.Lock()
-_RELEASE_THREAD: list[threading.Thread] = []
+_RELEASE_STARTED: list[bool] = []  # one release thread per process, started at the first use
 #: The name of the thread on which :func:`release_in_background` drops what it is handed.
 RELEASE_THREAD_NAME = "tfdp-release"
 
@@ -253,8 +253,9 @@ def release_in_background(held: list[Any]) -> None:
     iterator's autotuning thread, and that thread does not always see the
     cancellation: it then sleeps to the end of its optimisation period, which
     doubles from 10 ms up to 60 s while the iterator lives. An iterator read
-    for 3 s took about 2 s to destroy in most drops, one read for minutes up to
-    a minute (``benchmarks/bench_iterator_release.py``). A training loop that
+    for 3 s took about 2 s to destroy in 1 to 6 of 8 drops, depending on the run
+    (``benchmarks/bench_iterator_release.py``); the wait grows with the
+    iterator's age. A training loop that
     drops its training stream at the end of ``fit`` and its evaluation
     iterator after every evaluation would wait that long each time; handed
     here, they are destroyed on one daemon thread while the caller goes on.
@@ -268,17 +269,13 @@ def release_in_background(held: list[Any]) -> None:
         []
     """
     with _RELEASE_LOCK:
-        if not _RELEASE_THREAD:
+        if not _RELEASE_STARTED:
             # A daemon thread still inside TensorFlow's teardown when the interpreter finalises
             # is unwound by force, and the process aborts ("FATAL: exception not rethrown"):
             # at exit, what was handed over is released first.
             atexit.register(wait_for_releases)
-        if not _RELEASE_THREAD or not _RELEASE_THREAD[0].is_alive():
-            thread = threading.Thread(
-                target=_release_forever, name=RELEASE_THREAD_NAME, daemon=True
-            )
-            _RELEASE_THREAD[:] = [thread]
-            thread.start()
+            threading.Thread(target=_release_forever, name=RELEASE_THREAD_NAME, daemon=True).start()
+            _RELEASE_STARTED.append(True)
     _RELEASE_QUEUE.put(list(held))
     held.clear()
 

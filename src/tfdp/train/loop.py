@@ -468,8 +468,9 @@ class Trainer:
                 raise
             raise lost from exc
         finally:
-            # No frame holds the iterator but this list: it dies here, even when an exception
-            # kept by the caller (a NonFiniteError) outlives fit. Left alive, iterators pile up
+            # No frame holds the iterator but this list: it is released here (destroyed on the
+            # release thread), even when an exception kept by the caller (a NonFiniteError)
+            # outlives fit. Left alive, iterators pile up
             # in the process, and TensorFlow's teardown of one of them, whenever it comes, was
             # measured waiting 10-120 s on tf.data's background threads with a dozen alive.
             calls.clear()  # the bound calls hold it too
