@@ -52,6 +52,11 @@ release_in_background         tf.data's autotuning thread (one per iterator) doe
                               its iterator's cancellation: destroying the iterator then waits to
                               the end of that thread's optimisation period (it doubles from 10 ms
                               to 60 s while the iterator lives)
+close_failed_reduce_pools     an eager all-reduce of ``CollectiveAllReduce`` runs its devices on a
+                              ``multiprocessing.pool.ThreadPool`` it closes only on success: a
+                              failed collective leaves it open, a local of a frame in the error's
+                              traceback (finalised at interpreter exit, its pipe may be closed:
+                              "Exception ignored in Pool.__del__ ... Bad file descriptor")
 configure_heartbeat           ``context.configure_coordination_service`` before
                               MultiWorkerMirroredStrategy is built: the strategy then keeps it
                               (it configures its own only when none is set); its
@@ -82,6 +87,7 @@ __all__ = [
     "bound_call",
     "call_outside_strategy",
     "checkpoint_value_key",
+    "close_failed_reduce_pools",
     "compiled_metrics_container",
     "configure_heartbeat",
     "fit_step_overrides",
@@ -300,6 +306,46 @@ def wait_for_releases() -> None:
         True
     """
     _RELEASE_QUEUE.join()
+
+
+def close_failed_reduce_pools(error: BaseException) -> int:
+    """Close the thread pools a failed eager all-reduce left open; return how many were open.
+
+    TensorFlow 2.21's ``CollectiveAllReduce`` runs an eager all-reduce (a
+    sync-on-read metric read, ``strategy.reduce``) on a fresh
+    ``multiprocessing.pool.ThreadPool`` that it closes only when every device
+    succeeded. When a peer is lost mid-collective, the pool stays open, held by
+    a frame of ``error``'s traceback; finalised at interpreter exit, after its
+    pipe may be closed, it prints "Exception ignored in ... Pool.__del__ ...
+    Bad file descriptor". Closing it when the error is handled keeps the exit
+    clean. Closing never blocks (the pool's threads are not joined).
+
+    Example:
+        >>> from multiprocessing.pool import ThreadPool
+        >>> def failing_reduce():
+        ...     pool = ThreadPool(1)
+        ...     raise ConnectionError("a peer was lost mid-collective")
+        >>> try:
+        ...     failing_reduce()
+        ... except ConnectionError as err:
+        ...     print(close_failed_reduce_pools(err), close_failed_reduce_pools(err))
+        1 0
+    """
+    from multiprocessing.pool import RUN, Pool
+
+    closed, seen = 0, set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        tb = cause.__traceback__
+        while tb is not None:
+            for value in tb.tb_frame.f_locals.values():
+                if isinstance(value, Pool) and value._state == RUN:
+                    value.close()
+                    closed += 1
+            tb = tb.tb_next
+        cause = cause.__cause__ or cause.__context__
+    return closed
 
 
 _REDUCED_LOCK = threading.Lock()
@@ -639,6 +685,8 @@ def prefer_bfc_cpu_allocator(environ: MutableMapping[str, str]) -> None:
     Values never change. An environment that sets the variable already
     keeps it (``TF_CPU_ALLOCATOR_USE_BFC=false``: malloc); it must be set before
     TensorFlow's first host allocation (the CLI and the launcher's workers).
+    Where TensorFlow turns oneDNN on (CPUs with AVX-512), its host allocator
+    keeps freed memory already, whatever the variable says.
 
     Example:
         >>> env = {}

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from tfdp._compat import call_outside_strategy
+from tfdp._compat import call_outside_strategy, close_failed_reduce_pools
 from tfdp.checkpoint.files import checkpoint_number
 from tfdp.checkpoint.manager import CheckpointManager
 from tfdp.checkpoint.trackables import keras_trackables
@@ -258,6 +258,7 @@ class PeerLoss:
             type(error).__name__, info.num_workers
         ):
             return None
+        close_failed_reduce_pools(error)  # else finalised at exit, printing a traceback
         resolver = strategy.cluster_resolver
         cluster = resolver.cluster_spec().as_dict()
         me = (resolver.task_type, int(resolver.task_id or 0))
