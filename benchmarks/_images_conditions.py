@@ -9,9 +9,11 @@ the image folder and for ImageNet-format TFRecord shards:
 * ``busy``: the same rounds while one core is kept busy by a background
   process the bench starts and stops itself (:func:`busy_core`: a Python
   loop, ``nice`` 0, the same priority as the bench).
-* ``e2e``: end to end, a small CNN trained on the 2 replicas for a fixed
-  number of steps, fed by each pipeline (images/s of training; the same
-  model, the same global batch, the same compiled step for every input).
+* ``e2e``: end to end, a small CNN trained by :class:`tfdp.train.Trainer` on
+  the 2 replicas for a fixed number of steps, fed by each pipeline (images/s
+  of training; one Trainer, so the same model, global batch and compiled step
+  for every input; Model Garden's pipeline through
+  ``strategy.distribute_datasets_from_function``, as :class:`ModelGardenInput`).
 
 TFRecords: ``write_imagenet_shards`` writes the folder's JPEG bytes, unchanged,
 as ImageNet-format ``tf.train.Example`` records (``image/encoded``,
@@ -168,63 +170,93 @@ def small_cnn(classes: int, size: int) -> Any:
     )
 
 
+class ModelGardenInput:
+    """Model Garden's pipeline as the training input :class:`tfdp.train.Trainer` reads.
+
+    ``Trainer.fit`` reads its input through what :class:`tfdp.DistributedInput`
+    offers: the strategy, the batch sizes, the steps of an epoch and one stream
+    of epochs. Here the stream is Model Garden's per-worker datasets through
+    ``strategy.distribute_datasets_from_function`` (endless: repeated and
+    reshuffled by its own seed); an epoch is as many steps as tfdp's plain
+    input of the same images has.
+    """
+
+    return_ids = False
+    seed = 0
+    source = None
+
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        dataset_fn: Callable[[int], Callable],
+        num_examples: int,
+        global_batch: int,
+    ) -> None:
+        self.strategy, self._dataset_fn = strategy, dataset_fn
+        self.global_batch_size = global_batch
+        self.num_replicas = strategy.num_replicas_in_sync
+        self.batch_size = global_batch // self.num_replicas
+        self.steps_per_epoch = num_examples // global_batch
+
+    def epoch_steps(self, epoch: int) -> int:
+        return self.steps_per_epoch
+
+    def check_permutation_agreement(self, epoch: int) -> None:
+        """One process: nothing to agree on."""
+
+    def epochs(
+        self, first_epoch: int = 0, num_epochs: int | None = None, start_step: int = 0
+    ) -> Any:
+        return self.strategy.distribute_datasets_from_function(self._dataset_fn(first_epoch))
+
+
 class Training:
-    """One compiled training step on the strategy, shared by every input (same model, batch)."""
+    """One :class:`tfdp.train.Trainer` of a small CNN, fed by every input in turn.
+
+    The same model, optimizer and global batch for every input: each
+    measurement continues the same training (its epochs and steps) on another
+    input, so every input is read by the same compiled step.
+    """
 
     def __init__(self, strategy: tf.distribute.Strategy, classes: int, size: int) -> None:
         import keras
 
-        self.strategy = strategy
-        with strategy.scope():
-            self.model = small_cnn(classes, size)
-            self.optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
-            self.optimizer.build(self.model.trainable_variables)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        from tfdp.train import Trainer
 
-        def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-            with tf.GradientTape() as tape:
-                logits = self.model(images, training=True)
-                loss = tf.nn.compute_average_loss(
-                    loss_fn(tf.cast(labels, tf.int32), logits),
-                    global_batch_size=tf.shape(images)[0] * strategy.num_replicas_in_sync,
-                )
-            variables = self.model.trainable_variables
-            self.optimizer.apply_gradients(
-                zip(tape.gradient(loss, variables), variables, strict=True)
-            )
-            return loss
-
-        @tf.function
-        def step(batch: Any) -> tf.Tensor:
-            losses = strategy.run(replica_step, args=(batch[0], batch[1]))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-
-        self.step = step
+        self.trainer = Trainer(
+            strategy,
+            lambda: small_cnn(classes, size),
+            lambda: keras.optimizers.SGD(0.01, momentum=0.9),
+            "sparse_categorical_crossentropy_from_logits",
+            progress=False,
+            verbose=0,
+        )
 
     def rate(
-        self, make: Callable[[], Any], steps: int, warmup: int, global_batch: int
+        self, train_input: Any, steps: int, warmup: int, global_batch: int
     ) -> dict[str, float]:
-        """Images/s of training on ``make()`` over ``steps`` steps after ``warmup`` (CPU ms/image).
+        """Images/s of ``Trainer.fit`` on ``train_input`` over ``steps`` steps after ``warmup``.
 
-        The distributed dataset is built here (after the previous pipeline's
-        teardown), so this function holds its only reference and can drop it.
+        Timed from the end of the ``warmup``-th step to the end of the last one
+        (``on_step``, called after every step); CPU ms per image likewise. The
+        Trainer hands its stream to ``release_in_background`` when ``fit`` ends.
         """
         from bench_images import cpu_seconds, wait_idle
 
         wait_idle()
-        dds = make()
-        it = iter(dds)
-        for _ in range(warmup):
-            float(self.step(next(it)))
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        for _ in range(steps):
-            loss = self.step(next(it))
-        float(loss)
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-        held = [it, dds]
-        del it, dds
-        release_in_background(held)  # destroyed before the next pipeline's wait_idle returns
-        return {"rate": steps * global_batch / wall, "cpu_ms": cpu / (steps * global_batch) * 1e3}
+        state = self.trainer.state
+        first, marks = state.global_step, {}
+
+        def on_step(now: Any) -> None:
+            if now.global_step - first in (warmup, warmup + steps):
+                marks[now.global_step - first] = (time.perf_counter(), cpu_seconds())
+
+        self.trainer.fit(
+            train_input, epochs=10**6, max_steps=first + warmup + steps, on_step=on_step
+        )
+        (t0, c0), (t1, c1) = marks[warmup], marks[warmup + steps]
+        images = steps * global_batch
+        return {"rate": images / (t1 - t0), "cpu_ms": (c1 - c0) / images * 1e3}
 
 
 # --------------------------------------------------------------------------- rounds
@@ -286,6 +318,7 @@ def conditions(
     mg_records = model_garden_tfrecord_dataset(files, _parse_bytes(bi), bi.GLOBAL_BATCH, bi.SHUFFLE)
     records = tfrecord_source(files)
     makers: dict[str, dict[str, Callable[[int], Any]]] = {}
+    inputs: dict[str, dict[str, Any]] = {}  # end to end: what Trainer.fit reads
     for kind, source, mg in (("folder", None, mg_folder), ("tfrecord", records, mg_records)):
         if kind not in kinds:
             continue
@@ -295,6 +328,11 @@ def conditions(
             "tfdp_ra": lambda e, inp=ra: inp.epochs(e, None),
             "tfdp_plain": lambda e, inp=plain: inp.epochs(e, None),
             "model_garden": lambda e, mg=mg: strategy.distribute_datasets_from_function(mg(e)),
+        }
+        inputs[kind] = {
+            "tfdp_ra": ra,
+            "tfdp_plain": plain,
+            "model_garden": ModelGardenInput(strategy, mg, len(paths), bi.GLOBAL_BATCH),
         }
     training = Training(strategy, int(np.max(labels)) + 1, bi.SIZE)
     heads: dict[str, float] = {}
@@ -310,19 +348,18 @@ def conditions(
             print(f"  {kind} cold start (untimed in the rounds): first batch s {line}", flush=True)
         for cond in conds:
 
-            def measure(make: Callable[[int], Any], cond: str = cond) -> Callable[[], dict]:
+            def measure(
+                name: str, cond: str = cond, kind: str = kind, pipes: dict = pipes
+            ) -> Callable[[], dict]:
                 if cond == "e2e":
                     return lambda: training.rate(
-                        lambda: make(next(epoch)),
-                        cfg["train_steps"],
-                        cfg["warmup"],
-                        bi.GLOBAL_BATCH,
+                        inputs[kind][name], cfg["train_steps"], cfg["warmup"], bi.GLOBAL_BATCH
                     )
                 return lambda: bi.run_window(
-                    strategy, make, next(epoch), cfg["window"], cfg["warmup"], cfg["firsts"]
+                    strategy, pipes[name], next(epoch), cfg["window"], cfg["warmup"], cfg["firsts"]
                 )
 
-            runs = {name: measure(make) for name, make in pipes.items()}
+            runs = {name: measure(name) for name in pipes}
             with busy_core() if cond == "busy" else contextlib.nullcontext():
                 res = run_rounds(runs, cfg["rounds"], f"{kind} {cond}")
             for flavour in ("ra", "plain"):
@@ -355,7 +392,7 @@ def conditions(
         )
     print(
         "(idle: the process alone; busy: one core kept busy by a child process; e2e: images/s "
-        "of a small CNN's training steps; ratios: medians of per-round ratios)",
+        "of Trainer.fit training a small CNN; ratios: medians of per-round ratios)",
         flush=True,
     )
     return heads
