@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import tfdp
+from mw import digits_npz
 from tfdp.cli import build_parser, main, train_request
 from tfdp.recipe import TrainConfig, coerce, load_config_file
 
@@ -270,9 +271,12 @@ def test_config_json_is_a_config_file(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_hint_pasted_as_printed_continues_the_run(tmp_path):
     run = tmp_path / "my run"  # a space: the hint must quote it
-    # The hint and the resume are the point, not the model: the one-layer model of
+    # The hint and the resume are the point, not the model or the data: the one-layer model of
     # tests/workers/elastic_model.py (config.json names it, the pasted hint finds it on the
-    # path), 100 ms a step in the first run (TFDP_ELASTIC_SLOW) so that Ctrl-C lands mid-run.
+    # path), 100 ms a step in the first run (TFDP_ELASTIC_SLOW) so that Ctrl-C lands mid-run;
+    # 560 of the digits, 504 for training: 16 steps an epoch (the full set's 44 steps and 360
+    # held-out examples cost the slow run 12 s more).
+    data = digits_npz(tmp_path, 560)
     workers = Path(__file__).parent / "workers"
     env = {
         **os.environ,
@@ -282,8 +286,9 @@ def test_ctrl_c_hint_pasted_as_printed_continues_the_run(tmp_path):
     }
     first = subprocess.Popen(
         [PY, "-m", "tfdp", "train", "--epochs", "2", "--run-dir", str(run), "--no-progress",
-         "--batch-size-per-replica", "16", "--checkpoint-every", "5", "--deterministic",
-         "--model", "elastic_model:tiny", "--steps-per-call", "1"],
+         "--data", str(data), "--eval-fraction", "0.1", "--batch-size-per-replica", "16",
+         "--checkpoint-every", "5", "--deterministic", "--model", "elastic_model:tiny",
+         "--steps-per-call", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**env, "TFDP_ELASTIC_SLOW": "1"},
     )  # fmt: skip

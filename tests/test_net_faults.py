@@ -31,7 +31,8 @@ pytestmark = [
 WORKERS = Path(__file__).parent / "workers"
 PORT = 2222  # every node has its own port space
 #: Seconds from the fault to the message, as docs/guide.md states them ("Faults between
-#: machines"): TensorFlow's coordination service sees missed heartbeats after 10 s.
+#: machines"): TensorFlow's coordination service sees missed heartbeats after 10 s by default
+#: (the tests set 5 s: TFDP_HEARTBEAT_TIMEOUT).
 BOUND = 30
 EVERY = 5  # the periodic checkpoints (the bound when the chief itself is lost)
 
@@ -96,7 +97,9 @@ def test_a_cut_link_mid_epoch_ends_both_with_the_peer_named_and_the_last_step_ke
     net = simnet(2)
     run = tmp_path / "run"
     argv = [sys.executable, str(WORKERS / "peer_fault.py"), str(run), str(EVERY)]
-    chief, other = _start(net, argv, tmp_path)
+    # TensorFlow's heartbeat timeout 5 s instead of its 10 s, as for the stopped node below: the
+    # message is the same, told 5 s sooner, and still within the documented bound.
+    chief, other = _start(net, argv, tmp_path, TFDP_HEARTBEAT_TIMEOUT="5")
     chief.wait_for(r"^STEP (1[2-9]|[2-9]\d)$")  # mid-epoch (64 steps an epoch), saved at 5, 10
     net.nodes[1].cut()
     cut_at = time.monotonic()
