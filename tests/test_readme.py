@@ -60,13 +60,33 @@ def test_main_job_reaches_95_percent(tmp_path):
 
 
 def runs_here(cmd: str) -> bool:
-    """Commands run by ``tfdp.cli.main`` in this process: those that load no TensorFlow, and
-    `tfdp data` and `tfdp evaluate --replicas 4` (this process's 4 logical CPUs, tests/conftest.py).
-    A new Python + TensorFlow process costs seconds; `tfdp train` (2 replicas) and `tfdp launch`
-    run as processes, as the main job does (scripts/run-main.sh: the `tfdp` entry point)."""
-    return cmd.startswith(("tfdp plot ", "tfdp sampler ", "tfdp data ")) or (
+    """Commands run by ``tfdp.cli.main`` in this process: all but `tfdp launch` (a new Python +
+    TensorFlow process costs seconds). `tfdp evaluate --replicas 4` runs on this process's 4
+    logical CPUs (tests/conftest.py); `tfdp train` (2 replicas) gets this session's
+    MirroredStrategy over 2 of them (``answer_two_replicas``). The `tfdp` entry point as a
+    process: the main job (scripts/run-main.sh) and `tfdp launch`'s workers."""
+    return cmd.startswith(("tfdp plot ", "tfdp sampler ", "tfdp data ", "tfdp train ")) or (
         cmd.startswith("tfdp evaluate ") and cmd.endswith(" --replicas 4")
     )
+
+
+def answer_two_replicas(monkeypatch, mirrored_of) -> list:
+    """``make_strategy(..., cpu_replicas=2)`` (`tfdp train`'s default) answered in this process
+    by ``mirrored_of(2)``: its 2 logical CPUs cannot be made once TensorFlow runs. Other
+    requests go to the real function. Returns the list of the requests answered."""
+    import tfdp.distribute
+    from tfdp.distribute.strategy import make_strategy as real
+
+    answered = []
+
+    def make_strategy(kind: str = "auto", **kwargs):
+        if kind in ("auto", "cpu") and kwargs == {"cpu_replicas": 2}:
+            answered.append(kind)
+            return mirrored_of(2)
+        return real(kind, **kwargs)
+
+    monkeypatch.setattr(tfdp.distribute, "make_strategy", make_strategy)
+    return answered
 
 
 def _last_epoch(run: Path) -> dict:
@@ -74,10 +94,11 @@ def _last_epoch(run: Path) -> dict:
 
 
 @pytest.mark.parametrize("index", [2, 3, 4])  # quickstart, multi-worker, TFRecord shards
-def test_readme_block_runs(tmp_path, index, monkeypatch, capsys):
+def test_readme_block_runs(tmp_path, index, monkeypatch, capsys, mirrored_of):
     from tfdp.cli import main
 
     monkeypatch.chdir(tmp_path)
+    answered = answer_two_replicas(monkeypatch, mirrored_of)
     block = bash_blocks()[index]
     ran_here, said = [], {}
     for cmd in block:
@@ -94,8 +115,10 @@ def test_readme_block_runs(tmp_path, index, monkeypatch, capsys):
             assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
             out = proc.stdout
         said[cmd.split()[1]] = out
+    trains = [c for c in ran_here if c.startswith("tfdp train ")]
+    assert len(answered) == len(trains) == (index != 3)  # block 3's train: launch's workers
     if index == 2:
-        assert len(ran_here) == 3  # evaluate, plot, sampler
+        assert len(ran_here) == 4  # train, evaluate, plot, sampler
         assert (tmp_path / "runs/quickstart/curves.png").is_file()
         assert (tmp_path / "layout.png").is_file()
     elif index == 3:
@@ -232,23 +255,15 @@ def test_readme_python_example_trains_to_a_sensible_loss(tmp_path, monkeypatch, 
     CPUs (the devices are made before TensorFlow initialises, once per process: that a script's
     first ``make_strategy`` makes them is what tests/test_examples.py's scripts show).
     """
-    import tfdp.distribute
-
     blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
     (example,) = [b for b in blocks if "Trainer(" in b]
     assert example.count(README_EPOCHS) == 1
     example = example.replace(README_EPOCHS, README_EPOCHS.replace("100", "2"))
-    asked = []
-
-    def make_strategy(*args, **kwargs):
-        asked.append((args, kwargs))
-        return mirrored_of(2)
-
-    monkeypatch.setattr(tfdp.distribute, "make_strategy", make_strategy)
+    answered = answer_two_replicas(monkeypatch, mirrored_of)
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(compile(PYTHON_PRELUDE + example, "README.md", "exec"), scope)
-    assert asked == [((), {"cpu_replicas": 2})]
+    assert answered == ["auto"]  # make_strategy(cpu_replicas=2)
     history = scope["trainer"].state.history
     assert (tmp_path / "runs/mine/metrics.jsonl").is_file()
     losses = [r["loss"] for r in history]
