@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from two_replicas import answer_two_replicas
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 # Not run here, with the reason: installing is what scripts/setup.sh does before any test,
@@ -68,25 +70,6 @@ def runs_here(cmd: str) -> bool:
     return cmd.startswith(("tfdp plot ", "tfdp sampler ", "tfdp data ", "tfdp train ")) or (
         cmd.startswith("tfdp evaluate ") and cmd.endswith(" --replicas 4")
     )
-
-
-def answer_two_replicas(monkeypatch, mirrored_of) -> list:
-    """``make_strategy(..., cpu_replicas=2)`` (`tfdp train`'s default) answered in this process
-    by ``mirrored_of(2)``: its 2 logical CPUs cannot be made once TensorFlow runs. Other
-    requests go to the real function. Returns the list of the requests answered."""
-    import tfdp.distribute
-    from tfdp.distribute.strategy import make_strategy as real
-
-    answered = []
-
-    def make_strategy(kind: str = "auto", **kwargs):
-        if kind in ("auto", "cpu") and kwargs == {"cpu_replicas": 2}:
-            answered.append(kind)
-            return mirrored_of(2)
-        return real(kind, **kwargs)
-
-    monkeypatch.setattr(tfdp.distribute, "make_strategy", make_strategy)
-    return answered
 
 
 def _last_epoch(run: Path) -> dict:
