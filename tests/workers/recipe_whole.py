@@ -23,7 +23,7 @@ from tfdp.recipe import TrainConfig
 #: DeiT's recipe (timm's flags): RA sampler (the default), RandAugment, erasing, Mixup / CutMix,
 #: smoothing, AdamW with decay, cosine per update, clipping, accumulation, EMA.
 RECIPE = dict(
-    epochs=2,  # the stop (global step 3) is mid-epoch, after an epoch's end
+    epochs=3,
     eval_fraction=0.2,
     batch_size=16,
     deterministic=True,
