@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from two_replicas import answer_two_replicas
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 # Not run here, with the reason: installing is what scripts/setup.sh does before any test,
@@ -60,11 +62,12 @@ def test_main_job_reaches_95_percent(tmp_path):
 
 
 def runs_here(cmd: str) -> bool:
-    """Commands run by ``tfdp.cli.main`` in this process: those that load no TensorFlow, and
-    `tfdp data` and `tfdp evaluate --replicas 4` (this process's 4 logical CPUs, tests/conftest.py).
-    A new Python + TensorFlow process costs seconds; `tfdp train` (2 replicas) and `tfdp launch`
-    run as processes, as the main job does (scripts/run-main.sh: the `tfdp` entry point)."""
-    return cmd.startswith(("tfdp plot ", "tfdp sampler ", "tfdp data ")) or (
+    """Commands run by ``tfdp.cli.main`` in this process: all but `tfdp launch` (a new Python +
+    TensorFlow process costs seconds). `tfdp evaluate --replicas 4` runs on this process's 4
+    logical CPUs (tests/conftest.py); `tfdp train` (2 replicas) gets this session's
+    MirroredStrategy over 2 of them (``answer_two_replicas``). The `tfdp` entry point as a
+    process: the main job (scripts/run-main.sh) and `tfdp launch`'s workers."""
+    return cmd.startswith(("tfdp plot ", "tfdp sampler ", "tfdp data ", "tfdp train ")) or (
         cmd.startswith("tfdp evaluate ") and cmd.endswith(" --replicas 4")
     )
 
@@ -74,10 +77,11 @@ def _last_epoch(run: Path) -> dict:
 
 
 @pytest.mark.parametrize("index", [2, 3, 4])  # quickstart, multi-worker, TFRecord shards
-def test_readme_block_runs(tmp_path, index, monkeypatch, capsys):
+def test_readme_block_runs(tmp_path, index, monkeypatch, capsys, mirrored_of):
     from tfdp.cli import main
 
     monkeypatch.chdir(tmp_path)
+    answered = answer_two_replicas(monkeypatch, mirrored_of)
     block = bash_blocks()[index]
     ran_here, said = [], {}
     for cmd in block:
@@ -94,8 +98,10 @@ def test_readme_block_runs(tmp_path, index, monkeypatch, capsys):
             assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
             out = proc.stdout
         said[cmd.split()[1]] = out
+    trains = [c for c in ran_here if c.startswith("tfdp train ")]
+    assert len(answered) == len(trains) == (index != 3)  # block 3's train: launch's workers
     if index == 2:
-        assert len(ran_here) == 3  # evaluate, plot, sampler
+        assert len(ran_here) == 4  # train, evaluate, plot, sampler
         assert (tmp_path / "runs/quickstart/curves.png").is_file()
         assert (tmp_path / "layout.png").is_file()
     elif index == 3:
@@ -201,7 +207,6 @@ def test_cluster_paragraphs_name_what_the_tests_run():
 # The README's Python example needs its data and model: CIFAR-like uint8 images (the digits,
 # levels 0..16, blown up to 32x32 and levels 0..255) and a small CNN.
 PYTHON_PRELUDE = """
-import json
 import numpy as np
 from tfdp.recipe.digits import load_digits
 from tfdp.recipe.networks import small_cnn
@@ -223,29 +228,27 @@ def build_model():
 README_EPOCHS = "trainer.fit(train, epochs=100, eval_input=held_out)"
 
 
-def test_readme_python_example_trains_to_a_sensible_loss(tmp_path):
+def test_readme_python_example_trains_to_a_sensible_loss(tmp_path, monkeypatch, mirrored_of):
     """The README's Python example, as written, learns: its losses are those of scaled pixels.
 
     On raw 0-255 pixels (the example without ToFloat) the first epoch's loss was 177; scaled to
-    [0, 1] a 10-class problem starts near ln(10) = 2.3 and goes down.
+    [0, 1] a 10-class problem starts near ln(10) = 2.3 and goes down. The block runs in this
+    process (a new Python + TensorFlow process costs seconds): its
+    ``make_strategy(cpu_replicas=2)`` gets this session's MirroredStrategy over 2 of its logical
+    CPUs (the devices are made before TensorFlow initialises, once per process: that a script's
+    first ``make_strategy`` makes them is what tests/test_examples.py's scripts show).
     """
     blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
     (example,) = [b for b in blocks if "Trainer(" in b]
     assert example.count(README_EPOCHS) == 1
     example = example.replace(README_EPOCHS, README_EPOCHS.replace("100", "2"))
-    script = PYTHON_PRELUDE + example + "print(json.dumps(trainer.state.history))\n"
-    (tmp_path / "example.py").write_text(script)
-    proc = subprocess.run(
-        [sys.executable, "example.py"],
-        cwd=tmp_path,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    history = json.loads(proc.stdout.strip().splitlines()[-1])
+    answered = answer_two_replicas(monkeypatch, mirrored_of)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(PYTHON_PRELUDE + example, "README.md", "exec"), scope)
+    assert answered == ["auto"]  # make_strategy(cpu_replicas=2)
+    history = scope["trainer"].state.history
+    assert (tmp_path / "runs/mine/metrics.jsonl").is_file()
     losses = [r["loss"] for r in history]
     # ln(10) = 2.30: a 10-class model's loss at the start, and the held-out loss of a guess.
     assert len(losses) == 2 and losses[0] < 2.6, losses

@@ -449,34 +449,40 @@ def test_chunk_slots(batch, replicas, target):
 
 
 @pytest.mark.slow
-def test_train_resnet_on_an_image_folder_end_to_end(tmp_path):
+def test_train_resnet_on_an_image_folder_end_to_end(tmp_path, monkeypatch, mirrored_of, capsys):
     # `tfdp train --data <folder> --model resnet --image-size S`: RandomResizedCrop + flip on the
     # window path for training, centre crop for the held-out set, evaluated exactly (every
-    # held-out image once, whatever the replica count).
-    from test_cli import tfdp
+    # held-out image once, whatever the replica count). The command runs in this process on 2
+    # replicas (tests/two_replicas.py; `tfdp train` as a process: the main job in
+    # tests/test_readme.py, tests/test_faults.py).
+    from tfdp.cli import main
+    from two_replicas import answer_two_replicas
 
     sizes = ((40, 52), (52, 40), (36, 48), (48, 36))
     write_folder(tmp_path / "train", 16, classes=2, sizes=sizes, seed=1)
     write_folder(tmp_path / "val", 6, classes=2, sizes=sizes, seed=2)
     run = tmp_path / "run"
     args = ["--data", str(tmp_path / "train"), "--eval-data", str(tmp_path / "val")]
-    train = tfdp(
-        "train",
-        *args,
-        "--model",
-        "resnet",
-        "--image-size",
-        "24",
-        "--epochs",
-        "1",
-        "--batch-size",
-        "8",
-        "--run-dir",
-        str(run),
-        "--no-progress",
-        cwd=tmp_path,
+    answered = answer_two_replicas(monkeypatch, mirrored_of)
+    code = main(
+        [
+            "train",
+            *args,
+            "--model",
+            "resnet",
+            "--image-size",
+            "24",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+            "--run-dir",
+            str(run),
+            "--no-progress",
+        ]
     )
-    assert train.returncode == 0, train.stderr[-3000:]
+    assert code == 0, capsys.readouterr().err[-3000:]
+    assert len(answered) == 1  # trained on 2 replicas
     config = (run / "config.json").read_text()
     assert '"augment": "auto"' in config and '"image_size": 24' in config
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])

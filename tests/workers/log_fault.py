@@ -1,8 +1,11 @@
 """Train with checkpoints and metrics.jsonl, SIGKILLed at an epoch's end (test helper).
 
-Usage: log_fault.py RUN_DIR FAULT. FAULT is "none", "after_save" (right after the end of
-epoch 1 is saved) or "after_log" (right after epoch 1's line is written, before its save);
-the fault is announced on stdout first. Prints ``RESULT {json}`` when training completes.
+Usage: log_fault.py RUN_DIR FAULT [REFERENCE_DIR]. FAULT is "none", "after_log" (right after
+epoch 1's line is written, before its save) or "after_save" (right after the end of epoch 2
+is saved: a run resumed from an "after_log" kill gets that far); the fault is announced on
+stdout first. Prints ``RESULT {json}`` when training completes: the weights' digest, and with
+REFERENCE_DIR that of an uninterrupted run trained there afterwards, by fresh objects in this
+process (a process fewer than a run of its own).
 """
 
 import hashlib
@@ -27,6 +30,7 @@ from tfdp.train.assemble import default_parts  # noqa: E402
 from tfdp.train.logs import TrainLogs  # noqa: E402
 
 RUN_DIR, FAULT = sys.argv[1], sys.argv[2]
+REFERENCE_DIR = sys.argv[3] if len(sys.argv) > 3 else None
 
 
 def kill(where: str) -> None:
@@ -35,7 +39,7 @@ def kill(where: str) -> None:
 
 
 class FaultyCheckpoints:
-    """The Trainer's checkpoints, killed right after the save of the end of epoch 1."""
+    """The Trainer's checkpoints, killed right after the save of the end of epoch 2."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -56,8 +60,8 @@ class FaultyCheckpoints:
 
     def save(self, position, global_step):
         path = self.inner.save(position, global_step)
-        if FAULT == "after_save" and (position.epoch, position.step) == (1, 0):
-            kill("after the checkpoint of the end of epoch 1")
+        if FAULT == "after_save" and (position.epoch, position.step) == (2, 0):
+            kill("after the checkpoint of the end of epoch 2")
         return path
 
 
@@ -70,8 +74,8 @@ class FaultyLogs(TrainLogs):
             kill("after the line of epoch 1, before its checkpoint")
 
 
-def main() -> None:
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+def train(strategy, run_dir: str) -> str:
+    """Train 3 epochs into ``run_dir`` (resuming what is there); the final weights' digest."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(80, 4)).astype("float32")
     y = (x[:, 0] + x[:, 1] > 0).astype("int64")
@@ -90,16 +94,25 @@ def main() -> None:
         lambda: keras.optimizers.Adam(0.05),
         "sparse_categorical_crossentropy_from_logits",
         metrics=["sparse_categorical_accuracy"],
-        run_dir=RUN_DIR,
+        run_dir=run_dir,
         progress=False,
         verbose=0,
     )
     parts.checkpoints = FaultyCheckpoints(parts.checkpoints)
-    parts.logs = FaultyLogs(RUN_DIR, progress=False, verbose=0)
+    parts.logs = FaultyLogs(run_dir, progress=False, verbose=0)
     trainer = Trainer.from_parts(parts, checkpoint_every=3, steps_per_call=2)
     trainer.fit(inp, 3)
     digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in trainer.model.weights))
-    print("RESULT " + json.dumps({"weights": digest.hexdigest()}), flush=True)
+    return digest.hexdigest()
+
+
+def main() -> None:
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    result = {"weights": train(strategy, RUN_DIR)}
+    if REFERENCE_DIR is not None:
+        assert FAULT == "none", "the reference run is uninterrupted"
+        result["reference"] = train(strategy, REFERENCE_DIR)
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
