@@ -177,8 +177,8 @@ class ModelGardenInput:
     offers: the strategy, the batch sizes, the steps of an epoch and one stream
     of epochs. Here the stream is Model Garden's per-worker datasets through
     ``strategy.distribute_datasets_from_function`` (endless: repeated and
-    reshuffled by its own seed); an epoch is as many steps as tfdp's plain
-    input of the same images has.
+    reshuffled by its own seed); an epoch is the full global batches of the
+    examples.
     """
 
     return_ids = False
@@ -260,13 +260,18 @@ class Training:
 
 
 # --------------------------------------------------------------------------- rounds
-def cold_start(strategy: tf.distribute.Strategy, make: Callable[[int], Any], epoch: int) -> float:
+def epochs_of(train_input: Any) -> Callable[[int], Any]:
+    """``epoch -> distributed dataset`` of an input: its endless stream from that epoch on."""
+    return lambda epoch: train_input.epochs(epoch, None)
+
+
+def cold_start(strategy: tf.distribute.Strategy, train_input: Any, epoch: int) -> float:
     """Seconds to a pipeline's first dataset's first batch, from an idle process (untimed)."""
     from bench_images import touch, wait_idle
 
     wait_idle()
     t0 = time.perf_counter()
-    dds = make(epoch)
+    dds = train_input.epochs(epoch, None)
     it = iter(dds)
     touch(strategy, next(it))
     seconds = time.perf_counter() - t0
@@ -317,49 +322,42 @@ def conditions(
     mg_folder = lambda e: bi.per_example_dataset(bi.model_garden_parse, paths, labels, e)  # noqa: E731
     mg_records = model_garden_tfrecord_dataset(files, _parse_bytes(bi), bi.GLOBAL_BATCH, bi.SHUFFLE)
     records = tfrecord_source(files)
-    makers: dict[str, dict[str, Callable[[int], Any]]] = {}
-    inputs: dict[str, dict[str, Any]] = {}  # end to end: what Trainer.fit reads
+    # Each pipeline as what Trainer.fit reads (end to end); its datasets (the other conditions)
+    # are its epochs(e, None).
+    inputs: dict[str, dict[str, Any]] = {}
     for kind, source, mg in (("folder", None, mg_folder), ("tfrecord", records, mg_records)):
         if kind not in kinds:
             continue
-        ra = bi.tfdp_input(strategy, root, "repeat_aug", source=source)
-        plain = bi.tfdp_input(strategy, root, "distributed", source=source)
-        makers[kind] = {
-            "tfdp_ra": lambda e, inp=ra: inp.epochs(e, None),
-            "tfdp_plain": lambda e, inp=plain: inp.epochs(e, None),
-            "model_garden": lambda e, mg=mg: strategy.distribute_datasets_from_function(mg(e)),
-        }
         inputs[kind] = {
-            "tfdp_ra": ra,
-            "tfdp_plain": plain,
+            "tfdp_ra": bi.tfdp_input(strategy, root, "repeat_aug", source=source),
+            "tfdp_plain": bi.tfdp_input(strategy, root, "distributed", source=source),
             "model_garden": ModelGardenInput(strategy, mg, len(paths), bi.GLOBAL_BATCH),
         }
     training = Training(strategy, int(np.max(labels)) + 1, bi.SIZE)
     heads: dict[str, float] = {}
     table = []
     epoch = itertools.count(1000)  # a new sampler epoch for every dataset
-    for kind, pipes in makers.items():
+    for kind, pipes in inputs.items():
         if set(conds) - {"e2e"}:
             # Each pipeline's first dataset (tracing its functions) is started once, untimed,
             # as the main comparison leaves its round 1 out of the first batches: otherwise
             # round 1's single first batch of tfdp's new inputs would be a cold start.
-            colds = {name: cold_start(strategy, make, next(epoch)) for name, make in pipes.items()}
+            colds = {name: cold_start(strategy, inp, next(epoch)) for name, inp in pipes.items()}
             line = "  ".join(f"{n} {s:.2f}" for n, s in colds.items())
             print(f"  {kind} cold start (untimed in the rounds): first batch s {line}", flush=True)
         for cond in conds:
 
-            def measure(
-                name: str, cond: str = cond, kind: str = kind, pipes: dict = pipes
-            ) -> Callable[[], dict]:
+            def measure(inp: Any, cond: str = cond) -> Callable[[], dict]:
                 if cond == "e2e":
                     return lambda: training.rate(
-                        inputs[kind][name], cfg["train_steps"], cfg["warmup"], bi.GLOBAL_BATCH
+                        inp, cfg["train_steps"], cfg["warmup"], bi.GLOBAL_BATCH
                     )
                 return lambda: bi.run_window(
-                    strategy, pipes[name], next(epoch), cfg["window"], cfg["warmup"], cfg["firsts"]
-                )
+                    strategy, epochs_of(inp), next(epoch), cfg["window"], cfg["warmup"],
+                    cfg["firsts"],
+                )  # fmt: skip
 
-            runs = {name: measure(name) for name in pipes}
+            runs = {name: measure(inp) for name, inp in pipes.items()}
             with busy_core() if cond == "busy" else contextlib.nullcontext():
                 res = run_rounds(runs, cfg["rounds"], f"{kind} {cond}")
             for flavour in ("ra", "plain"):

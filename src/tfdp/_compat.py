@@ -333,18 +333,13 @@ def close_failed_reduce_pools(error: BaseException) -> int:
     """
     from multiprocessing.pool import RUN, Pool
 
-    closed, seen = 0, set()
-    cause: BaseException | None = error
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        tb = cause.__traceback__
-        while tb is not None:
-            for value in tb.tb_frame.f_locals.values():
-                if isinstance(value, Pool) and value._state == RUN:
-                    value.close()
-                    closed += 1
-            tb = tb.tb_next
-        cause = cause.__cause__ or cause.__context__
+    closed, tb = 0, error.__traceback__
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, Pool) and value._state == RUN:
+                value.close()
+                closed += 1
+        tb = tb.tb_next
     return closed
 
 

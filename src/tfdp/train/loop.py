@@ -470,9 +470,9 @@ class Trainer:
         finally:
             # No frame holds the iterator but this list: it is released here (destroyed on the
             # release thread), even when an exception kept by the caller (a NonFiniteError)
-            # outlives fit. Left alive, iterators pile up
-            # in the process, and TensorFlow's teardown of one of them, whenever it comes, was
-            # measured waiting 10-120 s on tf.data's background threads with a dozen alive.
+            # outlives fit. Left alive, iterators pile up in the process, and TensorFlow's
+            # teardown of one of them, whenever it comes, was measured waiting 10-120 s on
+            # tf.data's background threads with a dozen alive.
             calls.clear()  # the bound calls hold it too
             # Destroyed off this thread: TensorFlow's teardown of an iterator can wait up to a
             # minute (see tfdp._compat.release_in_background).
