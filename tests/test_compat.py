@@ -127,6 +127,40 @@ def test_release_in_background_destroys_iterators_on_its_own_thread():
     assert names == [_compat.RELEASE_THREAD_NAME] * 2 != [threading.current_thread().name] * 2
 
 
+END_PROCESS = """
+import atexit, sys, threading, time
+from tfdp import _compat
+class Slow:
+    def __del__(self):  # a teardown that waits (a tf.data iterator's autotuning thread)
+        time.sleep(2); print("RELEASED", flush=True)
+_compat.release_in_background([Slow()])
+def late():
+    time.sleep(0.5); print("THREAD", flush=True)
+threading.Thread(target=late).start()  # not a daemon: the exit waits for it
+atexit.register(print, "ATEXIT")
+sys.stdout.write("UNFLUSHED ")  # stdout is a pipe: block-buffered
+_compat.end_process(5)
+"""
+
+
+def test_end_process_joins_threads_runs_atexit_flushes_and_skips_the_release_wait():
+    """In a fresh process: the interpreter's exit sequence, minus the wait for a release."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", END_PROCESS], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 5, run.stderr
+    # The thread finished before the atexit handlers ran; the buffered write was not lost; the
+    # object being released (its __del__ takes 2 s) was abandoned, not waited for.
+    assert run.stdout.split() == ["UNFLUSHED", "THREAD", "ATEXIT"], run.stdout
+    # The same script ending with sys.exit waits for the release (the guard can fail).
+    waited = END_PROCESS.replace("_compat.end_process(5)", "sys.exit(5)")
+    run = subprocess.run([sys.executable, "-c", waited], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 5 and "RELEASED" in run.stdout.split(), run.stdout
+
+
 def test_close_failed_reduce_pools_closes_the_pool_a_failed_eager_all_reduce_left_open():
     """TensorFlow's eager all-reduce closes its ThreadPool only on success: a failed collective
     (a lost peer) leaves it open in the traceback, where the helper finds and closes it."""
@@ -389,6 +423,12 @@ def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):
         "c = context.context().coordination_service\n"
         "print('CONFIG', c.heartbeat_timeout_in_ms, c.service_leader, c.service_type,\n"
         "      [(j.name, j.num_tasks) for j in c.coordinated_job_list])\n"
+        "from tfdp._compat import end_process, in_coordinated_job, release_in_background\n"
+        "print('COORDINATED', in_coordinated_job())\n"
+        "class Slow:\n"
+        "    def __del__(self): __import__('time').sleep(1); print('RELEASED', flush=True)\n"
+        "release_in_background([Slow()])\n"
+        "end_process(7)  # a task of a job: the usual exit (it waits for the release)\n"
     )
     tf_config = {
         "cluster": {"worker": [f"127.0.0.1:{port}"]},
@@ -399,10 +439,14 @@ def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):
         "TF_CONFIG": json.dumps(tf_config),
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300, check=True).stdout  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)  # fmt: skip
+    out = run.stdout
+    assert run.returncode == 7, run.stderr[-3000:]
     assert "SET True" in out and "AGAIN False" in out  # set once; a second call changes nothing
     assert "CONFIG 42500 /job:worker/replica:0/task:0 standalone [('worker', 1)]" in out, out
+    assert "COORDINATED True" in out and "RELEASED" in out, out
+    assert not _compat.in_coordinated_job()  # this process: one-process strategies only
 
 
 def test_prefer_bfc_cpu_allocator_gives_tf_an_allocator_that_keeps_freed_memory():

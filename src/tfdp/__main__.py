@@ -1,7 +1,5 @@
 """``python -m tfdp``: the ``tfdp`` command (see :mod:`tfdp.cli`)."""
 
-import sys
+from tfdp.cli.app import run
 
-from tfdp.cli import main
-
-sys.exit(main())
+run()

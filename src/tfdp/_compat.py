@@ -52,6 +52,10 @@ release_in_background         tf.data's autotuning thread (one per iterator) doe
                               its iterator's cancellation: destroying the iterator then waits to
                               the end of that thread's optimisation period (it doubles from 10 ms
                               to 60 s while the iterator lives)
+in_coordinated_job            ``context.context().coordination_service``: the eager context's
+                              coordination-service configuration (None outside a multi-worker job)
+end_process                   CPython's exit sequence, ``threading._shutdown()`` then
+                              ``atexit._run_exitfuncs()``, run by hand before ``os._exit``
 close_failed_reduce_pools     an eager all-reduce of ``CollectiveAllReduce`` runs its devices on a
                               ``multiprocessing.pool.ThreadPool`` it closes only on success: a
                               failed collective leaves it open, a local of a frame in the error's
@@ -71,11 +75,13 @@ Example:
 from __future__ import annotations
 
 import atexit
+import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from contextlib import contextmanager, suppress
+from typing import Any, NoReturn, TypeVar
 
 from tfdp.errors import ConfigTypeError
 
@@ -90,8 +96,10 @@ __all__ = [
     "close_failed_reduce_pools",
     "compiled_metrics_container",
     "configure_heartbeat",
+    "end_process",
     "fit_step_overrides",
     "gradients_reduced",
+    "in_coordinated_job",
     "lightly_optimized_map",
     "optimizer_slot",
     "prefer_bfc_cpu_allocator",
@@ -306,6 +314,65 @@ def wait_for_releases() -> None:
         True
     """
     _RELEASE_QUEUE.join()
+
+
+def in_coordinated_job() -> bool:
+    """Whether this process is a task of a multi-worker job (TensorFlow's coordination service).
+
+    Reads whether the eager context has a coordination service configured (as
+    ``MultiWorkerMirroredStrategy`` or :func:`configure_heartbeat` do); False,
+    without importing TensorFlow, in a process that has not imported it.
+
+    Example:
+        >>> in_coordinated_job()  # a one-process run
+        False
+    """
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.eager import context
+
+    return context.context().coordination_service is not None
+
+
+def end_process(status: int) -> NoReturn:
+    """End the process with ``status`` as the interpreter would, but skip TensorFlow's teardown.
+
+    The interpreter's exit first joins the threads that are not daemons and
+    runs the ``atexit`` handlers; then it finalises every module and object,
+    and TensorFlow's C++ runtime tears down. That teardown takes about a
+    second, and what :func:`release_in_background` was handed must be released
+    first (:func:`wait_for_releases`): a ``tf.data`` iterator whose
+    autotuning thread sleeps waits out its period -- seconds after a short
+    run, up to a minute after a long one -- after the work is done. Here the
+    threads are joined and every ``atexit`` handler but that wait runs (the
+    interpreter's own order, so a user's handlers, logging's flush and
+    ``concurrent.futures``' joins still run), the standard streams are flushed,
+    and the process ends (``os._exit``): the iterators' memory goes with it.
+
+    A task of a multi-worker job (:func:`in_coordinated_job`) exits the usual
+    way instead: its teardown tells the job's coordination service that it
+    ended, which the other tasks wait for.
+
+    Args:
+        status: The process's exit status.
+
+    Example:
+        >>> import subprocess, sys
+        >>> code = ("import atexit; from tfdp._compat import end_process; "
+        ...         "atexit.register(print, 'atexit ran'); print('done'); end_process(3)")
+        >>> run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        >>> run.returncode, run.stdout.split()
+        (3, ['done', 'atexit', 'ran'])
+    """
+    if in_coordinated_job():
+        sys.exit(status)
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx does first
+    atexit.unregister(wait_for_releases)
+    atexit._run_exitfuncs()  # type: ignore[attr-defined]  # then the atexit handlers
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):  # a closed pipe: nothing more can be said
+            stream.flush()
+    os._exit(status)
 
 
 def close_failed_reduce_pools(error: BaseException) -> int:

@@ -1,7 +1,5 @@
 """``python -m tfdp.cli``: the ``tfdp`` command."""
 
-import sys
+from tfdp.cli.app import run
 
-from tfdp.cli import main
-
-sys.exit(main())
+run()

@@ -1,7 +1,8 @@
 """The ``tfdp`` command: its sub-commands assembled, and every outcome turned into a status.
 
 This module owns :func:`build_parser` (each sub-command comes from its own
-module's ``add_parser``) and :func:`main`, the one place where exceptions
+module's ``add_parser``), :func:`run` (the process: ``tfdp``, ``python -m
+tfdp``) and :func:`main`, the one place where exceptions
 become exit statuses: bad input -- :class:`tfdp.errors.TfdpError`, a missing
 optional dependency, a run directory in use, a named path that is missing or
 not writable -- prints one ``tfdp: error: ...`` line and exits 2; a closed
@@ -19,13 +20,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from tfdp._compat import prefer_bfc_cpu_allocator
+from tfdp._compat import end_process, prefer_bfc_cpu_allocator
 from tfdp.cli import data, evaluate, launch, plot, sampler, train
 from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
 from tfdp.errors import TfdpError, user_message
 
-__all__ = ["BAD_INPUT", "build_parser", "main"]
+__all__ = ["BAD_INPUT", "build_parser", "main", "run"]
 
 #: Exceptions reported as bad input (exit 2). OSErrors about a named path (a file that does not
 #: exist, a directory that cannot be written) are the user's to fix too.
@@ -134,3 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def run() -> NoReturn:
+    """The ``tfdp`` process (the console script, ``python -m tfdp``): :func:`main`, then its end.
+
+    The process ends as soon as the command is done and its output flushed,
+    without waiting for TensorFlow's teardown (:func:`tfdp._compat.end_process`:
+    after a long run, tf.data's iterators could hold the process up to a minute
+    after ``tfdp train`` said it was done). A worker of a multi-worker job exits
+    the usual way, which tells its peers it ended.
+
+    Example:
+        $ python -m tfdp sampler --num-examples 4 --replicas 2; echo $?
+    """
+    end_process(main())
