@@ -1,7 +1,5 @@
-"""`tfdp ARGS` as a script path (for helpers that start scripts): runs tfdp.cli.main."""
+"""`tfdp ARGS` as a script path (for helpers that start scripts): runs the tfdp process."""
 
-import sys
+from tfdp.cli.app import run
 
-from tfdp.cli import main
-
-sys.exit(main())
+run()

@@ -23,6 +23,7 @@ tf.config.experimental.enable_op_determinism()
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from tfdp._compat import end_process  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402
@@ -117,3 +118,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process(0)  # as the tfdp process ends (tfdp.cli.app.run)

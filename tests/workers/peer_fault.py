@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from tfdp import ArraySource, DistributedInput
+from tfdp._compat import end_process
 from tfdp.distribute import make_strategy
 from tfdp.train import PeerLostError, Trainer
 
@@ -57,4 +58,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())  # as the tfdp process ends (tfdp.cli.app.run)

@@ -17,6 +17,7 @@ import sys
 
 import keras
 
+from tfdp._compat import end_process
 from tfdp.cli.train import train
 from tfdp.recipe import TrainConfig
 
@@ -74,4 +75,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())  # as the tfdp process ends (tfdp.cli.app.run)

@@ -21,6 +21,7 @@ import sys
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.ops import gen_io_ops
 
+from tfdp._compat import end_process
 from tfdp.cli import build_parser, train_request
 from tfdp.recipe import run_train
 
@@ -82,4 +83,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())  # as the tfdp process ends (tfdp.cli.app.run)
