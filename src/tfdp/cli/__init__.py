@@ -17,7 +17,8 @@ command's module exposes ``add_parser(subparsers)`` and a handler:
 * :mod:`tfdp.cli.app` -- :func:`main`: the parser assembled, exceptions turned into statuses.
 
 ``tfdp`` (the console script), ``python -m tfdp`` and ``python -m tfdp.cli``
-all run :func:`tfdp.cli.app.run`: :func:`main`, then the process's end. Importing the package loads no TensorFlow.
+all run :func:`tfdp.cli.app.run`: :func:`main`, then the process's end. Importing the
+package loads no TensorFlow.
 
 Example:
     >>> main(["sampler", "--num-examples", "4", "--replicas", "2", "--sampler", "eval"])
