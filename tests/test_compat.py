@@ -33,7 +33,7 @@ def test_the_installed_versions_are_the_checked_ones():
     }
     assert installed == CHECKED_VERSIONS, (
         "TensorFlow / Keras changed: run tests/test_compat.py, re-check every reach in "
-        "tfdp/_compat.py, then update CHECKED_VERSIONS"
+        "tfdp/_compat/, then update CHECKED_VERSIONS"
     )
 
 
