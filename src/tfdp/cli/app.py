@@ -148,6 +148,11 @@ def run() -> NoReturn:
     the usual way, which tells its peers it ended.
 
     Example:
-        $ python -m tfdp sampler --num-examples 4 --replicas 2; echo $?
+        >>> import subprocess, sys
+        >>> done = subprocess.run([sys.executable, "-m", "tfdp", "sampler", "--num-examples",
+        ...                        "4", "--replicas", "2", "--sampler", "distributed",
+        ...                        "--no-shuffle"], capture_output=True, text=True)
+        >>> done.returncode, done.stdout.splitlines()[-1]
+        (0, '1     2       3')
     """
     end_process(main())
