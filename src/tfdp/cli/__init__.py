@@ -37,12 +37,3 @@ from tfdp.cli.sampler import sampler_table
 from tfdp.cli.train import train_request
 
 __all__ = ["build_parser", "main", "sampler_table", "train_request"]
-
-# The names test helpers and scripts used before the package existed.
-_parser = build_parser
-_train_request = train_request
-
-
-def _train_config(args: object) -> object:
-    """The job's options from parsed arguments (see :func:`tfdp.cli.train.train_request`)."""
-    return train_request(args)[0]  # type: ignore[arg-type]
