@@ -14,7 +14,6 @@ import keras
 import numpy as np
 
 from tfdp import ArraySource, DistributedInput
-from tfdp._compat import end_process
 from tfdp.distribute import make_strategy
 from tfdp.train import PeerLostError, Trainer
 
@@ -58,4 +57,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    end_process(main())  # as the tfdp process ends (tfdp.cli.app.run)
+    sys.exit(main())

@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 
-from tfdp._compat import end_process
 from tfdp.cli import build_parser
 from tfdp.cli.train import train, train_request
 
@@ -55,4 +54,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    end_process(main())  # as the tfdp process ends (tfdp.cli.app.run)
+    sys.exit(main())
