@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh clone: set-up, lint, tests (doctests included).
+# The whole test suite from a fresh clone: set-up (the reference stack included), lint, tests
+# (doctests included). Every cross-check against torch / timm / keras-hub runs: one whose
+# library is missing fails (tests/reference_stack.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
+export TFDP_REQUIRE_REFERENCE=1
 .venv/bin/ruff check .
 # Not -q: with -q and no terminal, pytest-xdist prints its placeholder status "bringing up
 # nodes..." twice (at start-up and after collection); at normal verbosity it says

@@ -1,6 +1,6 @@
 """docs/guide.md's recipe for porting a PyTorch run's order, checked against real PyTorch.
 
-Skipped when torch is absent (CI installs a CPU build where it can).
+Needs torch (tests/reference_stack.py: a failure where the reference stack is required).
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import reference_stack
+
+torch = reference_stack.need("torch")
 
 from torch.utils.data import DistributedSampler as TorchDistributedSampler  # noqa: E402
 

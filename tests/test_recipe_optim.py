@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import reference_stack
 import timm_ref
 from tfdp.errors import ConfigError
 from tfdp.recipe import TrainConfig, check_config, load_config_file
@@ -110,10 +111,7 @@ def _sgd_inputs():
 @pytest.fixture(scope="module")
 def torch_side():
     """torch's SGD results and (timm installed) timm's schedules, from one subprocess."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed")
+    reference_stack.ensure("torch")
     w0, b0, grads, lrs = _sgd_inputs()
     sgd = [[w0.tolist(), b0.tolist(), [[g.tolist(), h.tolist()] for g, h in grads], lrs,
             opt == "sgd"] for opt in SGD_OPTS]  # fmt: skip

@@ -1,15 +1,16 @@
-"""Optional cross-checks against real PyTorch (and timm when it is importable).
+"""Cross-checks against real PyTorch and timm (tests/reference_stack.py: required in CI).
 
-Skipped entirely when torch is absent. tfdp is given torch's own epoch
-permutation through ``permutation=`` and must then reproduce torch's
-``DistributedSampler`` (and timm's ``RepeatAugSampler``) element for element.
+tfdp is given torch's own epoch permutation through ``permutation=`` and must then reproduce
+torch's ``DistributedSampler`` (and timm's ``RepeatAugSampler``) element for element.
 """
 
 from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import reference_stack
+
+torch = reference_stack.need("torch")
 
 from torch.utils.data import DistributedSampler as TorchDistributedSampler  # noqa: E402
 

@@ -7,7 +7,6 @@ Example (in a test)::
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
 import subprocess
@@ -15,20 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
+import reference_stack
 
 SIDE = Path(__file__).resolve().parent / "timm_side.py"
 
 
-def available() -> bool:
-    """Whether timm (and torchvision, which it imports) can be imported, without importing them."""
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "torchvision", "timm"))
-
-
 def skip_unless_available() -> None:
-    """Skip the calling test when timm is not installed."""
-    if not available():
-        pytest.skip("timm (with torch and torchvision) is not installed: no timm reference check")
+    """Skip (or, where the reference stack is required, fail) the test when timm is absent."""
+    reference_stack.ensure("torch", "torchvision", "timm")
 
 
 def call(function: str, *args: Any, timeout: float = 300, **kwargs: Any) -> Any:
