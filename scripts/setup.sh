@@ -45,7 +45,12 @@ fi
 say "checking the install (importing tfdp, tensorflow, keras) ..."
 check="import tfdp, tensorflow, keras"
 if [ "$level" = tests ]; then check="$check, torch, torchvision, timm, keras_hub"; fi
-TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python -c "$check" # fail loudly if the install is broken
+# fail loudly if the install is broken (TensorFlow's start-up notices shown only then)
+if ! out=$(.venv/bin/python -c "$check" 2>&1); then
+  echo "$out" >&2
+  say "the install is broken: '$check' failed"
+  exit 1
+fi
 echo "$want" > "$stamp"
 if [ "$level" = tests ]; then echo "$want" > .venv/.tfdp-installed-dev; fi
 say "done in $((SECONDS - start)) s: run .venv/bin/tfdp, or 'source .venv/bin/activate' and tfdp"

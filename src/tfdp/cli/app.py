@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfdp._compat import end_process, prefer_bfc_cpu_allocator
-from tfdp.cli import data, evaluate, launch, plot, sampler, train
+from tfdp.cli import data, evaluate, launch, plot, sampler, tf_start, train
 from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
 from tfdp.errors import TfdpError, user_message
 
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     quiet_tf()  # before TensorFlow loads
+    tf_start.install()  # its first import held to that level too
     prefer_bfc_cpu_allocator(os.environ)  # likewise (the input's batches: no page faults)
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
