@@ -182,18 +182,18 @@ class _JobOptions:
     lr: float = _opt(3e-3, "learning rate (the peak of the schedule)", resume="record")
     optimizer: str = _opt(
         "adam",
-        "optimizer, as timm names them (also --opt), each torch's update (tfdp.optim): adam "
-        "(torch's Adam), adamw (torch's AdamW: decoupled weight decay, as DeiT and timm), sgd "
-        "and nesterov (torch's SGD with Nesterov momentum, as timm's), momentum (torch's SGD "
-        "without Nesterov); lion (Keras's); keras-adam and keras-adamw (Keras's Adam and AdamW, "
-        "whose epsilon is added before the bias correction: not torch's update)",
+        "optimizer, as timm names them (also --opt): adam and adamw (torch's Adam and AdamW, "
+        "tfdp.optim; adamw's weight decay decoupled, as DeiT's and timm's), sgd and nesterov "
+        "(torch's SGD with Nesterov momentum, as timm's), momentum (torch's SGD without "
+        "Nesterov), lion (Keras's); keras-adam and keras-adamw (Keras's Adam and AdamW, whose "
+        "epsilon is added before the bias correction: not torch's update)",
         OPTIMIZERS,
     )
     momentum: float | None = _opt(
         None,
-        "momentum of sgd, nesterov and momentum (refused with the others)",
+        "momentum of sgd, nesterov and momentum (refused with the other optimizers)",
         resume="record",
-        computed="0.9 (sgd, nesterov, momentum)",
+        computed="0.9",
     )
     weight_decay: float = _opt(
         0.0,
