@@ -27,7 +27,7 @@ ratio of the two variants' chunk times (chunks measured within a second of each 
 
 Usage:
     .venv/bin/python benchmarks/bench_optim.py            # ViT-S/16's variables, 40 rounds
-    .venv/bin/python benchmarks/bench_optim.py --quick    # ViT-Ti/16's, 10 rounds (< 1 min)
+    .venv/bin/python benchmarks/bench_optim.py --quick    # ViT-Ti/16's, 8 rounds (< 1 min)
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args()
     model = "vit_tiny_patch16_224" if args.quick else "vit_small_patch16_224"
-    rounds = args.rounds or (10 if args.quick else 40)
+    rounds = args.rounds or (8 if args.quick else 40)
     chunk = 8
     load = os.getloadavg()[0]
     print(f"bench_optim: {model}'s variables, {rounds} rounds of {chunk} steps; load average "
