@@ -486,3 +486,35 @@ def test_prefer_bfc_cpu_allocator_gives_tf_an_allocator_that_keeps_freed_memory(
         )
     assert out["bfc"]["STATS"] == "True" and out["malloc"]["STATS"] == "False", out
     assert float(out["bfc"]["PAGES"]) < 2.0 < 8.0 < float(out["malloc"]["PAGES"]), out
+
+
+def test_weight_decay_applies_reads_exclusions_on_a_replicas_component(mirrored_of):
+    """What ``exclude_from_weight_decay`` set (variables, a name pattern), read for the
+    mirrored variable and for each replica's component (what ``update_step`` is given)."""
+    strategy = mirrored_of(2)
+    with strategy.scope():
+        w, b = keras.Variable([[1.0]], name="kernel"), keras.Variable([1.0], name="bias")
+        norm = keras.Variable([1.0], name="norm_scale")
+        opt = keras.optimizers.SGD(weight_decay=0.1)
+        opt.exclude_from_weight_decay(var_list=[b], var_names=["norm"])
+    for var, decays in ((w, True), (b, False), (norm, False)):
+        assert _compat.weight_decay_applies(opt, var) is decays
+        for component in strategy.experimental_local_results(var.value):
+            assert _compat.weight_decay_applies(opt, component) is decays
+
+
+def test_decays_in_update_step_turns_kerass_own_weight_decay_off():
+    """Keras's SGD decays apart from its update (in ``_apply_weight_decay``); a subclass with
+    the mixin first does not, and keeps ``weight_decay`` as its attribute and config."""
+
+    class Own(_compat.DecaysInUpdateStep, keras.optimizers.SGD):
+        pass
+
+    out = []
+    for kind in (keras.optimizers.SGD, Own):
+        w = keras.Variable([[2.0]])
+        opt = kind(0.5, weight_decay=0.1)
+        opt.apply_gradients([(tf.zeros((1, 1)), w)])
+        out.append(float(w.numpy()[0, 0]))
+        assert opt.weight_decay == opt.get_config()["weight_decay"] == 0.1
+    assert out == [pytest.approx(2.0 - 2.0 * 0.1 * 0.5), 2.0]

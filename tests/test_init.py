@@ -21,6 +21,7 @@ def test_every_public_name_and_submodule_resolves():
         "errors",
         "input",
         "launch",
+        "optim",
         "random",
         "recipe",
         "sources",
@@ -31,6 +32,7 @@ def test_every_public_name_and_submodule_resolves():
     # the names the README's Python quickstart uses
     assert callable(tfdp.distribute.make_strategy) and callable(tfdp.train.fit)
     assert tfdp.augment.RandomCrop and tfdp.ArraySource and tfdp.DistributedInput
+    assert tfdp.TorchAdamW is tfdp.optim.TorchAdamW and tfdp.TimmCosine is tfdp.optim.TimmCosine
 
 
 def test_import_tfdp_does_not_load_tensorflow():

@@ -24,6 +24,7 @@ from tfdp.errors import (  # noqa: E402
     TfdpError,
 )
 from tfdp.input import DistributedInput  # noqa: E402
+from tfdp.optim import TorchAdamW, TorchSGD  # noqa: E402
 from tfdp.random import as_seeds, fold_in, per_sample_uniform  # noqa: E402
 from tfdp.samplers import DistributedSampler, RepeatAugSampler  # noqa: E402
 from tfdp.sources import ArraySource, TFRecordSource, write_tfrecords  # noqa: E402
@@ -217,6 +218,18 @@ BAD_CALLS = {
         ConfigTypeError,
         "position",
         r"a tfdp\.checkpoint\.DataPosition",
+    ),
+    "optimizer beta": (
+        lambda tmp: TorchAdamW(beta_1=1.5),
+        ConfigError,
+        "beta_1",
+        r"a number in \[0, 1\)",
+    ),
+    "optimizer weight_decay": (
+        lambda tmp: TorchSGD(weight_decay=-1.0),
+        ConfigError,
+        "weight_decay",
+        r"a finite number >= 0",
     ),
     "loss name": (
         lambda tmp: PerExampleLoss("nope"),

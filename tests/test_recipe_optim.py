@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,8 +18,10 @@ from hypothesis import strategies as st
 
 import reference_stack
 import timm_ref
-from tfdp.errors import ConfigError
-from tfdp.recipe import TrainConfig, check_config, load_config_file
+import torch_optim_side as side
+from tfdp.errors import ConfigError, StateError
+from tfdp.recipe import TrainConfig, check_config, check_given, load_config_file, resolve_resume
+from tfdp.recipe.config import OPTIMIZERS, SGD_OPTIMIZERS
 from tfdp.recipe.model import build_optimizer, training_loss
 
 
@@ -55,78 +58,14 @@ def test_the_cosine_schedule_is_timms_at_every_step(epochs, warmup, spe, accum, 
         assert float(schedule(k)) == pytest.approx(want, rel=1e-12, abs=1e-15), k
 
 
-# timm and torch in one process of their own (torch.optim next to TensorFlow crashes the process),
-# started once for both tests below: an interpreter importing torch (and timm) costs seconds.
-TORCH_SIDE = """
-import importlib.util, json, sys, torch
-f64 = torch.float64
-request = json.loads(sys.argv[1])
-sgd = []
-for w0, b0, grads, lrs, nesterov in request["sgd"]:
-    tw = torch.nn.Parameter(torch.tensor(w0, dtype=f64))
-    tb = torch.nn.Parameter(torch.tensor(b0, dtype=f64))
-    # timm's param groups: weight decay for the 2-D weight only (filter_bias_and_bn)
-    opt = torch.optim.SGD([{"params": [tw], "weight_decay": 0.05},
-                           {"params": [tb], "weight_decay": 0.0}],
-                          lr=lrs[0], momentum=0.9, nesterov=nesterov)
-    for lr, (gw, gb) in zip(lrs, grads):
-        for group in opt.param_groups:
-            group["lr"] = lr
-        tw.grad, tb.grad = torch.tensor(gw, dtype=f64), torch.tensor(gb, dtype=f64)
-        opt.step()
-    sgd.append([tw.detach().tolist(), tb.detach().tolist()])
-schedules = None
-if all(importlib.util.find_spec(m) is not None for m in ("torchvision", "timm")):
-    from timm.scheduler import CosineLRScheduler
-    schedules = []
-    for base, epochs, warmup, warmup_lr, min_lr, spe, on_updates in request["schedules"]:
-        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
-        units = spe if on_updates else 1
-        s = CosineLRScheduler(opt, t_initial=epochs * units, warmup_t=warmup * units,
-                              warmup_lr_init=warmup_lr, lr_min=min_lr,
-                              t_in_epochs=not on_updates)
-        lrs = []
-        for epoch in range(epochs + 1):
-            for step in range(spe):
-                lrs.append(opt.param_groups[0]["lr"])
-                if on_updates:
-                    s.step_update(epoch * spe + step + 1)
-            s.step(epoch + 1)
-        schedules.append(lrs)
-print(json.dumps({"sgd": sgd, "schedules": schedules}))
-"""
-SCHEDULE_CASES = [(5e-4, 6, 2, 1e-6, 1e-5, 4, False), (0.1, 5, 1, 0.0, 0.0, 3, True),
-                  (1e-3, 4, 0, 0.0, 1e-4, 2, False)]  # fmt: skip
-SGD_OPTS = ("sgd", "momentum")
-
-
-def _sgd_inputs():
-    rng = np.random.default_rng(0)
-    w0, b0 = rng.normal(size=(3, 2)), rng.normal(size=2)
-    grads = [(rng.normal(size=(3, 2)), rng.normal(size=2)) for _ in range(6)]
-    lrs = [0.125, 0.09375, 0.0625, 0.03125, 0.015625, 0.0078125]  # float32 rates, exactly
-    return w0, b0, grads, lrs
-
-
-@pytest.fixture(scope="module")
-def torch_side():
-    """torch's SGD results and (timm installed) timm's schedules, from one subprocess."""
-    reference_stack.ensure("torch")
-    w0, b0, grads, lrs = _sgd_inputs()
-    sgd = [[w0.tolist(), b0.tolist(), [[g.tolist(), h.tolist()] for g, h in grads], lrs,
-            opt == "sgd"] for opt in SGD_OPTS]  # fmt: skip
-    request = json.dumps({"sgd": sgd, "schedules": SCHEDULE_CASES})
-    proc = subprocess.run([sys.executable, "-c", TORCH_SIDE, request],
-                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
-    return json.loads(proc.stdout)
-
-
-@pytest.mark.xdist_group("recipe_optim_torch_side")  # its module fixture runs once
-def test_the_cosine_schedule_is_timms_own(torch_side):
+@pytest.mark.xdist_group(side.GROUP)  # its results come from one process per test process
+def test_the_cosine_schedule_is_timms_own():
     """DeiT's loop (lr_scheduler.step(epoch) after each epoch) and timm's per-update one."""
+    reference_stack.ensure("torch")
     timm_ref.skip_unless_available()
-    assert torch_side["schedules"] is not None
-    for case, want in zip(SCHEDULE_CASES, torch_side["schedules"], strict=True):
+    schedules = side.results()["schedules"]
+    assert schedules is not None
+    for case, want in zip(side.SCHEDULE_CASES, schedules, strict=True):
         base, epochs, warmup, warmup_lr, min_lr, spe, on_updates = case
         cfg = TrainConfig(epochs=epochs, lr=base, warmup_epochs=warmup, warmup_lr=warmup_lr,
                           min_lr=min_lr, sched_on_updates=on_updates)  # fmt: skip
@@ -135,22 +74,56 @@ def test_the_cosine_schedule_is_timms_own(torch_side):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, err_msg=str(case))
 
 
-@pytest.mark.xdist_group("recipe_optim_torch_side")  # its module fixture runs once
-def test_torch_sgd_is_torchs_with_l2_momentum_and_a_changing_rate(torch_side):
-    """timm's sgd (Nesterov) and momentum against torch's own. float64 weights: equal to 1e-12."""
+@pytest.mark.xdist_group(side.GROUP)
+def test_torch_sgd_is_torchs_with_l2_momentum_and_a_changing_rate():
+    """timm's sgd (Nesterov) and momentum against torch's own, at every step, the bias excluded
+    from weight decay by timm's rule: float64 to 1e-12, float32 to 1e-6."""
     import keras
 
-    w0, b0, grads, lrs = _sgd_inputs()
-    for opt, (tw, tb) in zip(SGD_OPTS, torch_side["sgd"], strict=True):
-        kw, kb = keras.Variable(w0, dtype="float64"), keras.Variable(b0, dtype="float64")
-        cfg = TrainConfig(optimizer=opt, weight_decay=0.05, schedule="constant", lr=lrs[0])
-        mine = build_optimizer(cfg, 1)
-        for lr, (gw, gb) in zip(lrs, grads, strict=True):
+    reference_stack.ensure("torch")
+    want = side.results()["sgd"]
+    tol = {"float64": {"rtol": 1e-12, "atol": 1e-14}, "float32": {"rtol": 1e-6, "atol": 1e-7}}
+    for i, (opt, _, dtype) in enumerate(side.SGD_CASES):
+        data = side.case_inputs(100 + i, dtype)
+        kw, kb = keras.Variable(data["w0"], dtype=dtype), keras.Variable(data["b0"], dtype=dtype)
+        cfg = TrainConfig(optimizer=opt, weight_decay=0.05, schedule="constant", lr=side.LRS[0])
+        mine = build_optimizer(cfg, 1, SimpleNamespace(trainable_variables=[kw, kb]))
+        for step, (lr, (gw, gb)) in enumerate(zip(side.LRS, data["grads"], strict=True)):
             mine.learning_rate = lr
-            mine.apply_gradients([(keras.ops.convert_to_tensor(gw, "float64"), kw),
-                                  (keras.ops.convert_to_tensor(gb, "float64"), kb)])  # fmt: skip
-        np.testing.assert_allclose(kw.numpy(), tw, rtol=1e-12, atol=1e-14, err_msg=opt)
-        np.testing.assert_allclose(kb.numpy(), tb, rtol=1e-12, atol=1e-14, err_msg=opt)
+            mine.apply_gradients([(keras.ops.convert_to_tensor(gw), kw),
+                                  (keras.ops.convert_to_tensor(gb), kb)])  # fmt: skip
+            tw, tb = want[f"{opt}-{dtype}"][step]
+            np.testing.assert_allclose(kw.numpy(), tw, err_msg=f"{opt} {step}", **tol[dtype])
+            np.testing.assert_allclose(kb.numpy(), tb, err_msg=f"{opt} {step}", **tol[dtype])
+
+
+def test_the_optimizer_names_build_torchs_updates_and_keras_own_by_their_names():
+    import keras
+
+    from tfdp.optim import TorchAdam, TorchAdamW, TorchSGD
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    kernel, bias = model.trainable_variables
+    want = {
+        "adam": (TorchAdam, 1e-8),
+        "adamw": (TorchAdamW, 1e-8),
+        "sgd": (TorchSGD, None),
+        "nesterov": (TorchSGD, None),
+        "momentum": (TorchSGD, None),
+        "lion": (keras.optimizers.Lion, None),
+        "keras-adam": (keras.optimizers.Adam, 1e-8),
+        "keras-adamw": (keras.optimizers.AdamW, 1e-8),
+    }
+    assert set(want) == set(OPTIMIZERS)
+    for name, (kind, eps) in want.items():
+        opt = build_optimizer(TrainConfig(optimizer=name, weight_decay=0.05), 10, model)
+        assert type(opt) is kind, name
+        assert opt.weight_decay == 0.05 and getattr(opt, "epsilon", None) == eps, name
+        assert opt._use_weight_decay(kernel) and not opt._use_weight_decay(bias), name  # timm's
+        if name in SGD_OPTIMIZERS:
+            assert (opt.momentum, opt.nesterov) == (0.9, name != "momentum")
+    opt = build_optimizer(TrainConfig(optimizer="momentum", momentum=0.5), 10)
+    assert opt.momentum == 0.5
 
 
 def test_weight_decay_is_exactly_the_one_given_and_skips_one_dimensional_weights():
@@ -187,7 +160,7 @@ def test_label_smoothing_is_timms():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"optimizer": "adam", "weight_decay": 0.05}, "use --optimizer adamw"),
+        ({"momentum": -0.5}, "--momentum must be a finite number >= 0"),
         ({"smoothing": 1.0}, r"--smoothing must be in \[0, 1\)"),
         ({"clip_grad": 0.0}, "--clip-grad must be a finite number > 0"),
         ({"model_ema_decay": 1.5}, "--model-ema-decay must be in"),
@@ -199,6 +172,104 @@ def test_label_smoothing_is_timms():
 def test_bad_recipe_values_are_refused_naming_the_flag(options, message):
     with pytest.raises(ConfigError, match=message):
         check_config(TrainConfig(**options))
+
+
+def _run_dir(tmp_path, name, optimizer, fmt=2, momentum=None):
+    """A run directory whose config.json a tfdp of config.json format ``fmt`` wrote."""
+    run = tmp_path / name
+    run.mkdir()
+    start = {"event": "start", "world_size": 2, **({"format": fmt} if fmt > 1 else {})}
+    options = TrainConfig(optimizer=optimizer, momentum=momentum).to_dict()
+    if fmt == 1:  # that tfdp saved its default momentum whatever the optimizer
+        options["momentum"] = 0.9 if momentum is None else momentum
+    (run / "config.json").write_text(json.dumps({**options, "history": [start]}))
+    return run
+
+
+def test_a_momentum_given_to_an_optimizer_without_one_is_refused_naming_the_flag(tmp_path):
+    """Given means given (a flag, a config file): the default and a run's config.json are not;
+    on a resume the optimizer is the run's, found in its config.json."""
+    from tfdp.cli import build_parser, train_request
+
+    def request(*argv):
+        return train_request(build_parser().parse_args(["train", *argv]))
+
+    only = r"--momentum 0.5 with --optimizer adamw: only sgd, nesterov and momentum"
+    with pytest.raises(ConfigError, match=only):
+        check_given(*request("--opt", "adamw", "--momentum", "0.5"))
+    (tmp_path / "c.yaml").write_text("opt: lion\nmomentum: 0.95\n")
+    with pytest.raises(ConfigError, match=r"--momentum 0.95 with --optimizer lion"):
+        check_given(*request("--config", str(tmp_path / "c.yaml")))
+    for argv in (["--opt", "adamw"], ["--opt", "nesterov", "--momentum", "0.5"], []):
+        check_given(*request(*argv))
+    # a run's config.json read as a config file: its momentum (null: not given) is no refusal
+    sgd = _run_dir(tmp_path, "sgd", "sgd")
+    adamw = _run_dir(tmp_path, "adamw", "adamw")
+    options = load_config_file(adamw / "config.json")
+    assert options["momentum"] is None
+    check_given(TrainConfig(**options), set(options))
+    # resumes: the momentum flag meets the run's optimizer, not --optimizer's default (adam)
+    for run, ok in ((sgd, True), (adamw, False)):
+        cfg, given = request("--resume", "--run-dir", str(run), "--momentum", "0.5")
+        merged = resolve_resume(str(run), cfg, given).config
+        if ok:
+            check_given(merged, given)
+            assert (merged.optimizer, merged.momentum) == ("sgd", 0.5)
+        else:
+            with pytest.raises(ConfigError, match=r"--momentum 0.5 with --optimizer adamw"):
+                check_given(merged, given)
+    # the Python API: every option set (not None) counts as given
+    with pytest.raises(ConfigError, match=r"--momentum 0.9 with --optimizer adam"):
+        check_given(TrainConfig(momentum=0.9))
+    check_given(TrainConfig(optimizer="momentum", momentum=0.9))
+
+
+def test_a_run_that_trained_adam_or_adamw_with_keras_update_is_not_resumed(tmp_path):
+    """Before config.json format 2 ``adam`` / ``adamw`` were Keras's: such a run is refused,
+    naming its format; its other optimizers are unchanged and resume (a format-1 run's momentum
+    0.9 beside lion is the old default, not a flag)."""
+    for optimizer in ("adam", "adamw"):
+        old = _run_dir(tmp_path, f"old-{optimizer}", optimizer, fmt=1)
+        refused = rf"config.json format 1; this tfdp resumes format 2.*keras-{optimizer} trains"
+        with pytest.raises(StateError, match=refused):
+            resolve_resume(str(old), TrainConfig(resume=True), {"resume", "run_dir"})
+        new = _run_dir(tmp_path, f"new-{optimizer}", optimizer)
+        assert resolve_resume(str(new), TrainConfig(), set()).config.optimizer == optimizer
+    for optimizer in ("sgd", "lion"):
+        old = _run_dir(tmp_path, f"old-{optimizer}", optimizer, fmt=1)
+        merged = resolve_resume(str(old), TrainConfig(resume=True), {"resume"}).config
+        check_config(merged)
+        check_given(merged, {"resume"})
+        assert (merged.optimizer, merged.momentum) == (optimizer, 0.9)
+
+
+BEFORE_TF = """
+import json, sys
+from tfdp.cli import main
+codes = [main(argv) for argv in json.loads(sys.argv[1])]
+print(json.dumps([codes, "tensorflow" in sys.modules]))
+"""
+
+
+def test_optimizer_flags_are_refused_before_tensorflow_loads(tmp_path):
+    """A fresh run, a config file, a resume of the run's optimizer and one of format 1, in one
+    process: exit status 2, the message naming the flag, and TensorFlow still not imported."""
+    (tmp_path / "c.toml").write_text('opt = "adam"\nmomentum = 0.8\n')
+    adamw, old = _run_dir(tmp_path, "adamw", "adamw"), _run_dir(tmp_path, "old", "adamw", fmt=1)
+    cases = [
+        (["--opt", "adamw", "--momentum", "0.5"], "--momentum 0.5 with --optimizer adamw"),
+        (["--config", str(tmp_path / "c.toml")], "--momentum 0.8 with --optimizer adam:"),
+        (["--resume", "--run-dir", str(adamw), "--momentum", "0"], "--momentum 0 with "),
+        (["--resume", "--run-dir", str(old)], "by an earlier tfdp (config.json format 1"),
+    ]
+    argv = [["train", *a, *([] if "--run-dir" in a else ["--run-dir", str(tmp_path / "r")])]
+            for a, _ in cases]  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", BEFORE_TF, json.dumps(argv)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[2] * len(cases), False], out.stderr
+    for _, message in cases:
+        assert message in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "r").exists()
 
 
 def test_timm_names_are_flags_and_config_keys(tmp_path):

@@ -26,6 +26,10 @@ _LAZY: dict[str, str] = {
     "ImageFolderSource": "tfdp.sources.image_folder",
     "TFRecordSource": "tfdp.sources.tfrecord",
     "write_tfrecords": "tfdp.sources.tfrecord",
+    "TorchAdam": "tfdp.optim",
+    "TorchAdamW": "tfdp.optim",
+    "TorchSGD": "tfdp.optim",
+    "TimmCosine": "tfdp.optim",
 }
 # Submodules reachable as attributes (``tfdp.augment.RandomCrop``), also loaded on first access.
 _SUBMODULES = {
@@ -37,6 +41,7 @@ _SUBMODULES = {
     "indices",
     "input",
     "launch",
+    "optim",
     "random",
     "recipe",
     "samplers",

@@ -43,6 +43,11 @@ optimizer_slot                ``optimizer._get_variable_index(variable)``: the i
                               (or a replica's component of a distributed one) in the lists of
                               slots an optimizer's ``build`` made, as Keras's own ``update_step``
                               finds them
+DecaysInUpdateStep            Keras applies ``weight_decay`` in ``_apply_weight_decay`` before
+                              ``update_step`` (a subclass overriding it turns that off)
+weight_decay_applies          ``optimizer._use_weight_decay(variable)``: what
+                              ``exclude_from_weight_decay`` excluded (a variable, a name pattern),
+                              as Keras's own weight decay reads it
 rows_in_place                 ``tf.raw_ops.Empty(init=False)`` allocates a buffer it does not
                               fill, and ``tf.raw_ops.InplaceUpdate`` writes rows into its input's
                               own memory (its output aliases the input: no copy)
@@ -83,6 +88,7 @@ from tfdp._compat.graph import (
     supports_no_merge_call,
 )
 from tfdp._compat.keras import (
+    DecaysInUpdateStep,
     attach_optimizer,
     backing_variable,
     checkpoint_value_key,
@@ -91,6 +97,7 @@ from tfdp._compat.keras import (
     gradients_reduced,
     optimizer_slot,
     seed_generator_states,
+    weight_decay_applies,
 )
 from tfdp._compat.process import (
     CPU_ALLOCATOR_ENV,
@@ -108,6 +115,7 @@ __all__ = [
     "CHECKED_VERSIONS",
     "CPU_ALLOCATOR_ENV",
     "RELEASE_THREAD_NAME",
+    "DecaysInUpdateStep",
     "RowsInPlace",
     "attach_optimizer",
     "backing_variable",
@@ -128,6 +136,7 @@ __all__ = [
     "seed_generator_states",
     "supports_no_merge_call",
     "wait_for_releases",
+    "weight_decay_applies",
 ]
 
 #: The TensorFlow and Keras versions (major.minor) every function here was checked on.

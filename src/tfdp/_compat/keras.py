@@ -18,6 +18,7 @@ from typing import Any
 from tfdp.errors import ConfigTypeError
 
 __all__ = [
+    "DecaysInUpdateStep",
     "attach_optimizer",
     "backing_variable",
     "checkpoint_value_key",
@@ -26,6 +27,7 @@ __all__ = [
     "gradients_reduced",
     "optimizer_slot",
     "seed_generator_states",
+    "weight_decay_applies",
 ]
 
 
@@ -60,6 +62,48 @@ def optimizer_slot(optimizer: Any, slots: list[Any], variable: Any) -> Any:
         True
     """
     return slots[optimizer._get_variable_index(variable)]
+
+
+class DecaysInUpdateStep:
+    """A Keras optimizer's base (listed first) whose ``update_step`` applies ``weight_decay``.
+
+    Keras applies an optimizer's ``weight_decay`` itself, decoupled
+    (``p -= p * wd * lr``, ``wd`` cast to the weight's dtype through float32),
+    in ``_apply_weight_decay``, before it calls ``update_step``; an optimizer
+    whose step decays in its own way (torch's L2 term, torch's ``p * (1 - lr *
+    wd)`` in double precision) turns that pass off here, as Keras's own
+    ``Muon`` does. ``weight_decay`` stays the optimizer's attribute and config.
+
+    Example:
+        >>> import keras
+        >>> class NoDecay(DecaysInUpdateStep, keras.optimizers.SGD):
+        ...     pass
+        >>> w = keras.Variable([1.0])
+        >>> _ = NoDecay(0.5, weight_decay=0.1).apply_gradients([(keras.ops.zeros((1,)), w)])
+        >>> float(w.numpy()[0])  # Keras's SGD alone: 1 - 1 * 0.1 * 0.5
+        1.0
+    """
+
+    def _apply_weight_decay(self, variables: Any) -> None:
+        """Nothing: the optimizer's update step decays."""
+
+
+def weight_decay_applies(optimizer: Any, variable: Any) -> bool:
+    """Whether ``optimizer`` decays ``variable``: not excluded by ``exclude_from_weight_decay``.
+
+    Keras's ``_use_weight_decay`` reads what the public
+    ``optimizer.exclude_from_weight_decay(var_list=..., var_names=...)`` set (the
+    variables, or a pattern of their names); under a strategy ``variable`` may
+    be a replica's component of a distributed one, mapped as Keras maps it.
+
+    Example:
+        >>> import keras
+        >>> w, b = keras.Variable([[1.0]]), keras.Variable([1.0])
+        >>> opt = keras.optimizers.SGD(); opt.exclude_from_weight_decay(var_list=[b])
+        >>> weight_decay_applies(opt, w), weight_decay_applies(opt, b)
+        (True, False)
+    """
+    return bool(optimizer._use_weight_decay(variable))
 
 
 def checkpoint_value_key(name: str) -> str:

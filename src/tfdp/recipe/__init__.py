@@ -13,9 +13,9 @@ in the order the data flows:
 * :mod:`tfdp.recipe.run` -- :func:`run_train` and :func:`run_evaluate`.
 
 The training recipe's pieces that need Keras, loaded when a run builds them:
-:mod:`tfdp.recipe.optim` (timm's cosine schedule, torch's SGD),
 :mod:`tfdp.recipe.ema` (``--model-ema``'s weights evaluated and saved) and
-:mod:`tfdp.recipe.best` (``model_best.keras``).
+:mod:`tfdp.recipe.best` (``model_best.keras``); the optimizers and the schedule
+are the library's (:mod:`tfdp.optim`).
 
 Beside them, what the commands share, in the library's words (the commands say
 an error's arguments their way): :mod:`tfdp.recipe.dataspec` (opening and
@@ -36,6 +36,7 @@ from tfdp.recipe.config import (
     OPTIONS_HELP,
     TrainConfig,
     check_config,
+    check_given,
     check_paths,
     coerce,
     default_run_dir,
@@ -67,6 +68,7 @@ __all__ = [
     "build_data",
     "build_optimizer",
     "check_config",
+    "check_given",
     "check_one_step",
     "check_paths",
     "coerce",

@@ -41,10 +41,13 @@ __all__ = [
     "ALIASES",
     "DEFAULT_LOG_EVERY",
     "GRADIENT_COMPRESSIONS",
+    "OPTIMIZERS",
     "OPTIONS_HELP",
     "RUN_NAME_PATTERN",
+    "SGD_OPTIMIZERS",
     "TrainConfig",
     "check_config",
+    "check_given",
     "check_paths",
     "coerce",
     "default_help",
@@ -70,6 +73,11 @@ DEFAULT_LOG_EVERY = 50
 #: ``--gradient-compression``'s values: ``none`` (the exact float32 all-reduce) and the types of
 #: ``tfdp.train.compression.COMPRESSIONS`` (kept equal by tests/test_compression.py).
 GRADIENT_COMPRESSIONS = ("none", "fp16", "bf16")
+
+#: ``--optimizer``'s values: timm's names of torch's updates (:mod:`tfdp.optim`), Keras's Lion,
+#: Keras's Adam and AdamW; and the ones with a ``--momentum`` (torch's SGD).
+OPTIMIZERS = ("adam", "adamw", "sgd", "nesterov", "momentum", "lion", "keras-adam", "keras-adamw")
+SGD_OPTIMIZERS = ("sgd", "nesterov", "momentum")
 
 #: What a run is named without ``--name`` (see :func:`default_run_dir`), as help shows it.
 RUN_NAME_PATTERN = "<data>-<model>-<date>-<time>"
@@ -174,17 +182,24 @@ class _JobOptions:
     lr: float = _opt(3e-3, "learning rate (the peak of the schedule)", resume="record")
     optimizer: str = _opt(
         "adam",
-        "optimizer, as timm names them (also --opt): adam and adamw (Keras's; adamw's weight "
-        "decay is decoupled, as torch's AdamW), sgd and nesterov (torch's SGD with Nesterov "
-        "momentum, as timm's), momentum (torch's SGD without Nesterov), lion",
-        ("adam", "adamw", "sgd", "nesterov", "momentum", "lion"),
+        "optimizer, as timm names them (also --opt): adam and adamw (torch's Adam and AdamW, "
+        "tfdp.optim; adamw's weight decay decoupled, as DeiT's and timm's), sgd and nesterov "
+        "(torch's SGD with Nesterov momentum, as timm's), momentum (torch's SGD without "
+        "Nesterov), lion (Keras's); keras-adam and keras-adamw (Keras's Adam and AdamW, whose "
+        "epsilon is added before the bias correction: not torch's update)",
+        OPTIMIZERS,
     )
-    momentum: float = _opt(0.9, "momentum of sgd, nesterov and momentum", resume="record")
+    momentum: float | None = _opt(
+        None,
+        "momentum of sgd, nesterov and momentum (refused with the other optimizers)",
+        resume="record",
+        computed="0.9",
+    )
     weight_decay: float = _opt(
         0.0,
-        "weight decay as timm applies it: decoupled for adamw and lion (p -= lr * wd * p), an "
-        "L2 term of the gradient for sgd, nesterov and momentum (torch's SGD); weights of one "
-        "dimension (biases, normalisation) get none; refused with adam",
+        "weight decay as timm applies it: decoupled for adamw, keras-adamw, keras-adam and lion "
+        "(p -= lr * wd * p), an L2 term of the gradient for adam, sgd, nesterov and momentum "
+        "(torch's weight_decay); weights of one dimension (biases, normalisation) get none",
         resume="record",
     )
     schedule: str = _opt(
@@ -463,7 +478,7 @@ def check_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"--lr must be a finite number > 0, got {cfg.lr}")
     for name in ("weight_decay", "momentum", "warmup_lr", "min_lr"):
         value = getattr(cfg, name)
-        if not (math.isfinite(value) and value >= 0):
+        if value is not None and not (math.isfinite(value) and value >= 0):
             raise ConfigError(f"{flag(name)} must be a finite number >= 0, got {value}")
     _check_recipe(cfg)
     check_augment_options(cfg)
@@ -485,19 +500,33 @@ def check_config(cfg: TrainConfig) -> None:
 
 
 def _check_recipe(cfg: TrainConfig) -> None:
-    """The training recipe's numbers: clipping, smoothing, EMA decay, adam's weight decay."""
+    """The training recipe's numbers: clipping, smoothing, EMA decay."""
     if cfg.clip_grad is not None and not (math.isfinite(cfg.clip_grad) and cfg.clip_grad > 0):
         raise ConfigError(f"--clip-grad must be a finite number > 0, got {cfg.clip_grad}")
     if not 0 <= cfg.smoothing < 1:
         raise ConfigError(f"--smoothing must be in [0, 1), got {cfg.smoothing}")
     if not 0 <= cfg.model_ema_decay < 1:
         raise ConfigError(f"--model-ema-decay must be in [0, 1), got {cfg.model_ema_decay}")
-    if cfg.optimizer == "adam" and cfg.weight_decay:
+
+
+def check_given(cfg: TrainConfig, given: set[str] | frozenset[str] | None = None) -> None:
+    """Refuse an option given (``given``; None: all ``cfg`` sets) that ``cfg``'s optimizer lacks.
+
+    ``cfg`` holds the run's options: on a resume, ``config.json``'s with the
+    given ones applied (the optimizer may be the run's). No TensorFlow.
+
+    Example:
+        >>> check_given(TrainConfig(optimizer="adamw", momentum=0.9), {"momentum"})
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: --momentum 0.9 with --optimizer adamw: only sgd, nesterov and momentum (torch's SGD) have a momentum; leave --momentum out (Adam's betas are torch's 0.9 and 0.999) or choose one of them
+    """  # noqa: E501
+    gave = cfg.momentum is not None and (given is None or "momentum" in given)
+    if gave and cfg.optimizer not in SGD_OPTIMIZERS:
         raise ConfigError(
-            f"--weight-decay {cfg.weight_decay} with --optimizer adam: torch's Adam (timm's "
-            "adam) adds weight decay to the gradient, Keras's Adam decouples it, so neither "
-            "would be what the name says; use --optimizer adamw (decoupled, as DeiT) or "
-            "--weight-decay 0"
+            f"--momentum {cfg.momentum:g} with --optimizer {cfg.optimizer}: only sgd, "
+            "nesterov and momentum (torch's SGD) have a momentum; leave --momentum out "
+            "(Adam's betas are torch's 0.9 and 0.999) or choose one of them"
         )
 
 

@@ -13,7 +13,7 @@ a healthy job).
 Example:
     >>> opt = build_optimizer(TrainConfig(optimizer="adamw", weight_decay=0.0), 10)
     >>> type(opt).__name__, opt.weight_decay  # a 0 stays 0
-    ('AdamW', 0.0)
+    ('TorchAdamW', 0.0)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdp._util import replaced_atomically
-from tfdp.recipe.config import TrainConfig
+from tfdp.recipe.config import SGD_OPTIMIZERS, TrainConfig
 
 __all__ = [
     "EVAL_METRICS",
@@ -44,15 +44,21 @@ MODEL_FILE = "model.keras"
 def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -> Any:
     """The optimizer of ``cfg`` (``--optimizer``, timm's names) and its learning-rate schedule.
 
-    ``cosine``: timm's cosine (:class:`tfdp.recipe.optim.TimmCosine`) over
+    timm's names build torch's updates (:mod:`tfdp.optim`): ``adam``
+    (:class:`~tfdp.optim.TorchAdam`), ``adamw`` (:class:`~tfdp.optim.TorchAdamW`),
+    ``sgd`` / ``nesterov`` / ``momentum`` (:class:`~tfdp.optim.TorchSGD`,
+    momentum ``cfg.momentum``, 0.9 when not given); ``lion`` is Keras's, and
+    ``keras-adam`` / ``keras-adamw`` Keras's Adam / AdamW (epsilon 1e-8, as
+    torch's). ``cosine``: timm's cosine (:class:`~tfdp.optim.TimmCosine`) over
     ``cfg.epochs`` with ``cfg.warmup_epochs`` of warm-up from
     ``cfg.warmup_lr`` to ``cfg.min_lr``, per optimizer step or per epoch
     (``cfg.sched_on_updates``); ``constant``: ``cfg.lr``. Weight decay as
-    timm applies it (decoupled for adamw / lion, an L2 gradient term for the
-    SGDs), none for the one-dimensional weights of ``model`` (biases,
-    normalisation) when it is given. ``cfg.model_ema``: Keras's EMA of the
-    trainable weights (``use_ema``, ``ema_momentum=cfg.model_ema_decay``),
-    which lives in the optimizer's variables and so in its checkpoints.
+    timm applies it (decoupled for adamw, lion and Keras's, torch's L2 term
+    for adam and the SGDs), none for the one-dimensional weights of ``model``
+    (biases, normalisation: :func:`~tfdp.optim.decays`) when it is given.
+    ``cfg.model_ema``: Keras's EMA of the trainable weights (``use_ema``,
+    ``ema_momentum=cfg.model_ema_decay``), which lives in the optimizer's
+    variables and so in its checkpoints.
 
     Args:
         cfg: The options.
@@ -61,14 +67,16 @@ def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -
 
     Example:
         >>> type(build_optimizer(TrainConfig(), 10)).__name__
-        'Adam'
+        'TorchAdam'
         >>> opt = build_optimizer(TrainConfig(optimizer="sgd", schedule="constant"), 10)
-        >>> type(opt).__name__, opt.nesterov, round(float(opt.learning_rate), 6)
-        ('TorchSGD', True, 0.003)
+        >>> type(opt).__name__, opt.nesterov, opt.momentum, round(float(opt.learning_rate), 6)
+        ('TorchSGD', True, 0.9, 0.003)
+        >>> type(build_optimizer(TrainConfig(optimizer="keras-adamw"), 10)).__name__
+        'AdamW'
     """
     import keras
 
-    from tfdp.recipe.optim import TimmCosine, TorchSGD, decays
+    from tfdp.optim import TimmCosine, TorchAdam, TorchAdamW, TorchSGD, decays
 
     lr: Any = cfg.lr
     if cfg.schedule == "cosine":
@@ -84,16 +92,20 @@ def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -
         )
     ema = {"use_ema": cfg.model_ema, "ema_momentum": cfg.model_ema_decay}
     wd = cfg.weight_decay
-    if cfg.optimizer in ("sgd", "nesterov", "momentum"):
-        return TorchSGD(
-            lr, momentum=cfg.momentum, nesterov=cfg.optimizer != "momentum", l2=wd, **ema
-        )
-    if cfg.optimizer == "adam":  # check_config refuses a weight decay for it
-        return keras.optimizers.Adam(lr, epsilon=1e-8, **ema)  # torch's eps, as timm's
-    if cfg.optimizer == "adamw":
-        opt = keras.optimizers.AdamW(lr, weight_decay=wd, epsilon=1e-8, **ema)
-    else:
-        opt = keras.optimizers.Lion(lr, weight_decay=wd or None, **ema)
+    momentum = 0.9 if cfg.momentum is None else cfg.momentum
+    nesterov = cfg.optimizer != "momentum"
+    builders = {
+        "adam": lambda: TorchAdam(lr, weight_decay=wd, **ema),
+        "adamw": lambda: TorchAdamW(lr, weight_decay=wd, **ema),
+        "sgd": lambda: TorchSGD(lr, momentum=momentum, nesterov=nesterov, weight_decay=wd, **ema),
+        "lion": lambda: keras.optimizers.Lion(lr, weight_decay=wd or None, **ema),
+        # torch's eps, as timm's; Keras's Adam decouples a weight decay, as its AdamW
+        "keras-adam": lambda: keras.optimizers.Adam(
+            lr, epsilon=1e-8, weight_decay=wd or None, **ema
+        ),
+        "keras-adamw": lambda: keras.optimizers.AdamW(lr, weight_decay=wd, epsilon=1e-8, **ema),
+    }
+    opt = builders["sgd" if cfg.optimizer in SGD_OPTIMIZERS else cfg.optimizer]()
     if wd and model is not None:
         opt.exclude_from_weight_decay(
             var_list=[v for v in model.trainable_variables if not decays(v)]

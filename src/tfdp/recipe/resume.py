@@ -26,6 +26,7 @@ from tfdp.errors import ConfigError, StateError
 from tfdp.recipe.config import TrainConfig, coerce, flag
 
 __all__ = [
+    "RUN_FORMAT",
     "Resumed",
     "has_checkpoints",
     "now",
@@ -34,6 +35,12 @@ __all__ = [
     "resolve_resume",
     "write_run_config",
 ]
+
+
+#: The format of a run's ``config.json``, recorded as ``"format"`` in every history entry: 2
+#: since ``adam`` / ``adamw`` train with torch's update (:mod:`tfdp.optim`). A run whose first
+#: entry has none is format 1: its adam / adamw were Keras's, and it is not resumed.
+RUN_FORMAT = 2
 
 
 def has_checkpoints(run_dir: str) -> bool:
@@ -127,6 +134,7 @@ def resolve_resume(
             )
         return Resumed(cfg, {}, [], rebuilt=True)
     saved, history = read_run_config(path)
+    _refuse_other_update(run_dir, saved, history)
     merged: dict[str, Any] = {}
     refused: list[str] = []
     changed: dict[str, tuple[Any, Any]] = {}
@@ -163,6 +171,23 @@ def resolve_resume(
         )
     merged["resume"] = True
     return Resumed(TrainConfig(**merged), changed, history)
+
+
+def _refuse_other_update(run_dir: str, saved: dict[str, Any], history: list[Any]) -> None:
+    """Refuse a run of format 1 whose optimizer tfdp now updates otherwise (adam, adamw)."""
+    first = history[0] if history and isinstance(history[0], dict) else {}
+    version = first.get("format", 1)
+    optimizer = saved.get("optimizer")
+    if version != RUN_FORMAT and optimizer in ("adam", "adamw"):
+        keras_name = {"adam": "Adam", "adamw": "AdamW"}[optimizer]
+        raise StateError(
+            f"--resume: {run_dir!r} was started by an earlier tfdp (config.json format "
+            f"{version}; this tfdp resumes format {RUN_FORMAT}), whose --optimizer {optimizer} "
+            f"was Keras's {keras_name}; tfdp's {optimizer} is now torch's update "
+            f"(tfdp.optim.Torch{keras_name}), under which its checkpoints would continue "
+            "another run. Finish it with the tfdp that started it, or start a new run "
+            f"(--optimizer keras-{optimizer} trains with Keras's {keras_name})"
+        )
 
 
 def refuse_existing_run(run_dir: str) -> None:

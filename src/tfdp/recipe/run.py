@@ -34,6 +34,7 @@ from tfdp.recipe.augment_options import mixing
 from tfdp.recipe.config import (
     TrainConfig,
     check_config,
+    check_given,
     check_paths,
     default_run_dir,
     flag,
@@ -52,6 +53,7 @@ from tfdp.recipe.model import (
     weights_fingerprint,
 )
 from tfdp.recipe.resume import (
+    RUN_FORMAT,
     Resumed,
     has_checkpoints,
     now,
@@ -185,7 +187,8 @@ def run_train(
 ) -> dict[str, Any]:
     """Run the training job described by ``cfg``; returns the final metrics and state.
 
-    Checks the options (:func:`check_config`) and the data paths before
+    Checks the options (:func:`check_config`; :func:`check_given`: an option
+    given that the run's optimizer lacks) and the data paths before
     TensorFlow loads; with ``resume`` (or a restart by ``tfdp launch
     --max-restarts``) takes every option not in ``given`` from the run's
     ``config.json`` (:func:`resolve_resume`; ``given=None``: all of ``cfg``).
@@ -226,6 +229,7 @@ def run_train(
         check_config(cfg)
     else:
         refuse_existing_run(run_dir)
+    check_given(cfg, given)  # the run's optimizer is known now (a resume's may be its own)
     check_paths(cfg)
     from tfdp.distribute import make_strategy, worker_info
 
@@ -316,7 +320,7 @@ def _train(
         if info.is_chief:
             _record_resume(run_dir, cfg, resumed, trainer.state.global_step, w, say)
     elif info.is_chief:
-        start = {"event": "start", "time": now(), "world_size": w}
+        start = {"event": "start", "time": now(), "world_size": w, "format": RUN_FORMAT}
         start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
         write_run_config(run_dir, cfg, [start])
     if info.is_chief and cfg.color_jitter and cfg.aa is not None:
@@ -473,6 +477,7 @@ def _record_resume(
     entry: dict[str, Any] = {
         "event": "resume",
         "time": now(),
+        "format": RUN_FORMAT,
         "global_step": global_step,
         "world_size": world_size,
     }
