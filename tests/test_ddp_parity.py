@@ -22,13 +22,15 @@ the fit path (the weights to 1e-16; fit's logged losses are Keras's float32 trac
 still to add, one line each, once the features land: ``adam`` (torch's Adam), and an uneven
 per-rank batch with the Trainer's DDP weighting option.
 
-Costs (2 cores): the torch side about 6 CPU-s (one import of torch and timm, forked into the
-2 ranks); the tfdp side one strategy for all rows.
+Cost: about 33 CPU-s beyond the test session's start, of which the torch side is about 5 (one
+interpreter imports torch and timm, then forks the 2 ranks) and each tfdp run 1 to 3 (one
+strategy for all of them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import subprocess
@@ -129,7 +131,7 @@ CASES = [
     Case("cosine_per_step", **COSINE),
     Case("cosine_per_epoch", **PER_EPOCH),
     Case("cosine_deit", **{**PER_EPOCH, "epochs": 4}, driver="deit"),
-    Case("label_smoothing", smoothing=0.1),
+    Case("label_smoothing", smoothing=0.1, sampler_drop_last=True),  # and both drop_lasts
     Case("clip_grad", clip_grad=0.5, paths=TRAINER),  # fit: Keras's clipnorm is per replica
     Case("accumulation", accum=2, batch=14, paths=TRAINER),  # 7 batches: 3 groups of 2, 1
     Case("partial_last_batch", loader_drop_last=False),  # 101 per rank: 6 x 16 + 5
@@ -458,3 +460,17 @@ def test_mixed_batches_are_the_ones_timm_mixed(torch_runs, mirrored_of):
         for k, ((x, target), mixed) in enumerate(zip(got, want, strict=True)):
             np.testing.assert_allclose(x.numpy(), mixed["x"], atol=1e-6, err_msg=f"{rank} {k}")
             np.testing.assert_allclose(target.numpy(), mixed["target"], atol=1e-6)
+
+
+def test_the_porting_guide_names_this_harness_and_its_parts():
+    """docs/guide.md's "What reproduces a PyTorch run step for step" points here, by names that
+    exist: the module, its rows and its replay of timm's draws."""
+    guide = (Path(__file__).resolve().parents[1] / "docs/guide.md").read_text()
+    section = guide.split("### What reproduces a PyTorch run step for step", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    assert "`tests/test_ddp_parity.py`" in section
+    assert "`cosine_deit` row" in section and "cosine_deit" in {c.name for c in CASES}
+    assert "`TimmDraws`" in section and issubclass(TimmDraws, Mixup)
+    assert "`MixParams.per_batch(lam, cutmix, box, batch_size)`" in section
+    assert list(inspect.signature(MixParams.per_batch).parameters) == [
+        "lam", "cutmix", "box", "batch_size"]  # fmt: skip
