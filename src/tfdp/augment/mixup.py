@@ -46,6 +46,31 @@ class MixParams(NamedTuple):
     cutmix: tf.Tensor
     box: tf.Tensor
 
+    @classmethod
+    def per_batch(cls, lam: Any, cutmix: Any, box: Any, batch_size: Any) -> MixParams:
+        """One ``"batch"``-mode draw given from outside, for every sample of a batch.
+
+        The numbers timm's ``Mixup`` draws for a batch: the lambda and switch of its
+        ``_params_per_batch`` and, for CutMix, the box ``(top, bottom, left, right)`` and the
+        corrected lambda of its ``cutmix_bbox_and_lam`` (give any box without CutMix).
+        :meth:`Mixup.apply` then mixes as that draw did (to replay a run's draws in an
+        input, return them from an override of :meth:`Mixup.draw`).
+
+        Example:
+            >>> import tensorflow as tf
+            >>> p = MixParams.per_batch(0.75, True, [0, 2, 0, 1], 3)
+            >>> p.lam.numpy().tolist(), p.cutmix.numpy().tolist(), p.box.shape.as_list()
+            ([0.75, 0.75, 0.75], [True, True, True], [3, 4])
+        """
+        lam = tf.cast(lam, tf.float64)
+        cutmix = tf.convert_to_tensor(cutmix, tf.bool)
+        box = tf.cast(box, tf.int32)
+        return cls(
+            tf.fill(tf.reshape(batch_size, [1]), lam),
+            tf.fill(tf.reshape(batch_size, [1]), cutmix),
+            tf.tile(box[tf.newaxis], tf.stack([tf.cast(batch_size, tf.int32), 1])),
+        )
+
 
 def mixup_target(
     labels: tf.Tensor, num_classes: int, lam: tf.Tensor, smoothing: float = 0.0
