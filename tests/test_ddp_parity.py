@@ -15,12 +15,13 @@ must agree to 1e-5 in float32.
 A row is one line of :data:`CASES`: the options it changes from :class:`Case`'s defaults (an
 optimizer is ``opt``, timm's name, which both sides map -- timm's ``create_optimizer_v2`` and
 tfdp's ``build_optimizer``; a dtype is ``dtype``), the paths it runs on, and the paths where it
-is expected to fail, with the reason. The ``adamw`` row uses Keras's AdamW today (what ``--opt
-adamw`` builds), so it is a strict xfail until the torch-exact AdamW replaces it; the
-``float64`` row fails on the Trainer (its loss is computed in float32: 2e-7 off) and passes on
-the fit path (the weights to 1e-16; fit's logged losses are Keras's float32 tracker's). Rows
-still to add, one line each, once the features land: ``adam`` (torch's Adam), and an uneven
-per-rank batch with the Trainer's DDP weighting option.
+is expected to fail, with the reason. The ``adamw`` / ``adam`` rows train with what ``--opt adamw``
+/ ``--opt adam`` build, torch's update (:mod:`tfdp.optim`); the ``float64`` row fails on the
+Trainer (its loss is computed in float32: 2e-7 off) and passes on the fit path (the weights to
+1e-16; fit's logged losses are Keras's float32 tracker's).
+A row
+still to add once the feature lands: an uneven per-rank batch with the Trainer's DDP weighting
+option.
 
 Cost: about 33 CPU-s beyond the test session's start, of which the torch side is about 5 (one
 interpreter imports torch and timm, then forks the 2 ranks) and each tfdp run 1 to 3 (one
@@ -52,10 +53,10 @@ from conftest import free_ports  # noqa: E402
 from tfdp import ArraySource, DistributedInput, DistributedSampler  # noqa: E402
 from tfdp.augment import Mixup  # noqa: E402
 from tfdp.augment.mixup import MixParams  # noqa: E402
+from tfdp.optim import TimmCosine  # noqa: E402
 from tfdp.recipe import TrainConfig  # noqa: E402
 from tfdp.recipe.digits import load_digits  # noqa: E402
 from tfdp.recipe.model import build_optimizer, training_loss  # noqa: E402
-from tfdp.recipe.optim import TimmCosine  # noqa: E402
 from tfdp.seeding import epoch_seed_key  # noqa: E402
 from tfdp.train import Trainer, fit  # noqa: E402
 
@@ -67,11 +68,6 @@ WORLD = 2
 HIDDEN = 32  # ddp_side.HIDDEN
 CLASSES = 10
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
-KERAS_ADAMW = (
-    "Keras's AdamW adds eps after the bias correction (issue 38): the torch-exact optimizer "
-    "replaces it"
-)
-KERAS_ADAMW_BOTH = (("trainer", KERAS_ADAMW), ("fit", KERAS_ADAMW))
 FLOAT64_LOSS = (
     "the Trainer computes a float64 model's loss in float32 (issue 38): the step branch "
     "computes it in the model's dtype"
@@ -137,7 +133,8 @@ CASES = [
     Case("partial_last_batch", loader_drop_last=False),  # 101 per rank: 6 x 16 + 5
     Case("sampler_drop_last", sampler_drop_last=True, loader_drop_last=False),  # 100: + 4
     Case("mixup_cutmix", mixup=DEIT_MIX),
-    Case("adamw", opt="adamw", lr=1e-3, weight_decay=0.05, xfail=KERAS_ADAMW_BOTH),
+    Case("adamw", opt="adamw", lr=1e-3, weight_decay=0.05),
+    Case("adam", opt="adam", lr=1e-3, weight_decay=0.0),
     # 0.125: Keras keeps a constant rate in a float32 variable (0.1 would be 0.1 + 1.5e-9)
     Case("float64", dtype="float64", lr=0.125, xfail=(("trainer", FLOAT64_LOSS),)),
 ]
