@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -241,8 +242,13 @@ def test_a_stopped_master_ends_the_job_within_the_bound(cluster, tmp_path):
     nodes[0].proc.kill()
     text = nodes[1].text
     assert "lost the master node 0 at 127.0.0.1:" in text and "(no message for 2s)" in text
+    assert re.search(
+        r"the master at 127.0.0.1:\d+ did not take this node's join \(no hello "
+        r"from the master within 2s\): retrying in 0.5s \(\ds left\)",
+        text,
+    )
     assert (
-        "cannot be rejoined (no answer to this node's join (no message for 2s)): the job "
+        "did not take this node back within 3s (no hello from the master within 2s): the job "
         "ends for this node" in text
     )
     assert "To continue from the last checkpoint, start the launchers again" in text
