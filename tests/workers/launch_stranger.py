@@ -17,10 +17,11 @@ For at most S seconds, and within its budgets, it:
 
 It ends on SIGTERM / SIGINT too, and prints one line at its end::
 
-    STRANGER {"messages": 400, "opened": 412, "closed_on_it": 210, "answers": {...}}
+    STRANGER {"messages": 400, "opened": 412, "closed_on_it": 210, "answers": {...}, "cpu_s": 1.2}
 
 ``closed_on_it`` counts idle connections the master closed; ``answers`` the master's replies
-to the messages by their first words (``error: not a rendezvous message``, ..., ``closed``).
+to the messages by their first words (``error: not a rendezvous message``, ..., ``closed``);
+``cpu_s`` the stranger's own CPU seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import random
+import resource
 import signal
 import time
 
@@ -165,8 +167,10 @@ class Stranger:
         await asyncio.wait(idle, timeout=5)
         for task in (*idle, *pending):
             task.cancel()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         report = {"messages": self.sent, "opened": self.opened,
-                  "closed_on_it": self.closed_on_it, "answers": self.answers}  # fmt: skip
+                  "closed_on_it": self.closed_on_it, "answers": self.answers,
+                  "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}  # fmt: skip
         print("STRANGER " + json.dumps(report, sort_keys=True), flush=True)
 
 

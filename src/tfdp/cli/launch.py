@@ -260,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``tfdp launch`` from parsed arguments; returns the exit status.
 
     Errors are printed as one ``tfdp launch: error: ...`` line: status 2 for bad
-    arguments, 127 (126) when the command is not found (not executable).
+    arguments, 127 (126) when the command is not found (not executable), 1 for a condition
+    of the network or the machine (never a traceback).
 
     Example:
         >>> args = argparse.Namespace(workers=2, max_restarts=0, port_base=None,
@@ -323,6 +324,9 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(cause, PermissionError):
             return 126
         return 2
+    except OSError as exc:  # the network or the machine (the launcher handles what it expects)
+        _error(str(exc))
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
