@@ -77,9 +77,9 @@ The rendezvous listens on --master-addr:--master-port (default port
 {DEFAULT_MASTER_PORT}); every node presents the job id --rdzv-id (default: derived from
 COMMAND, so every node must run the same command). On a shared network, set
 {SECRET_ENV} (at least {MIN_SECRET_CHARS} characters, the same on every node) to
-authenticate every rendezvous message with an HMAC: without it, anyone who reaches
-the port and knows the job id can join. It does not encrypt, and does not guard
-TensorFlow's own ports (the workers')."""
+authenticate every rendezvous message with an HMAC: without it, anyone who
+reaches the port and knows the job id can join. It does not encrypt, and does
+not guard TensorFlow's own ports (the workers')."""
 
 
 def _nnodes(text: str) -> tuple[int, int]:
@@ -98,8 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int_at_least(1),
         default=1,
         metavar="N",
-        help="number of workers on this node (--nproc-per-node, torchrun's name, is the same; "
-        "default 1)",
+        help="number of workers on this node; --nproc-per-node, torchrun's name, is the same "
+        "(default 1)",
     )
     parser.add_argument(
         "--max-restarts",

@@ -19,9 +19,9 @@ TensorFlow. Its layers, each usable on its own:
   after round, which strangers at its port cannot starve or change
   (:mod:`~tfdp.launch.refusals` tells what it refused).
 * :mod:`~tfdp.launch.channel`, :mod:`~tfdp.launch.join` and :mod:`~tfdp.launch.node`:
-  :func:`launch_nodes`, one node's launcher in a job of several (static ``--nnodes N`` or
-  elastic ``--nnodes MIN:MAX``): its connection to the master, its join (retried), its
-  rounds.
+  :func:`launch_nodes`, the launcher of one node in a job of several (static
+  ``--nnodes N`` or elastic ``--nnodes MIN:MAX``): its connection to the master, its join
+  (retried), its rounds.
 * the command line, ``tfdp launch`` or ``python -m tfdp.launch``, lives in
   :mod:`tfdp.cli.launch`.
 

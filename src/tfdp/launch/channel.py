@@ -13,7 +13,7 @@ Example:
     >>> b.sendall(encode({"type": "hello", "nonce": "0" * 32, "auth": False}, "j"))
     >>> chan = Channel(a, "j", None, first={"type": "ready", "ports": [2222]}, heartbeat=60)
     >>> b.recv(1000)
-    b'{"v":2,"job":"j","type":"ready","ports":[2222],"seq":0}\\n'
+    b'{"v":2,"job":"j","type":"ready","ports":[2222],"seq":0}\n'
     >>> b.sendall(encode({"type": "note", "message": "hi", "seq": 0}, "j"))
     >>> chan.receive(timeout=5)["message"]
     'hi'

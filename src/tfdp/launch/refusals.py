@@ -14,7 +14,7 @@ Example:
     >>> for _ in range(3):
     ...     log.add("10.0.0.9", "garbage", "not a rendezvous message")
     >>> log.flush()
-    >>> print("\\n".join(lines))
+    >>> print("\n".join(lines))
     refused a launcher at 10.0.0.9: not a rendezvous message
     refused 2 more connection(s) (10.0.0.9: 2): 2 not a rendezvous message
 """

@@ -562,12 +562,11 @@ class Rendezvous:
     def _timeout_message(self, ready: list[_Member]) -> str:
         st = self.state
         here = {m.rank for m in ready}
-        if self.min_nodes == self.max_nodes:
-            missing = [r for r in range(self.max_nodes) if r not in here]
-            need = f"all {self.max_nodes}"
-        else:
-            missing = [r for r in range(self.max_nodes) if r not in here]
-            need = f"at least {self.min_nodes} of {self.max_nodes}"
+        missing = [r for r in range(self.max_nodes) if r not in here]
+        static = self.min_nodes == self.max_nodes
+        need = (
+            f"all {self.max_nodes}" if static else f"at least {self.min_nodes} of {self.max_nodes}"
+        )
         verb = "rejoin" if st.round > 0 else "join"
         joined = ", ".join(m.name for m in ready) or "none"
         text = (
