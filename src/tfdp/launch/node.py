@@ -3,7 +3,8 @@
 This module owns a node's launcher in a job of several nodes, torchrun's shape: every node
 runs ``launch_nodes`` with the same command, the master's address and port, and its own node
 rank. Node 0 also hosts the rendezvous (:class:`tfdp.launch.rendezvous.Rendezvous`) on the
-master's address. Every node connects there (retrying until the rendezvous timeout), says its
+master's address. Every node joins there (:mod:`tfdp.launch.join`: retried until the
+rendezvous timeout; with ``TFDP_RDZV_SECRET``, every message authenticated), says its
 address (``node_addr``, or the address its connection to the master leaves from) and its
 workers' ports, and waits for the round's ordered cluster. Then it starts its workers with
 :func:`tfdp.launch.plan.plan_node`'s environment under the :class:`~tfdp.launch.supervise.
@@ -13,9 +14,10 @@ report ``ready`` with fresh ports for the next round), ``start`` (the next round
 
 A node that loses the master stops its workers and reconnects for up to the rendezvous
 timeout (a cut link that comes back: the node rejoins at the next round); a master that
-refuses connections is gone, and the job with it. SIGINT / SIGTERM to a node's launcher are
-forwarded to its workers and the node leaves the job (node 0 leaving ends the job: the
-others forward the same signal to their workers).
+refuses connections is gone, and the job with it. A node whose workers completed (and said
+so) has nothing left to do: losing the master then ends it with 0. SIGINT / SIGTERM to a
+node's launcher are forwarded to its workers and the node leaves the job (node 0 leaving
+ends the job: the others forward the same signal to their workers).
 
 Example:
     $ tfdp launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc-per-node 2 -- cmd
