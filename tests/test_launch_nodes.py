@@ -341,7 +341,7 @@ def test_an_elastic_job_with_a_secret_forms_and_runs_under_a_stranger(cluster, s
     report = stranger.report(guest)
     answers = report["answers"]
     assert any(a.startswith("error: the message's HMAC") for a in answers), report
-    assert report["closed_on_it"] >= 100, report  # its idle connections were closed on it
+    assert report["closed_on_it"] >= 30, report  # idle connections beyond the bound: closed
     master = nodes[0].text
     assert "refused a launcher at 127.0.0.1: the message's HMAC does not match" in master
     assert "refused a launcher at 127.0.0.1: not a rendezvous message" in master

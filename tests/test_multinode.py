@@ -189,6 +189,7 @@ def test_two_nodes_with_a_cut_link_and_a_restart_under_a_stranger_end_at_two_rep
         stranger_log.seek(0)
         said = stranger_log.read()
     report = json.loads(said.split("STRANGER ", 1)[1])  # the fault happened, all along
+    print(f"the stranger: {report}")
     assert report["closed_on_it"] > 50 and len(report["answers"]) > 5, report
     assert f"refused a launcher at {net.nodes[2].address}: not a rendezvous message" in (
         nodes[0].text)  # fmt: skip
