@@ -499,7 +499,7 @@ def _closed_with(sock) -> str:
 def test_idle_connections_cannot_starve_the_rendezvous(server_of):
     """A bounded number of unjoined connections, the oldest dropped first (told to retry), the
     rest closed at the first message's deadline; a rightful node joins all along."""
-    server = server_of(2, 2, max_pending=8, first_message_timeout=1.0)
+    server = server_of(2, 2, max_pending=8, first_message_timeout=3.0)
     idle = _idle(server, 30)
     for sock in idle[:22]:  # the oldest made room for the newer ones
         assert "the rendezvous is busy (8 connections have not joined): try again" in (
@@ -547,9 +547,9 @@ def test_nothing_a_stranger_sends_changes_the_job(server_of, tmp_path):
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": SRC},
     )  # fmt: skip
     report = json.loads(stranger.stdout.split("STRANGER ", 1)[1])
-    answers = report["answers"]  # the fault happened: 40 messages, most answered with an error
-    assert sum(answers.values()) == 40, stranger.stdout + stranger.stderr
-    assert sum(n for a, n in answers.items() if a.startswith("error: ")) >= 30, answers
+    answers = report["answers"]  # the fault happened: up to 40 messages in its 3 s, answered
+    assert sum(answers.values()) >= 30, stranger.stdout + stranger.stderr
+    assert sum(n for a, n in answers.items() if a.startswith("error: ")) >= 25, answers
     assert report["closed_on_it"] >= 20
     master.sock.settimeout(0.5)
     with pytest.raises(TimeoutError):  # nothing but heartbeats reached node 0
@@ -562,7 +562,7 @@ def test_nothing_a_stranger_sends_changes_the_job(server_of, tmp_path):
         assert kinds[kind] > 0, kinds
     told = [n for n in server.notes if n.startswith("refused a launcher at 127.0.0.1: ")]
     assert len(told) <= 3 * len(kinds) < server.refusals.total  # a few of each kind in full
-    assert any(re.match(r"refused \d+ more connection\(s\) in the last \ds \(127\.0\.0\.1: \d+\)"
+    assert any(re.match(r"refused \d+ more connection\(s\) in the last \d+s \(127\.0\.0\.1: \d+\)"
                         , n) for n in server.notes), server.notes  # fmt: skip
     node = Raw(server)
     node.join(1, ports=(2223,))
