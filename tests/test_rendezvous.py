@@ -35,6 +35,7 @@ from tfdp.launch.protocol import (
     decode,
     encode,
 )
+from tfdp.launch.refusals import Refusals
 from tfdp.launch.rendezvous import Rendezvous
 from tfdp.launch.supervise import Output
 
@@ -494,6 +495,33 @@ def _closed_with(sock) -> str:
         data += chunk
     errors = [json.loads(x) for x in data.splitlines() if b'"type":"error"' in x]
     return errors[-1]["message"] if errors else ""
+
+
+def test_refusals_are_told_a_few_of_each_kind_then_counted_once_a_period():
+    now, lines = [0.0], []
+    log = Refusals(lines.append, full=2, every=30.0, clock=lambda: now[0])
+    for i in range(1000):  # 1000 addresses: a bounded count of them is kept
+        log.add(f"10.0.{i // 256}.{i % 256}", "garbage", "not a rendezvous message (b'x')")
+    said = "sent nothing valid within 5s"
+    for _ in range(5):
+        log.add("10.9.9.9", "silent", said, said=said)
+    assert lines == [  # the first 2 of each kind in full
+        "refused a launcher at 10.0.0.0: not a rendezvous message (b'x')",
+        "refused a launcher at 10.0.0.1: not a rendezvous message (b'x')",
+        f"refused a launcher at 10.9.9.9: {said}",
+        f"refused a launcher at 10.9.9.9: {said}",
+    ]
+    now[0] = 31.0
+    log.tick()
+    assert lines[-1] == (
+        "refused 1001 more connection(s) in the last 31s (other addresses: 745, 10.0.0.2: 1, "
+        "10.0.0.3: 1, 254 more address(es)): 998 not a rendezvous message, 3 " + said
+    )
+    now[0] = 62.0
+    log.tick()
+    log.flush()
+    assert len(lines) == 5  # nothing new: nothing said
+    assert (log.total, len(log.recent)) == (1005, 5)
 
 
 def test_idle_connections_cannot_starve_the_rendezvous(server_of):

@@ -43,6 +43,7 @@ _SAID = {
     "silent": "nothing valid in time",
 }
 _ADDRESSES_SHOWN = 3
+_ADDRESSES_COUNTED = 256  # distinct addresses counted between two summaries (memory bounded)
 
 
 class Refusals:
@@ -88,6 +89,8 @@ class Refusals:
             self.log(f"refused a launcher at {who}: {text}")
         else:
             self._kinds[kind] += 1
+            if who not in self._who and len(self._who) >= _ADDRESSES_COUNTED:
+                who = "other addresses"
             self._who[who] += 1
         self.tick()
 
