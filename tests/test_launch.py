@@ -93,6 +93,7 @@ def test_nproc_per_node_is_workers():
     a = parser.parse_args(["launch", "--nproc-per-node", "3", "--", "python", "t.py"])
     b = parser.parse_args(["launch", "--workers", "3", "--", "python", "t.py"])
     assert a == b and a.workers == 3
+    assert parser.parse_args(["launch", "--", "python", "t.py"]).workers == 1  # torchrun's
 
 
 def test_plan_argv_passthrough():
@@ -562,7 +563,6 @@ def test_output_held_by_a_process_outside_the_group_is_given_up(tmp_path, capsys
             "argument --workers/--nproc-per-node: expected an integer >= 1",
             2,
         ),
-        (["--", "true"], "the following arguments are required: --workers", 2),
         (["--workers", "2", "--port-base", "70000", "--", "true"], "1..65535", 2),
         (
             ["--workers", "2", "--port-base", "65535", "--", "true"],
@@ -612,15 +612,14 @@ def test_main_in_process_restores_signal_handlers(capsys):
 
 
 def test_tfdp_cli_has_launch():
-    """Once cli.py wires register(), `tfdp launch` is the same command."""
+    """Once cli.py wires register(), `tfdp launch` is the same command (one worker by default,
+    as torchrun's --nproc-per-node)."""
     result = subprocess.run(
         [
             PY,
             "-c",
             "import sys; from tfdp.cli import main; sys.exit(main(sys.argv[1:]))",
             "launch",
-            "--workers",
-            "1",
             "--",
             PY,
             "-c",

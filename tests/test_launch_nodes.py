@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_ports
+from simnet import SimNet, skip_reason
 
 PY = sys.executable
 WORKER = str(Path(__file__).parent / "workers" / "node_worker.py")
@@ -31,14 +33,18 @@ class Node:
     """One node's launcher (``python -m tfdp.launch ...``), its output in a file."""
 
     def __init__(self, tmp: Path, rank: int, nnodes: str, port: int, mode: str, *extra: str,
-                 nproc: int = 1) -> None:  # fmt: skip
+                 nproc: int = 1, env: dict | None = None, node=None) -> None:  # fmt: skip
         self.rank = rank
         self.log = tmp / f"node-{rank}-{time.monotonic_ns()}.out"
         cmd = [PY, "-m", "tfdp.launch", "--nnodes", nnodes, "--node-rank", str(rank),
                "--master-port", str(port), "--nproc-per-node", str(nproc), *extra,
                "--", PY, WORKER, mode, str(tmp)]  # fmt: skip
         with open(self.log, "wb") as fh:
-            self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+            if node is None:  # on this host
+                self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                             env={**os.environ, **(env or {})})  # fmt: skip
+            else:  # in a simulated machine (tests/simnet.py)
+                self.proc = node.popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
     @property
     def text(self) -> str:
@@ -68,8 +74,8 @@ def cluster(tmp_path):
     port = free_ports(1)[0]
     nodes: list[Node] = []
 
-    def start(rank, nnodes, mode, *extra, nproc=1):
-        node = Node(tmp_path, rank, nnodes, port, mode, *extra, nproc=nproc)
+    def start(rank, nnodes, mode, *extra, nproc=1, env=None, node=None):
+        node = Node(tmp_path, rank, nnodes, port, mode, *extra, nproc=nproc, env=env, node=node)
         nodes.append(node)
         return node
 
@@ -241,8 +247,13 @@ def test_a_stopped_master_ends_the_job_within_the_bound(cluster, tmp_path):
     nodes[0].proc.kill()
     text = nodes[1].text
     assert "lost the master node 0 at 127.0.0.1:" in text and "(no message for 2s)" in text
+    assert re.search(
+        r"the master at 127.0.0.1:\d+ did not take this node's join \(no hello "
+        r"from the master within 2s\): retrying in 0.5s \(\ds left\)",
+        text,
+    )
     assert (
-        "cannot be rejoined (no answer to this node's join (no message for 2s)): the job "
+        "did not take this node back within 3s (no hello from the master within 2s): the job "
         "ends for this node" in text
     )
     assert "To continue from the last checkpoint, start the launchers again" in text
@@ -259,6 +270,120 @@ def test_a_failure_with_no_restarts_left_says_so_and_how_to_continue(cluster):
             f"node: tfdp launch --nnodes 2 --node-rank {node.rank} --master-addr 127.0.0.1 "
             f"--master-port {cluster.port} --nproc-per-node 1 -- {PY} {WORKER} fail-once"
         ) in node.text
+
+
+# -- strangers at the rendezvous; the network after the workers completed -----------------------
+
+STRANGER = Path(__file__).parent / "workers" / "launch_stranger.py"
+SECRET = {"TFDP_RDZV_SECRET": "the shared secret of this test job"}
+
+
+@pytest.fixture
+def stranger(tmp_path):
+    """``start(port, job, *flags, node=None) -> Popen``: tests/workers/launch_stranger.py,
+    bounded by its flags, stopped at the end of the test in any case; ``report(proc)``."""
+    procs = []
+
+    def start(port, job, *flags, node=None):
+        argv = [PY, str(STRANGER), "127.0.0.1" if node is None else node.address, str(port),
+                job, *flags]  # fmt: skip
+        out = open(tmp_path / f"stranger-{len(procs)}.out", "w+")  # noqa: SIM115 (closed below)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+        proc = (
+            subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            if node is None
+            else node.popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        )
+        proc.out = out  # fmt: skip
+        procs.append(proc)
+        return proc
+
+    def report(proc) -> dict:
+        proc.send_signal(signal.SIGTERM)  # it ends early on SIGTERM, saying what it did
+        proc.wait(timeout=60)
+        proc.out.seek(0)
+        text = proc.out.read()
+        assert "STRANGER " in text, text
+        return json.loads(text.split("STRANGER ", 1)[1])
+
+    start.report = report
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.out.close()
+
+
+def _no_internal_error(*nodes):
+    for node in nodes:
+        assert "internal error" not in node.text and "Traceback" not in node.text, node.text
+
+
+@pytest.mark.slow
+def test_an_elastic_job_with_a_secret_forms_and_runs_under_a_stranger(cluster, stranger, tmp_path):
+    """--nnodes 2:3 with TFDP_RDZV_SECRET, a stranger at the master's port from before the
+    launchers start until the workers end (idle connections, garbage, foreign joins, this job's
+    well-formed joins with a forged HMAC): the 3 nodes form one round and complete; the master
+    names what it refused, without flooding; the workers never see the secret."""
+    job = ("--rdzv-id", "job-ok", "--rdzv-last-call", "2")
+    guest = stranger(cluster.port, "job-ok", "--seconds", "60", "--idle", "100", "--messages",
+                     "120", "--connections", "600", "--forge")  # fmt: skip
+    time.sleep(1.0)  # the flood is on before the first launcher starts
+    nodes = [cluster(rank, "2:3", "release", *job, env=SECRET) for rank in range(3)]
+    ready(tmp_path, 0, range(3))
+    for node in nodes:
+        node.wait_for("round 0: 3 node(s), 3 worker(s)")
+    time.sleep(2.0)  # ... and while the workers run
+    for rank in range(3):
+        (tmp_path / f"release-{rank}").write_text("")
+    assert [n.finish() for n in nodes] == [0, 0, 0], "".join(n.text for n in nodes)
+    report = stranger.report(guest)
+    answers = report["answers"]
+    assert any(a.startswith("error: the message's HMAC") for a in answers), report
+    assert report["closed_on_it"] >= 30, report  # idle connections beyond the bound: closed
+    master = nodes[0].text
+    assert "refused a launcher at 127.0.0.1: the message's HMAC does not match" in master
+    assert "refused a launcher at 127.0.0.1: not a rendezvous message" in master
+    assert len(re.findall(r"refused a launcher at", master)) <= 3 * 11  # a few of each kind
+    assert re.search(r"refused \d+ more connection\(s\)", master), master
+    for node in nodes:
+        assert "the job completed on node(s) 0, 1, 2" in node.text
+        assert [e["secret_seen"] for e in node.envs()] == [False]
+    _no_internal_error(*nodes)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
+def test_a_link_cut_after_the_workers_completed_ends_the_job_with_0(cluster, tmp_path):
+    """Simulated machines: node 0's worker completes; node 1's link is cut; node 1's worker
+    completes (its report lost with the link). The master, losing node 1 after workers had
+    completed, ends the job 0 saying what it does not know; node 1, losing the master after its
+    workers completed, ends 0 too -- not 'no restarts left ... --resume' for a finished run."""
+    with SimNet(2) as net:
+        flags = ("--master-addr", net.nodes[0].address, "--heartbeat-timeout", "2")
+        nodes = [cluster(rank, "2", "release", *flags, node=machine)
+                 for rank, machine in enumerate(net.nodes)]  # fmt: skip
+        ready(tmp_path, 0, range(2))
+        (tmp_path / "release-0").write_text("")
+        nodes[0].wait_for("[worker 0] rank 0 released")
+        net.nodes[1].cut()
+        assert not net.nodes[1].link_up()  # the fault happened
+        try:
+            (tmp_path / "release-1").write_text("")
+            assert [n.finish() for n in nodes] == [0, 0], nodes[0].text + nodes[1].text
+        finally:
+            net.nodes[1].restore()
+    addr = net.nodes[1].address
+    assert (f"the job completed on node(s) 0; node 1 ({addr}) was lost (no heartbeat for 2s "
+            "(machine down, stopped, or cut off?)) after workers of the round had completed: "
+            "its workers' own end was not reported") in nodes[0].text  # fmt: skip
+    assert "[worker 1] rank 1 released" in nodes[1].text
+    assert (f"this node's workers completed, then the master node 0 at {net.nodes[0].address}:"
+            ) in nodes[1].text  # fmt: skip
+    for node in nodes:
+        assert "no restarts left" not in node.text and "--resume" not in node.text
+    _no_internal_error(*nodes)
 
 
 # -- bad input: a clear error, nothing started -------------------------------------------------

@@ -6,12 +6,16 @@ are tiny (a 480-example slice of the digits, a one-layer model, a few steps) and
 determinism is on, so weights can be compared bit for bit. Every TensorFlow worker costs
 seconds to start, so each test starts as few as its fault needs:
 
-* 2 nodes x 1 worker, a node's link cut mid-epoch with ``--max-restarts 1``: the group
-  stops, the node rejoins when the link comes back, and the job completes with the weights of
-  2 replicas trained uninterrupted in one process (which 1 node x 2 workers also end at): one
-  run proves both that workers on two machines train as the replicas of one and that the
-  restart loses nothing (that 2 nodes x 2 workers get the cluster of 4 workers on one node,
-  in that order, is ``tests/test_launch_nodes.py``'s, without TensorFlow);
+* 2 nodes x 1 worker, a node's link cut mid-epoch with ``--max-restarts 1``, and a stranger
+  on a third machine at the master's port all along (from before the launchers start, through
+  the join, the training, the restart and the rejoin: idle connections, garbage, foreign
+  joins): the group stops, the node rejoins when the link comes back, and the job completes
+  with the weights of 2 replicas trained uninterrupted in one process (which 1 node x 2
+  workers also end at): one run proves that workers on two machines train as the replicas of
+  one, that the restart loses nothing, and that a stranger at the rendezvous changes nothing
+  (that 2 nodes x 2 workers get the cluster of 4 workers on one node, in that order, is
+  ``tests/test_launch_nodes.py``'s, without TensorFlow; the stranger's every message, at the
+  lowest level, ``tests/test_rendezvous.py``'s);
 * ``--nnodes 1:2``, one of 2 nodes killed (launcher and worker, kill -9) mid-epoch: the job
   goes on on the other node and completes; from ``--record-samples``, the interrupted epoch
   consumed exactly the 2-node plan's samples and the next epoch follows the 1-node plan.
@@ -145,19 +149,26 @@ def two_replicas(data, tmp_path, monkeypatch, capsys, mirrored_of):
     return reported[0]
 
 
-def test_two_nodes_with_a_cut_link_and_a_restart_end_at_two_replicas_weights(
+def test_two_nodes_with_a_cut_link_and_a_restart_under_a_stranger_end_at_two_replicas_weights(
     data, tmp_path, two_replicas
 ):
-    """One run proves both: a worker on each of 2 nodes trains as 2 replicas of one machine,
-    and a cut link, a restart and a resume end at the weights of 2 replicas trained
-    uninterrupted bit for bit (the run before the cut is a plain 2-node run, the one after
-    resumes from its checkpoint)."""
-    with SimNet(2) as net:
+    """One run proves three: a worker on each of 2 nodes trains as 2 replicas of one machine;
+    a cut link, a restart and a resume end at the weights of 2 replicas trained uninterrupted
+    bit for bit (the run before the cut is a plain 2-node run, the one after resumes from its
+    checkpoint); and a stranger on a third machine, at the master's port from before the
+    launchers start to the end, changes none of it (the master names what it refused; no
+    launcher says "internal error")."""
+    with open(tmp_path / "stranger.out", "w+") as stranger_log, SimNet(3) as net:
         master = net.nodes[0].address
-        flags = ("--max-restarts", "1", "--heartbeat-timeout", "5")
+        flags = ("--max-restarts", "1", "--heartbeat-timeout", "5", "--rdzv-id", "job-ok")
         cmd = train_args(data, tmp_path / "run", 32, 1)  # one epoch of 12 steps
+        stranger = net.nodes[2].popen(
+            [sys.executable, str(WORKERS / "launch_stranger.py"), master, str(PORT), "job-ok",
+             "--seconds", "300", "--idle", "50", "--messages", "300", "--connections", "3000"],
+            stdout=stranger_log, stderr=subprocess.STDOUT)  # fmt: skip
+        time.sleep(1.0)  # the flood is on before the launchers start
         nodes = [Launcher(tmp_path / f"node{i}.out", launch_argv("2", i, master, 1, *flags) + cmd,
-                          node) for i, node in enumerate(net.nodes)]  # fmt: skip
+                          node) for i, node in enumerate(net.nodes[:2])]  # fmt: skip
         nodes[0].wait_for(r"\[worker 0\] .*global_step [2-8] ")  # mid-run (12 steps)
         net.nodes[1].cut()
         cut_at = time.monotonic()
@@ -173,6 +184,17 @@ def test_two_nodes_with_a_cut_link_and_a_restart_end_at_two_replicas_weights(
         finally:
             net.nodes[1].restore()
         assert [n.finish() for n in nodes] == [0, 0], nodes[0].text[-3000:] + nodes[1].text[-3000:]
+        stranger.send_signal(signal.SIGTERM)  # it says what it did, and ends
+        stranger.wait(timeout=60)
+        stranger_log.seek(0)
+        said = stranger_log.read()
+    report = json.loads(said.split("STRANGER ", 1)[1])  # the fault happened, all along
+    print(f"the stranger: {report}")
+    assert report["closed_on_it"] > 50 and len(report["answers"]) > 5, report
+    assert f"refused a launcher at {net.nodes[2].address}: not a rendezvous message" in (
+        nodes[0].text)  # fmt: skip
+    for node in nodes:
+        assert "internal error" not in node.text and "Traceback" not in node.text
     texts = [n.text for n in nodes]
     for text in texts:  # the cluster spans both machines' addresses
         assert "round 0: 2 node(s), 2 worker(s)" in text

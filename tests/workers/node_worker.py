@@ -11,6 +11,9 @@ writes DIR/ready-<restart>-<rank>. Then, by MODE:
 * ``wait-once``: on the first start every worker sleeps until stopped (SIGTERM: it prints
   ``got SIGTERM`` and exits 143); on a restart: exit 0.
 * ``wait``: every worker sleeps until stopped, on every start.
+* ``release``: every worker waits until DIR/release-<rank> exists, then exits 0.
+
+``ENV`` also says whether the worker sees TFDP_RDZV_SECRET (``secret_seen``): it must not.
 """
 
 import json
@@ -27,6 +30,7 @@ NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
 env = {k: os.environ[k] for k in NAMES}
 env["TF_CONFIG"] = json.loads(os.environ["TF_CONFIG"])
 env["pid"] = os.getpid()
+env["secret_seen"] = "TFDP_RDZV_SECRET" in os.environ
 rank, world, restart = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["TFDP_RESTART"])
 
 
@@ -40,6 +44,14 @@ signal.signal(signal.SIGINT, on_term)
 print("ENV " + json.dumps(env), flush=True)
 (out / f"ready-{restart}-{rank}").write_text(str(os.getpid()))
 if mode == "env" or (mode in ("fail-once", "wait-once") and restart > 0):
+    sys.exit(0)
+if mode == "release":
+    deadline = time.monotonic() + 120
+    while not (out / f"release-{rank}").exists():
+        if time.monotonic() > deadline:
+            sys.exit(99)
+        time.sleep(0.05)
+    print(f"rank {rank} released", flush=True)
     sys.exit(0)
 if mode == "fail-once" and rank == world - 1:
     deadline = time.monotonic() + 120

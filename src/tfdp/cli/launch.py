@@ -4,7 +4,8 @@ This module owns the ``launch`` command's options -- one node: ``--workers`` (al
 ``--nproc-per-node`` as torchrun spells it), ``--max-restarts``, ``--port-base``,
 ``--node-addr`` (alias ``--host``), ``--grace-seconds``; several nodes, torchrun's shape:
 ``--nnodes N|MIN:MAX``, ``--node-rank``, ``--master-addr``, ``--master-port``,
-``--rdzv-id``, ``--rdzv-timeout``, ``--rdzv-last-call`` -- and turns them into
+``--rdzv-id``, ``--rdzv-timeout``, ``--rdzv-last-call``, and ``TFDP_RDZV_SECRET`` (said in
+its help) -- and turns them into
 :func:`tfdp.launch.launch` (one node) or :func:`tfdp.launch.launch_nodes`;
 ``python -m tfdp.launch`` runs :func:`main`.
 
@@ -28,7 +29,9 @@ from tfdp.launch import (
     DEFAULT_MASTER_PORT,
     DEFAULT_RDZV_TIMEOUT,
     DEFAULT_SILENCE,
+    MIN_SECRET_CHARS,
     PROG,
+    SECRET_ENV,
     LaunchError,
     launch,
     launch_nodes,
@@ -38,7 +41,7 @@ from tfdp.launch import (
 __all__ = ["add_arguments", "add_parser", "main", "resume_command", "run"]
 
 _DESCRIPTION = """\
-Run COMMAND as N tf.distribute workers on this node (TF_CONFIG set for
+Run COMMAND as N tf.distribute workers on this node (default 1; TF_CONFIG set for
 MultiWorkerMirroredStrategy), print their output as '[worker i] ...', and stop
 (or, with --max-restarts, restart) the whole group when one fails. Each worker
 also gets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -56,7 +59,8 @@ lost node to come back, an elastic one (--nnodes MIN:MAX) goes on with the
 nodes left if at least MIN remain (a node that comes back joins at the next
 restart). Node 0 hosts the rendezvous: losing it ends the job.
 
-Exit status: 0, the failing worker's code (128+N if killed by signal N), 1 for
+Exit status: 0 (the job completed, or this node's workers completed before the
+master was lost), the failing worker's code (128+N if killed by signal N), 1 for
 a lost node or a rendezvous timeout, 2 for bad arguments or a refused join,
 130 on SIGINT, 143 on SIGTERM."""
 _EPILOG = f"""\
@@ -71,7 +75,11 @@ examples:
 
 The rendezvous listens on --master-addr:--master-port (default port
 {DEFAULT_MASTER_PORT}); every node presents the job id --rdzv-id (default: derived from
-COMMAND, so every node must run the same command)."""
+COMMAND, so every node must run the same command). On a shared network, set
+{SECRET_ENV} (at least {MIN_SECRET_CHARS} characters, the same on every node) to
+authenticate every rendezvous message with an HMAC: without it, anyone who
+reaches the port and knows the job id can join. It does not encrypt, and does
+not guard TensorFlow's own ports (the workers')."""
 
 
 def _nnodes(text: str) -> tuple[int, int]:
@@ -88,9 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--nproc-per-node",
         dest="workers",
         type=int_at_least(1),
-        required=True,
+        default=1,
         metavar="N",
-        help="number of workers on this node (--nproc-per-node, torchrun's name, is the same)",
+        help="number of workers on this node; --nproc-per-node, torchrun's name, is the same "
+        "(default 1)",
     )
     parser.add_argument(
         "--max-restarts",
@@ -251,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``tfdp launch`` from parsed arguments; returns the exit status.
 
     Errors are printed as one ``tfdp launch: error: ...`` line: status 2 for bad
-    arguments, 127 (126) when the command is not found (not executable).
+    arguments, 127 (126) when the command is not found (not executable), 1 for a condition
+    of the network or the machine (never a traceback).
 
     Example:
         >>> args = argparse.Namespace(workers=2, max_restarts=0, port_base=None,
@@ -314,6 +324,9 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(cause, PermissionError):
             return 126
         return 2
+    except OSError as exc:  # the network or the machine (the launcher handles what it expects)
+        _error(str(exc))
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

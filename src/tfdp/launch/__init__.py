@@ -12,11 +12,16 @@ TensorFlow. Its layers, each usable on its own:
   node, each in its own process group, prints their output lines as ``[worker i]`` (every
   line, to the end), forwards SIGINT/SIGTERM, stops the group when a worker fails, and
   restarts it up to ``max_restarts`` times with ``TFDP_RESTART`` incremented.
-* :mod:`~tfdp.launch.protocol` and :mod:`~tfdp.launch.rendezvous`: how the launchers of
-  several nodes meet at the master (node 0) -- one JSON message per line, the job id and
-  version checked -- and the master's membership of the job, round after round.
-* :mod:`~tfdp.launch.node`: :func:`launch_nodes`, one node's launcher in a job of
-  several (static ``--nnodes N`` or elastic ``--nnodes MIN:MAX``).
+* :mod:`~tfdp.launch.protocol`, :mod:`~tfdp.launch.auth` and :mod:`~tfdp.launch.rendezvous`:
+  how the launchers of several nodes meet at the master (node 0) -- one JSON message per
+  line, the job id and version checked, each message numbered and, with a shared secret
+  (:data:`SECRET_ENV`), authenticated -- and the master's membership of the job, round
+  after round, which strangers at its port cannot starve or change
+  (:mod:`~tfdp.launch.refusals` tells what it refused).
+* :mod:`~tfdp.launch.channel`, :mod:`~tfdp.launch.join` and :mod:`~tfdp.launch.node`:
+  :func:`launch_nodes`, the launcher of one node in a job of several (static
+  ``--nnodes N`` or elastic ``--nnodes MIN:MAX``): its connection to the master, its join
+  (retried), its rounds.
 * the command line, ``tfdp launch`` or ``python -m tfdp.launch``, lives in
   :mod:`tfdp.cli.launch`.
 
@@ -29,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+from tfdp.launch.auth import MIN_SECRET_CHARS, SECRET_ENV
 from tfdp.launch.node import DEFAULT_MASTER_PORT, launch_nodes
 from tfdp.launch.plan import (
     LaunchError,
@@ -49,7 +55,9 @@ __all__ = [
     "DEFAULT_MASTER_PORT",
     "DEFAULT_RDZV_TIMEOUT",
     "DEFAULT_SILENCE",
+    "MIN_SECRET_CHARS",
     "PROG",
+    "SECRET_ENV",
     "LaunchError",
     "NodeSlot",
     "WorkerSpec",

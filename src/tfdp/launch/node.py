@@ -3,7 +3,8 @@
 This module owns a node's launcher in a job of several nodes, torchrun's shape: every node
 runs ``launch_nodes`` with the same command, the master's address and port, and its own node
 rank. Node 0 also hosts the rendezvous (:class:`tfdp.launch.rendezvous.Rendezvous`) on the
-master's address. Every node connects there (retrying until the rendezvous timeout), says its
+master's address. Every node joins there (:mod:`tfdp.launch.join`: retried until the
+rendezvous timeout; with ``TFDP_RDZV_SECRET``, every message authenticated), says its
 address (``node_addr``, or the address its connection to the master leaves from) and its
 workers' ports, and waits for the round's ordered cluster. Then it starts its workers with
 :func:`tfdp.launch.plan.plan_node`'s environment under the :class:`~tfdp.launch.supervise.
@@ -13,9 +14,10 @@ report ``ready`` with fresh ports for the next round), ``start`` (the next round
 
 A node that loses the master stops its workers and reconnects for up to the rendezvous
 timeout (a cut link that comes back: the node rejoins at the next round); a master that
-refuses connections is gone, and the job with it. SIGINT / SIGTERM to a node's launcher are
-forwarded to its workers and the node leaves the job (node 0 leaving ends the job: the
-others forward the same signal to their workers).
+refuses connections is gone, and the job with it. A node whose workers completed (and said
+so) has nothing left to do: losing the master then ends it with 0. SIGINT / SIGTERM to a
+node's launcher are forwarded to its workers and the node leaves the job (node 0 leaving
+ends the job: the others forward the same signal to their workers).
 
 Example:
     $ tfdp launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc-per-node 2 -- cmd
@@ -25,16 +27,17 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
 import socket
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdp._compat import prefer_bfc_cpu_allocator
+from tfdp.launch.auth import SECRET_ENV, secret_key
+from tfdp.launch.channel import Channel, ChannelClosedError
+from tfdp.launch.join import InterruptedJoinError, Joiner, MasterGoneError
 from tfdp.launch.plan import (
     LaunchError,
     NodeSlot,
@@ -46,7 +49,6 @@ from tfdp.launch.plan import (
     plan_node,
     ports_from_base,
 )
-from tfdp.launch.protocol import Channel, ChannelClosedError
 from tfdp.launch.rendezvous import (
     DEFAULT_LAST_CALL,
     DEFAULT_RDZV_TIMEOUT,
@@ -72,20 +74,6 @@ __all__ = ["DEFAULT_MASTER_PORT", "launch_nodes"]
 DEFAULT_MASTER_PORT = 29400
 
 
-class _MasterGoneError(Exception):
-    """The master cannot be reached again: the job is over for this node."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _connect_error(exc: OSError) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer"
-    return exc.strerror or str(exc)
-
-
 class _Node:
     """The state of one node's launcher across the job's rounds."""
 
@@ -96,12 +84,7 @@ class _Node:
         *,
         node_rank: int,
         nnodes: tuple[int, int],
-        master: tuple[str, int],
-        node_addr: str | None,
-        job: str,
-        rdzv_timeout: float,
-        heartbeat: float,
-        silence: float,
+        joiner: Joiner,
         env: dict[str, str],
         resume_hint: str | None,
         sup: Supervisor,
@@ -109,98 +92,32 @@ class _Node:
         port_base: int | None = None,
     ) -> None:
         self.command, self.nproc, self.rank, self.nnodes = command, nproc, node_rank, nnodes
-        self.master, self.node_addr, self.job = master, node_addr, job
-        self.rdzv_timeout, self.heartbeat, self.silence = rdzv_timeout, heartbeat, silence
+        self.joiner, self.where = joiner, joiner.where
         self.env, self.resume_hint, self.sup, self.instance = env, resume_hint, sup, instance
         self.out = sup.out
         self.port_base = port_base
         self.chan: Channel | None = None
-        self.addr = node_addr or ""
+        self.addr = joiner.node_addr or ""
         self.round = -1
+        self.completed = -1  # the last round whose workers all exited 0 here (reported)
         self.announced = False  # a signal to this launcher was told to the master
         self.pending: dict[str, Any] | None = None  # a message read early (during the join)
         self.stop_message: dict[str, Any] | None = None  # what stopped the running round
 
     # -- the master connection -----------------------------------------------------------
-    @property
-    def where(self) -> str:
-        host, port = self.master
-        return f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-
-    def _dial(self, deadline: float, first: bool) -> socket.socket:
-        """Connect to the master, retrying until ``deadline``."""
-        said = False
-        last = ""
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                source = (bare_host(self.node_addr), 0) if self.node_addr else None
-                return socket.create_connection(
-                    self.master, timeout=max(min(remaining, 5.0), 0.1), source_address=source
-                )
-            except OSError as exc:
-                if self.node_addr and exc.errno == errno.EADDRNOTAVAIL:
-                    raise LaunchError(
-                        f"node_addr {self.node_addr!r} is not an address of this machine",
-                        argument="node_addr",
-                    ) from None
-                last = _connect_error(exc)
-                refused = isinstance(exc, ConnectionRefusedError)
-                if refused and not first:
-                    raise _MasterGoneError(
-                        f"the master node 0 at {self.where} is gone (connection refused): "
-                        "the job ends with it (node 0 hosts the rendezvous)"
-                    ) from None
-            if time.monotonic() >= deadline:
-                if first:
-                    raise LaunchError(
-                        f"master_addr {self.where}: no rendezvous there within "
-                        f"{self.rdzv_timeout:g}s ({last}). Node 0's launcher hosts it: check "
-                        "that it runs with this master address and port, and the firewall",
-                        argument="master_addr",
-                    )
-                raise _MasterGoneError(
-                    f"the master node 0 at {self.where} stayed unreachable for "
-                    f"{self.rdzv_timeout:g}s ({last}): the job ends for this node"
-                )
-            if not said:
-                said = True
-                self.out.message(
-                    f"waiting for the master at {self.where} ({last}): retrying for up to "
-                    f"{self.rdzv_timeout:g}s"
-                )
-            if self.sup.signals:
-                raise _InterruptedError()
-            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
-
     def join(self, first: bool) -> None:
-        """Connect to the master and join (again); raises LaunchError if refused."""
-        deadline = time.monotonic() + self.rdzv_timeout
-        sock = self._dial(deadline, first)
-        if not self.node_addr:
-            self.addr = sock.getsockname()[0]
-        self.chan = Channel(sock, self.job, heartbeat=self.heartbeat, silence=self.silence)
+        """Join the master (again): retried until the rendezvous timeout (:mod:`.join`)."""
         low, high = self.nnodes
-        self.chan.send({
-            "type": "join", "node_rank": self.rank, "min_nodes": low, "max_nodes": high,
-            "nproc": self.nproc, "addr": self.addr, "ports": self._ports(),
-            "instance": self.instance, "host": socket.gethostname()[:255],
-        })  # fmt: skip
-        try:
-            reply = self.chan.receive(timeout=self.silence)
-        except ChannelClosedError as exc:
-            raise LaunchError(
-                f"master_addr {self.where}: no answer to this node's join ({exc})",
-                argument="master_addr",
-            ) from None
-        if reply is None:
-            raise LaunchError(
-                f"master_addr {self.where}: no answer to this node's join (no message for "
-                f"{self.silence:g}s)",
-                argument="master_addr",
-            )
-        if reply["type"] == "error":
-            raise LaunchError(reply["message"], argument=reply["argument"])
+
+        def message(addr: str) -> dict[str, Any]:
+            self.addr = addr
+            return {"type": "join", "node_rank": self.rank, "min_nodes": low,
+                    "max_nodes": high, "nproc": self.nproc, "addr": addr,
+                    "ports": self._ports(), "instance": self.instance,
+                    "host": socket.gethostname()[:255]}  # fmt: skip
+
+        joined = self.joiner.join(message, first)
+        self.chan, reply = joined.chan, joined.reply
         if reply["type"] == "ack":
             self.out.message(
                 f"node {self.rank} ({self.addr}) joined the rendezvous at {self.where}: "
@@ -317,6 +234,7 @@ class _Node:
             self._send({"type": "ready", "ports": self._ports()})
             return None
         if outcome.failed_index is None:
+            self.completed = self.round
             self._send({"type": "exited", "round": self.round, "returncode": 0, "detail": ""})
         else:
             detail = describe_exit(outcome.failed_index, outcome.returncode)
@@ -357,21 +275,31 @@ class _Node:
             self.chan = None
 
     def _lost(self, why: str) -> int | None:
-        """The master connection broke: reconnect for up to the timeout, or end."""
+        """The master connection broke: reconnect for up to the timeout, or end.
+
+        A node whose workers completed (and said so) has nothing left to do: it ends with 0
+        at once, whatever became of the master or the network after that.
+        """
         self._close()
         if self.rank == 0:
             self.out.message(f"error: this node's own rendezvous failed ({why})")
             return 1
+        if self.completed == self.round >= 0:
+            self.out.message(
+                f"this node's workers completed, then the master node 0 at {self.where} was "
+                f"lost ({why}) before it told the job's end: this node is done"
+            )
+            return 0
         self.out.message(
             f"lost the master node 0 at {self.where} ({why}): reconnecting for up to "
-            f"{self.rdzv_timeout:g}s"
+            f"{self.joiner.timeout:g}s"
         )
         try:
             self.join(first=False)
-        except _MasterGoneError as exc:
+        except MasterGoneError as exc:
             self.out.message(f"error: {exc}{self._hint()}")
             return exc.status
-        except LaunchError as exc:  # it answers no more, or refuses this node now
+        except LaunchError as exc:  # it refuses this node now
             self._close()
             why = str(exc).split(f"{self.where}: ", 1)[-1]
             self.out.message(
@@ -382,10 +310,6 @@ class _Node:
         return None
 
 
-class _InterruptedError(Exception):
-    """A signal arrived while this launcher waited for the master."""
-
-
 def _worker_env(env: Mapping[str, str], silence: float) -> dict[str, str]:
     """The base environment of the workers: TensorFlow's heartbeat timeout agrees with ours.
 
@@ -393,9 +317,10 @@ def _worker_env(env: Mapping[str, str], silence: float) -> dict[str, str]:
     declare it lost after the same time (``TFDP_HEARTBEAT_TIMEOUT``, read by
     :func:`tfdp.distribute.make_strategy`), unless the environment sets that already. The
     workers' TensorFlow keeps its host memory for reuse
-    (:func:`tfdp._compat.prefer_bfc_cpu_allocator`), likewise.
+    (:func:`tfdp._compat.prefer_bfc_cpu_allocator`), likewise. The rendezvous secret
+    (``TFDP_RDZV_SECRET``) is the launchers' alone: the workers do not get it.
     """
-    out = dict(env)
+    out = {k: v for k, v in env.items() if k != SECRET_ENV}
     out.setdefault("TFDP_HEARTBEAT_TIMEOUT", f"{silence:g}")
     prefer_bfc_cpu_allocator(out)
     return out
@@ -439,20 +364,24 @@ def launch_nodes(
         rdzv_last_call: Seconds an elastic job's first round waits for more nodes after MIN.
         max_restarts: How many times the group may restart (a failure, a lost node).
         grace_seconds: Seconds between SIGTERM and SIGKILL when stopping workers.
-        env: The base environment (default ``os.environ``).
+        env: The base environment (default ``os.environ``). Its ``TFDP_RDZV_SECRET``, when
+            set (at least 16 characters, the same on every node), authenticates every
+            rendezvous message (:mod:`tfdp.launch.auth`); the workers do not get it.
         resume_hint: The command that continues the job, told when it ends failing.
         heartbeat: Seconds between heartbeats on the rendezvous connection.
         silence: Seconds without a message after which a peer is lost (also the workers'
             TensorFlow heartbeat timeout, ``TFDP_HEARTBEAT_TIMEOUT``, unless ``env`` sets it).
 
     Returns:
-        0 when the job completed; the first failure's status when it ended failing (128+N
-        for a worker killed by signal N, 1 for a lost node or a rendezvous timeout); 128+N
-        when this launcher (or node 0's) was interrupted by signal N.
+        0 when the job completed, or when this node's workers completed and the master was
+        lost after that; the first failure's status when it ended failing (128+N for a
+        worker killed by signal N, 1 for a lost node or a rendezvous timeout); 128+N when
+        this launcher (or node 0's) was interrupted by signal N.
 
     Raises:
-        LaunchError: Bad arguments, a join the master refused (job id, node rank, nnodes),
-            a master unreachable within ``rdzv_timeout``, or a command that cannot start.
+        LaunchError: Bad arguments, a join the master refused (job id, node rank, nnodes,
+            secret), a master unreachable within ``rdzv_timeout``, or a command that
+            cannot start.
     """
     command = [str(a) for a in command]
     check_workers(nproc, "nproc")
@@ -484,6 +413,8 @@ def launch_nodes(
     job = rdzv_id if rdzv_id is not None else default_rdzv_id(command)
     if not job or len(job) > 200:
         raise LaunchError(f"rdzv_id {job!r}: expected 1..200 characters", argument="rdzv_id")
+    base_env = os.environ if env is None else env
+    key = secret_key(base_env)
 
     out = Output()
     sup = Supervisor(grace_seconds, out)
@@ -494,21 +425,23 @@ def launch_nodes(
             master_addr, master_port, job, low, high,
             master_instance=instance, max_restarts=max_restarts, timeout=rdzv_timeout,
             last_call=rdzv_last_call, heartbeat=heartbeat, silence=silence,
-            stop_timeout=2 * grace_seconds + 60, log=out.message,
+            stop_timeout=2 * grace_seconds + 60, log=out.message, key=key,
         )  # fmt: skip
         server.start()
+    joiner = Joiner(
+        (bare_host(master_addr), server.address[1] if server else master_port), job, key,
+        node_addr, rdzv_timeout, heartbeat, silence, out, lambda: bool(sup.signals),
+    )  # fmt: skip
     node = _Node(
-        command, nproc, node_rank=node_rank, nnodes=(low, high),
-        master=(bare_host(master_addr), server.address[1] if server else master_port),
-        node_addr=node_addr, job=job, rdzv_timeout=rdzv_timeout, heartbeat=heartbeat,
-        silence=silence, env=_worker_env(os.environ if env is None else env, silence),
-        resume_hint=resume_hint, sup=sup, instance=instance, port_base=port_base,
+        command, nproc, node_rank=node_rank, nnodes=(low, high), joiner=joiner,
+        env=_worker_env(base_env, silence), resume_hint=resume_hint, sup=sup,
+        instance=instance, port_base=port_base,
     )  # fmt: skip
     try:
         with forwarded_signals(sup):
             try:
                 return node.run()
-            except _InterruptedError:
+            except InterruptedJoinError:
                 signum = sup.signals[0]
                 out.message(f"error: interrupted by {signal_name(signum)}")
                 return 128 + signum

@@ -1,20 +1,26 @@
-r"""The rendezvous protocol of a multi-node launch: its messages, their checks, a connection.
+r"""The rendezvous protocol of a multi-node launch: its messages and their checks.
 
 This module owns what launchers say to each other: one message is one JSON object on one
 line (UTF-8, ``\n``-terminated, at most :data:`MAX_MESSAGE_BYTES` bytes), and every message
 carries the protocol version ``"v"``, the job id ``"job"`` and its ``"type"``. :func:`decode`
 refuses anything else -- not JSON, not an object, too long, another version, another job, an
-unknown type, a missing or mistyped field -- with a :class:`ProtocolError` that says why, so
-that a peer can be told and its connection closed without harm. :class:`Channel` is the
-blocking end a node's launcher holds (its reads and writes bounded by timeouts); the master's
-asynchronous end is in :mod:`tfdp.launch.rendezvous`.
+unknown type, a missing or mistyped field -- with a :class:`ProtocolError` that says why (and
+its :attr:`~ProtocolError.kind`, for the master's summary of what it refused), so that a peer
+can be told and its connection closed without harm.
 
-Messages (fields beside ``v``, ``job``, ``type``):
+A connection starts with the master's ``hello`` (its challenge nonce, and whether the job
+authenticates); every later message also carries ``"seq"``, its number in its direction
+(0, 1, 2, ...), and, when the job has a secret, ``"mac"``: both are the business of
+:mod:`tfdp.launch.auth`. The node's end of a connection is :mod:`tfdp.launch.channel`; the
+master's, :mod:`tfdp.launch.rendezvous`.
+
+Messages (fields beside ``v``, ``job``, ``type``, ``seq`` and ``mac``):
 
 =========== ========= ==========================================================================
 type        from      fields
 =========== ========= ==========================================================================
-join        node      node_rank, min_nodes, max_nodes, nproc, addr, ports, instance, host
+hello       master    nonce, auth (the first line of every connection; no seq, no mac)
+join        node      node_rank, min_nodes, max_nodes, nproc, addr, ports, instance, host, nonce
 ready       node      ports (its workers stopped; ready for the next round with these ports)
 exited      node      round, returncode, detail (the node's workers ended: 0, or the failure)
 leave       node      reason, signal (the node leaves the job; 0: no signal)
@@ -24,13 +30,13 @@ start       master    round, restart, max_restarts, nodes [{node_rank, addr, por
 note        master    message (what the job waits for: printed by every node)
 stop        master    round, reason, signal (stop the round's workers with that signal)
 end         master    status, message, signal (the job is over; 0: no signal)
-error       master    message, argument (the join or a message is refused; then closed)
+error       master    message, argument, retry (refused; then closed. retry: too busy, try again)
 =========== ========= ==========================================================================
 
 Example:
-    >>> line = encode({"type": "heartbeat"}, job="tfdp-1")
+    >>> line = encode({"type": "heartbeat", "seq": 0}, job="tfdp-1")
     >>> line
-    b'{"v":1,"job":"tfdp-1","type":"heartbeat"}\n'
+    b'{"v":2,"job":"tfdp-1","type":"heartbeat","seq":0}\n'
     >>> decode(line, job="tfdp-1")["type"]
     'heartbeat'
     >>> decode(line, job="tfdp-2")
@@ -41,45 +47,58 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import queue
-import socket
-import threading
-import time
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "NONCE_CHARS",
     "PROTOCOL_VERSION",
-    "Channel",
-    "ChannelClosedError",
     "ProtocolError",
     "decode",
     "encode",
 ]
 
-PROTOCOL_VERSION = 1
+#: 2: every connection starts with the master's hello; every message has its seq (and mac).
+PROTOCOL_VERSION = 2
+#: A nonce is this many lowercase hexadecimal characters (128 bits).
+NONCE_CHARS = 32
 MAX_MESSAGE_BYTES = 64 * 1024
 _MAX_NODES = 4096
 _MAX_WORKERS = 4096
 
 
 class ProtocolError(ValueError):
-    """A message refused: malformed, too long, or from another version or job.
+    """A message refused: malformed, too long, from another version or job, or not authentic.
 
-    ``argument`` names the launch argument at fault when there is one (``rdzv_id``).
+    ``argument`` names the launch argument at fault when there is one (``rdzv_id``);
+    ``kind`` says what was wrong in one word, for a count of refusals (``garbage``,
+    ``too long``, ``version``, ``job``, ``type``, ``malformed``, ``auth``, ``order``,
+    ``join``, ``ended``, ``busy``); ``retry``: the refusal is for load, not for what was
+    said (the peer may try again).
 
     Example:
-        >>> ProtocolError("rdzv_id 'x' is not this job's", argument="rdzv_id").argument
-        'rdzv_id'
+        >>> err = ProtocolError("rdzv_id 'x' is not this job's", argument="rdzv_id", kind="job")
+        >>> err.argument, err.kind, err.retry
+        ('rdzv_id', 'job', False)
     """
 
-    def __init__(self, message: str, argument: str | None = None, job: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        argument: str | None = None,
+        job: str | None = None,
+        *,
+        kind: str = "malformed",
+        retry: bool = False,
+    ) -> None:
         super().__init__(message)
         self.argument = argument
         self.job = job  # the sender's job id, when it was another job's (to answer it)
+        self.kind = kind
+        self.retry = retry
 
 
 Check = Callable[[Any], bool]
@@ -93,6 +112,13 @@ def _is_int(low: int, high: int | None = None) -> Check:
 
 def _is_text(limit: int, empty: bool = False) -> Check:
     return lambda v: isinstance(v, str) and len(v) <= limit and (empty or bool(v))
+
+
+_HEX = re.compile(rf"[0-9a-f]{{{NONCE_CHARS}}}")
+
+
+def _is_nonce(v: Any) -> bool:
+    return isinstance(v, str) and _HEX.fullmatch(v) is not None
 
 
 def _is_ports(v: Any) -> bool:
@@ -121,6 +147,7 @@ def _fields_ok(obj: Mapping[str, Any], schema: Mapping[str, Check]) -> bool:
 
 _SIGNAL = _is_int(0, 64)
 SCHEMAS: dict[str, dict[str, Check]] = {
+    "hello": {"nonce": _is_nonce, "auth": lambda v: isinstance(v, bool)},
     "join": {
         "node_rank": _is_int(0, _MAX_NODES),
         "min_nodes": _is_int(1, _MAX_NODES),
@@ -130,6 +157,7 @@ SCHEMAS: dict[str, dict[str, Check]] = {
         "ports": _is_ports,
         "instance": _is_text(64),
         "host": _is_text(255, empty=True),
+        "nonce": _is_nonce,
     },
     "ready": {"ports": _is_ports},
     "exited": {
@@ -153,6 +181,7 @@ SCHEMAS: dict[str, dict[str, Check]] = {
     "error": {
         "message": _is_text(8192),
         "argument": lambda v: v is None or _is_text(64)(v),
+        "retry": lambda v: isinstance(v, bool),
     },
 }
 
@@ -164,13 +193,15 @@ def encode(message: Mapping[str, Any], job: str) -> bytes:
         ProtocolError: If the line would be longer than :data:`MAX_MESSAGE_BYTES`.
 
     Example:
-        >>> encode({"type": "ready", "ports": [2222]}, job="j")
-        b'{"v":1,"job":"j","type":"ready","ports":[2222]}\n'
+        >>> encode({"type": "ready", "ports": [2222], "seq": 3}, job="j")
+        b'{"v":2,"job":"j","type":"ready","ports":[2222],"seq":3}\n'
     """
     body = {"v": PROTOCOL_VERSION, "job": job, **message}
     line = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
     if len(line) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"a {message.get('type')} message of {len(line)} bytes is too long")
+        raise ProtocolError(
+            f"a {message.get('type')} message of {len(line)} bytes is too long", kind="too long"
+        )
     return line
 
 
@@ -183,32 +214,37 @@ def decode(line: bytes, job: str, expect: tuple[str, ...] | None = None) -> dict
         expect: The types acceptable here (default: any known type).
 
     Returns:
-        The message as a dict (fields not in the type's schema are kept, unused).
+        The message as a dict (fields not in the type's schema are kept: ``seq`` and ``mac``
+        are checked by :class:`tfdp.launch.auth.Session`).
 
     Raises:
         ProtocolError: Saying what is wrong with the message.
 
     Example:
-        >>> decode(b'{"v":1,"job":"j","type":"ready","ports":[0]}', job="j")
+        >>> decode(b'{"v":2,"job":"j","type":"ready","ports":[0]}', job="j")
         Traceback (most recent call last):
         ...
         tfdp.launch.protocol.ProtocolError: malformed ready message: a field is missing or has the wrong type (expected ports)
     """  # noqa: E501
     if len(line) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message longer than {MAX_MESSAGE_BYTES} bytes")
+        raise ProtocolError(f"message longer than {MAX_MESSAGE_BYTES} bytes", kind="too long")
     try:
         message = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError(
-            f"not a rendezvous message (expected one JSON object per line): {line[:60]!r}"
+            f"not a rendezvous message (expected one JSON object per line): {line[:60]!r}",
+            kind="garbage",
         ) from None
     if not isinstance(message, dict):
-        raise ProtocolError(f"not a rendezvous message (a JSON {type(message).__name__})")
+        raise ProtocolError(
+            f"not a rendezvous message (a JSON {type(message).__name__})", kind="garbage"
+        )
     version = message.get("v")
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise ProtocolError(
             f"rendezvous protocol version {version!r}, but this launcher speaks version "
-            f"{PROTOCOL_VERSION}: run the same tfdp version on every node"
+            f"{PROTOCOL_VERSION}: run the same tfdp version on every node",
+            kind="version",
         )
     other = message.get("job")
     if other != job:
@@ -217,12 +253,13 @@ def decode(line: bytes, job: str, expect: tuple[str, ...] | None = None) -> dict
             f"rdzv_id {shown!r} is not this job's ({job!r}): give every node the same job id",
             argument="rdzv_id",
             job=other if shown == other and other else None,
+            kind="job",
         )
     kind = message.get("type")
     if kind not in SCHEMAS or (expect is not None and kind not in expect):
         wanted = ", ".join(expect or sorted(SCHEMAS))
         shown = kind if isinstance(kind, str) and len(kind) <= 40 else "?"
-        raise ProtocolError(f"unexpected message type {shown!r} (expected {wanted})")
+        raise ProtocolError(f"unexpected message type {shown!r} (expected {wanted})", kind="type")
     schema = SCHEMAS[kind]
     if not _fields_ok(message, schema):
         raise ProtocolError(
@@ -230,131 +267,3 @@ def decode(line: bytes, job: str, expect: tuple[str, ...] | None = None) -> dict
             f"(expected {', '.join(schema)})"
         )
     return message
-
-
-class ChannelClosedError(Exception):
-    """The peer closed the connection, went silent, or broke the protocol (see ``str``)."""
-
-
-class Channel:
-    """A node's blocking end of a rendezvous connection: checked messages, bounded waits.
-
-    A thread reads the peer's lines into a queue (:meth:`receive`); another sends a
-    heartbeat every ``heartbeat`` seconds. The peer is considered gone when it says
-    nothing (not even a heartbeat) for ``silence`` seconds, when it closes, or when it
-    sends a message that :func:`decode` refuses: :meth:`receive` then raises
-    :class:`ChannelClosedError` saying which.
-
-    Example:
-        >>> a, b = socket.socketpair()
-        >>> left, right = Channel(a, "j"), Channel(b, "j")
-        >>> left.send({"type": "ready", "ports": [2222]})
-        >>> right.receive(timeout=5)["ports"]
-        [2222]
-        >>> left.close(); right.close()
-    """
-
-    def __init__(
-        self, sock: socket.socket, job: str, *, heartbeat: float = 1.0, silence: float = 10.0
-    ) -> None:
-        self.job = job
-        self.sock = sock
-        self.silence = silence
-        self._send_lock = threading.Lock()
-        self._inbox: queue.Queue[dict[str, Any] | ChannelClosedError] = queue.Queue()
-        self._closed = threading.Event()
-        sock.settimeout(max(min(heartbeat, silence / 4), 0.05))  # silence seen in time
-        threading.Thread(target=self._read, name="tfdp-rdzv-read", daemon=True).start()
-        threading.Thread(
-            target=self._beat, args=(heartbeat,), name="tfdp-rdzv-beat", daemon=True
-        ).start()
-
-    def send(self, message: Mapping[str, Any]) -> None:
-        """Send one message (bounded by the socket timeout); raises ChannelClosedError if broken."""
-        line = encode(message, self.job)
-        with self._send_lock:
-            if self._closed.is_set():
-                raise ChannelClosedError("the connection is closed")
-            deadline = time.monotonic() + self.silence
-            view = memoryview(line)
-            while view:
-                try:
-                    sent = self.sock.send(view)
-                except TimeoutError:
-                    if time.monotonic() > deadline:
-                        self._fail(ChannelClosedError(f"could not send for {self.silence:g}s"))
-                        raise ChannelClosedError(f"could not send for {self.silence:g}s") from None
-                    continue
-                except OSError as exc:
-                    self._fail(ChannelClosedError(f"connection lost ({exc.strerror or exc})"))
-                    raise ChannelClosedError(f"connection lost ({exc.strerror or exc})") from None
-                view = view[sent:]
-
-    def receive(self, timeout: float) -> dict[str, Any] | None:
-        """The next message other than a heartbeat, or None after ``timeout`` seconds.
-
-        Raises:
-            ChannelClosedError: The peer is gone (closed, silent, or broke the protocol).
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                item = self._inbox.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except queue.Empty:
-                return None
-            if isinstance(item, ChannelClosedError):
-                self._inbox.put(item)  # every later call says so too
-                raise item
-            if item["type"] != "heartbeat":
-                return item
-
-    def close(self) -> None:
-        """Close the connection (the reader and heartbeat threads end)."""
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-    def _fail(self, error: ChannelClosedError) -> None:
-        if not self._closed.is_set():
-            self._inbox.put(error)
-        self.close()
-
-    def _beat(self, every: float) -> None:
-        while not self._closed.wait(every):
-            try:
-                self.send({"type": "heartbeat"})
-            except ChannelClosedError:
-                return
-
-    def _read(self) -> None:
-        buffer = b""
-        last = time.monotonic()
-        while not self._closed.is_set():
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                if time.monotonic() - last > self.silence:
-                    self._fail(ChannelClosedError(f"no message for {self.silence:g}s"))
-                    return
-                continue
-            except OSError as exc:
-                if not self._closed.is_set():
-                    self._fail(ChannelClosedError(f"connection lost ({exc.strerror or exc})"))
-                return
-            if not chunk:
-                self._fail(ChannelClosedError("the connection was closed"))
-                return
-            last = time.monotonic()
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                try:
-                    self._inbox.put(decode(line, self.job))
-                except ProtocolError as exc:
-                    self._fail(ChannelClosedError(f"a message was refused: {exc}"))
-                    return
-            if len(buffer) > MAX_MESSAGE_BYTES:
-                self._fail(ChannelClosedError(f"a message longer than {MAX_MESSAGE_BYTES} bytes"))
-                return

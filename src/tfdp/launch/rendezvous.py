@@ -2,7 +2,8 @@
 
 This module owns the job's membership. :class:`Rendezvous` listens on the master's address
 (exactly the address given), admits the launchers that present this job's id and protocol
-version (:mod:`tfdp.launch.protocol`), and runs the job in rounds:
+version (:mod:`tfdp.launch.protocol`) -- and, when the job has a shared secret, a valid HMAC
+on every message (:mod:`tfdp.launch.auth`) -- and runs the job in rounds:
 
 * **gather** -- wait for the nodes: all ``N`` of a static job (``MIN == MAX``); for an
   elastic one, ``MAX``, or at least ``MIN`` and then ``last_call`` seconds more on the
@@ -10,7 +11,9 @@ version (:mod:`tfdp.launch.protocol`), and runs the job in rounds:
   the job ends, naming the nodes that did not join (and the joins that were refused).
 * **run** -- every node gets the same ordered cluster (``start``), and reports when its
   workers end (``exited``). A node whose workers fail, whose launcher leaves, closes its
-  connection, or goes silent (no heartbeat for ``silence`` seconds) ends the round.
+  connection, or goes silent (no heartbeat for ``silence`` seconds) ends the round -- unless
+  workers of the round had completed already (exit 0): then the job completes when the
+  other nodes' workers complete too (the lost node's end is not known, and said so).
 * **stop** -- the round's other nodes stop their workers (``stop``) and say ``ready``;
   then, while restarts are left and enough nodes remain, the next round gathers (a node
   that came back joins it, up to ``MAX``); otherwise the job ends (``end``) with one
@@ -19,7 +22,12 @@ version (:mod:`tfdp.launch.protocol`), and runs the job in rounds:
 Node 0 hosts the rendezvous: its loss (or its launcher leaving) ends the job, as with
 torchrun's c10d store. Every wait is bounded, every read is limited to one message of
 :data:`~tfdp.launch.protocol.MAX_MESSAGE_BYTES`, and a malformed or foreign message is
-answered with an ``error`` and its connection closed -- never a crash.
+answered with an ``error`` and its connection closed -- never a crash. Strangers cannot
+starve it: at most ``max_pending`` connections that have not joined are held (a new one
+drops the oldest, told to retry), each gets ``first_message_timeout`` seconds to send a
+valid join, and nothing a connection sends before its join is admitted changes the job.
+What was refused is told by :class:`~tfdp.launch.refusals.Refusals` (a few in full, then
+counts).
 
 Example:
     >>> server = Rendezvous("127.0.0.1", 0, "job-1", 1, 1, master_instance="m")
@@ -41,8 +49,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdp.launch.auth import Session, new_nonce
 from tfdp.launch.plan import LaunchError, NodeSlot, bare_host, check_cluster, nnodes_text
 from tfdp.launch.protocol import MAX_MESSAGE_BYTES, ProtocolError, decode, encode
+from tfdp.launch.refusals import Refusals
 
 __all__ = [
     "DEFAULT_LAST_CALL",
@@ -56,7 +66,9 @@ DEFAULT_LAST_CALL = 30.0
 DEFAULT_HEARTBEAT = 1.0
 DEFAULT_SILENCE = 10.0
 # A connection must say who it is (its join) within this many seconds.
-_FIRST_MESSAGE_SECONDS = 10.0
+_FIRST_MESSAGE_SECONDS = 5.0
+# Connections that have not joined yet, at most (beside room for every node's own).
+_PENDING_CONNECTIONS = 64
 # A peer that does not read its messages: dropped past this many bytes waiting to be sent.
 _MAX_UNSENT_BYTES = 1 << 20
 _LOST, _FAILED = 0, 1  # the order in which a round's events are told
@@ -71,6 +83,7 @@ class _Member:
     addr: str
     host: str
     writer: asyncio.StreamWriter
+    session: Session
     ports: list[int] | None  # set while it is ready for the next round
     in_round: bool = False
     exited: int | None = None  # the return code it reported for this round
@@ -93,7 +106,8 @@ class _State:
     events: list[tuple[int, str]] = field(default_factory=list)  # why the round ends
     status: int | None = None  # the first failure's exit status
     reason: str = ""  # the previous round's summary (told with the next start)
-    ending: tuple[int, str, int] | None = None  # a decided end: status, message, signal
+    completed: set[int] = field(default_factory=set)  # ranks whose workers exited 0 this round
+    unreported: list[str] = field(default_factory=list)  # lost once others had completed
 
 
 class Rendezvous:
@@ -116,6 +130,11 @@ class Rendezvous:
         stop_timeout: Seconds a stopping member gets to say ``ready`` before it is dropped.
         first_message_timeout: Seconds a new connection gets to send its join.
         log: Where the server's own notes go (refused connections).
+        key: The rendezvous key (:func:`tfdp.launch.auth.secret_key`): every message must
+            carry its HMAC. None: the job id is the only credential.
+        max_pending: How many connections that have not joined are held at once (default
+            64 + 2 per node); a new one beyond drops the oldest (told to retry).
+        summary_every: Seconds between two counts of the refusals not told in full.
     """
 
     def __init__(
@@ -135,6 +154,9 @@ class Rendezvous:
         stop_timeout: float = 120.0,
         first_message_timeout: float = _FIRST_MESSAGE_SECONDS,
         log: Callable[[str], None] | None = None,
+        key: bytes | None = None,
+        max_pending: int | None = None,
+        summary_every: float = 30.0,
     ) -> None:
         self.host, self.port, self.job = bare_host(host), port, job
         self.min_nodes, self.max_nodes = min_nodes, max_nodes
@@ -144,10 +166,12 @@ class Rendezvous:
         self.heartbeat, self.silence, self.stop_timeout = heartbeat, silence, stop_timeout
         self.first_message_timeout = first_message_timeout
         self.log = log or (lambda text: None)
+        self.key = key
+        self.max_pending = max_pending or _PENDING_CONNECTIONS + 2 * max_nodes
         self.members: dict[int, _Member] = {}
-        self.refused: list[str] = []
+        self.refusals = Refusals(self.log, every=summary_every)
         self.state = _State()
-        self.connections = 0
+        self._pending: dict[asyncio.StreamWriter, str] = {}  # not joined yet, oldest first
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -224,10 +248,11 @@ class Rendezvous:
         asyncio.set_event_loop(self._loop)
         self._spawn(self._tick())
         self._loop.run_forever()
-        with contextlib.suppress(Exception):
-            for task in list(self._tasks):
+        with contextlib.suppress(Exception):  # every task ends before the loop closes
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
-            self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         self._loop.close()
 
     def _spawn(self, coro: Any) -> None:
@@ -238,6 +263,8 @@ class Rendezvous:
     async def _shutdown(self, linger: float) -> None:
         if self._server is not None:
             self._server.close()
+        for writer in list(self._pending):
+            writer.close()
         writers = [m.writer for m in self.members.values()]
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
@@ -245,55 +272,92 @@ class Rendezvous:
             )
         for writer in writers:
             writer.close()
+        self.refusals.flush()
 
     # -- connections ---------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:  # ended (cancelled) with the loop
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         peer = writer.get_extra_info("peername")
         who = peer[0] if isinstance(peer, tuple) else "?"
-        self.connections += 1
+        self._make_room()
+        self._pending[writer] = who
         member: _Member | None = None
+        session: Session | None = None
         why = "its launcher's connection closed"
         try:
-            if self.connections > 2 * self.max_nodes + 16:
-                raise ProtocolError("too many connections to this rendezvous")
+            nonce = new_nonce()
+            writer.write(encode({"type": "hello", "nonce": nonce, "auth": self.key is not None},
+                                self.job))  # fmt: skip
             line = await asyncio.wait_for(reader.readuntil(b"\n"), self.first_message_timeout)
-            member = self._admit(decode(line, self.job, expect=("join",)), writer, who)
+            msg = decode(line, self.job, expect=("join",))
+            session = Session(self.key, "master", nonce, msg["nonce"])
+            session.check(msg)
+            if self._pending.pop(writer, None) is None:
+                return  # dropped to make room meanwhile (and told to retry)
+            member = self._admit(msg, writer, who, session)
             while not member.gone:
                 line = await asyncio.wait_for(reader.readuntil(b"\n"), self.silence)
-                self._on_message(member, decode(line, self.job, ("ready", "exited", "leave",
-                                                                 "heartbeat")))  # fmt: skip
+                msg = decode(line, self.job, ("ready", "exited", "leave", "heartbeat"))
+                session.check(msg)
+                self._on_message(member, msg)
         except ProtocolError as exc:
             why = f"sent a message that was refused: {exc}"
-            self._refuse(writer, who, exc, member)
+            self._refuse(writer, who, exc, member, session)
         except asyncio.LimitOverrunError:
             why = f"sent a message longer than {MAX_MESSAGE_BYTES} bytes"
-            self._refuse(writer, who, ProtocolError(why), member)
+            self._refuse(writer, who, ProtocolError(why, kind="too long"), member, session)
         except TimeoutError:
             why = f"no heartbeat for {self.silence:g}s (machine down, stopped, or cut off?)"
             if member is None:
-                self.refused.append(f"{who}: said nothing for {self.first_message_timeout:g}s")
+                said = f"sent nothing valid within {self.first_message_timeout:g}s"
+                self.refusals.add(who, "silent", said, said=said)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
+            pass  # closed (by the peer, or here: dropped to make room), or reset
         except Exception as exc:  # a bug must not end the rendezvous: drop this peer only
             why = f"internal error: {exc!r}"
         finally:
-            self.connections -= 1
+            self._pending.pop(writer, None)
             if member is not None:
                 self._lost(member, why)
             writer.close()
 
+    def _make_room(self) -> None:
+        """Hold at most ``max_pending - 1`` connections that have not joined: drop the oldest."""
+        while len(self._pending) >= self.max_pending:
+            writer = next(iter(self._pending))
+            who = self._pending.pop(writer)
+            exc = ProtocolError(
+                f"the rendezvous is busy ({self.max_pending} connections have not joined): "
+                "try again",
+                kind="busy",
+                retry=True,
+            )
+            self._refuse(writer, who, exc, None, None)
+            writer.close()
+
     def _refuse(
-        self, writer: asyncio.StreamWriter, who: str, exc: ProtocolError, member: _Member | None
+        self,
+        writer: asyncio.StreamWriter,
+        who: str,
+        exc: ProtocolError,
+        member: _Member | None,
+        session: Session | None,
     ) -> None:
         text = str(exc)
         if member is None:
-            self.refused.append(f"{who}: {text}")
-            self.log(f"refused a launcher at {who}: {text}")
+            self.refusals.add(who, exc.kind, text)
+        refusal = {"type": "error", "message": text[:8000], "argument": exc.argument,
+                   "retry": exc.retry}  # fmt: skip
         with contextlib.suppress(Exception):
-            refusal = {"type": "error", "message": text[:8000], "argument": exc.argument}
-            writer.write(encode(refusal, exc.job or self.job))  # a foreign job can read it
+            sealed = session.seal(refusal, self.job) if session else {**refusal, "seq": 0}
+            writer.write(encode(sealed, exc.job or self.job))  # a foreign job can read it
 
-    def _admit(self, msg: dict[str, Any], writer: asyncio.StreamWriter, who: str) -> _Member:
+    def _admit(
+        self, msg: dict[str, Any], writer: asyncio.StreamWriter, who: str, session: Session
+    ) -> _Member:
         rank, instance = msg["node_rank"], msg["instance"]
         ours = nnodes_text(self.min_nodes, self.max_nodes)
         theirs = nnodes_text(msg["min_nodes"], msg["max_nodes"])
@@ -303,19 +367,22 @@ class Rendezvous:
                 f"nnodes {theirs} differs from the master's {ours} ({where}): give every "
                 "node the same value",
                 argument="nnodes",
+                kind="join",
             )
         if rank >= self.max_nodes:
             raise ProtocolError(
                 f"node_rank {rank} is not in 0..{self.max_nodes - 1} (nnodes {ours})",
                 argument="node_rank",
+                kind="join",
             )
         if msg["nproc"] != len(msg["ports"]):
-            raise ProtocolError("malformed join message: nproc differs from its ports")
+            raise ProtocolError("malformed join message: nproc differs from its ports", kind="join")
         if rank == 0 and instance != self.master_instance:
             raise ProtocolError(
                 f"node_rank 0 is the master's ({where} hosts the rendezvous): give this node "
                 f"another rank in 1..{self.max_nodes - 1}",
                 argument="node_rank",
+                kind="join",
             )
         old = self.members.get(rank)
         if old is not None and old.instance != instance:
@@ -324,13 +391,15 @@ class Rendezvous:
                 + (f" ({old.host})" if old.host else "")
                 + f": give every node its own rank in 0..{self.max_nodes - 1}",
                 argument="node_rank",
+                kind="join",
             )
         if self.state.phase == "end":
-            raise ProtocolError("the job has ended")
+            raise ProtocolError("the job has ended", kind="ended")
         if old is not None:  # the same launcher again: its old connection was cut
             self._lost(old, "its connection was interrupted (it reconnected)")
             old.writer.close()
-        member = _Member(rank, instance, msg["addr"], msg["host"], writer, list(msg["ports"]))
+        member = _Member(rank, instance, msg["addr"], msg["host"], writer, session,
+                         list(msg["ports"]))  # fmt: skip
         self.members[rank] = member
         waiting = self.state.phase != "gather"
         note = (
@@ -348,7 +417,7 @@ class Rendezvous:
         try:
             if member.writer.transport.get_write_buffer_size() > _MAX_UNSENT_BYTES:
                 raise ConnectionError("it does not read its messages")
-            member.writer.write(encode(message, self.job))
+            member.writer.write(encode(member.session.seal(message, self.job), self.job))
         except (ConnectionError, RuntimeError, OSError):
             member.writer.close()  # its handler ends and reports it lost
 
@@ -368,7 +437,9 @@ class Rendezvous:
             if not member.in_round or msg["round"] != st.round or st.phase != "run":
                 return  # a report of an earlier round, or after this one was stopped
             member.exited = msg["returncode"]
-            if member.exited != 0:
+            if member.exited == 0:
+                st.completed.add(member.rank)
+            else:
                 status = member.exited if member.exited > 0 else 128 - member.exited
                 self._event(_FAILED, f"{member.name}: {msg['detail']}", status)
         elif kind == "leave":
@@ -389,8 +460,11 @@ class Rendezvous:
         st = self.state
         if member.rank == 0 and st.phase != "end":
             self._end(1, f"the master node 0's own launcher was lost ({why})", 0)
-        elif member.in_round and st.phase in ("run", "stop"):
-            self._event(_LOST, f"{member.name} lost: {why}", 1)
+        elif member.in_round and st.phase in ("run", "stop") and member.exited != 0:
+            if st.phase == "run" and st.completed:  # the round's workers were completing
+                st.unreported.append(f"{member.name} was lost ({why})")
+            else:
+                self._event(_LOST, f"{member.name} lost: {why}", 1)
         self._check()
 
     def _event(self, order: int, text: str, status: int) -> None:
@@ -428,9 +502,13 @@ class Rendezvous:
                 self._round_over()
         if st.phase == "run":
             running = [m for m in self.members.values() if m.in_round]
-            if running and all(m.exited == 0 for m in running):
-                nodes = ", ".join(str(r) for r in sorted(m.rank for m in running))
-                self._end(0, f"the job completed on node(s) {nodes}")
+            if st.completed and all(m.exited == 0 for m in running):
+                nodes = ", ".join(str(r) for r in sorted(st.completed))
+                text = f"the job completed on node(s) {nodes}"
+                if st.unreported:  # its workers' end is not known: say so, do not guess
+                    text += (f"; {'; '.join(st.unreported)} after workers of the round had "
+                             "completed: its workers' own end was not reported")  # fmt: skip
+                self._end(0, text)
         if st.phase == "gather":
             self._gather(now)
 
@@ -484,20 +562,21 @@ class Rendezvous:
     def _timeout_message(self, ready: list[_Member]) -> str:
         st = self.state
         here = {m.rank for m in ready}
-        if self.min_nodes == self.max_nodes:
-            missing = [r for r in range(self.max_nodes) if r not in here]
-            need = f"all {self.max_nodes}"
-        else:
-            missing = [r for r in range(self.max_nodes) if r not in here]
-            need = f"at least {self.min_nodes} of {self.max_nodes}"
+        missing = [r for r in range(self.max_nodes) if r not in here]
+        static = self.min_nodes == self.max_nodes
+        need = (
+            f"all {self.max_nodes}" if static else f"at least {self.min_nodes} of {self.max_nodes}"
+        )
         verb = "rejoin" if st.round > 0 else "join"
         joined = ", ".join(m.name for m in ready) or "none"
         text = (
             f"node(s) {', '.join(map(str, missing))} did not {verb} within "
             f"{self.timeout:g}s: {need} nodes are needed, joined: {joined}"
         )
-        if self.refused:
-            text += "; refused: " + "; ".join(self.refused[-5:])
+        if self.refusals.recent:
+            more = self.refusals.total - len(self.refusals.recent)
+            text += "; refused: " + "; ".join(self.refusals.recent)
+            text += f" (and {more} more)" if more else ""
         if st.round > 0:
             text += f" (the job stopped after: {st.reason})"
         return text
@@ -523,6 +602,7 @@ class Rendezvous:
         for m in nodes:
             m.in_round, m.exited, m.ports = True, None, None
         st.phase, st.since = "run", time.monotonic()
+        st.completed, st.unreported = set(), []
         self._broadcast(message, nodes)
 
     async def _tick(self) -> None:
@@ -534,3 +614,4 @@ class Rendezvous:
                 last_beat = now
                 self._broadcast({"type": "heartbeat"})
             self._check()
+            self.refusals.tick()
