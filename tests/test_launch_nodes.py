@@ -327,8 +327,11 @@ def test_an_elastic_job_with_a_secret_forms_and_runs_under_a_stranger(cluster, s
     well-formed joins with a forged HMAC): the 3 nodes form one round and complete; the master
     names what it refused, without flooding; the workers never see the secret."""
     job = ("--rdzv-id", "job-ok", "--rdzv-last-call", "2")
-    guest = stranger(cluster.port, "job-ok", "--seconds", "60", "--idle", "100", "--messages",
-                     "120", "--connections", "600", "--forge")  # fmt: skip
+    # A message every 0.1 s: every kind (11, the forged joins last) is sent within the first
+    # 1.1 s, before the first launcher starts, however fast the job then forms and ends.
+    guest = stranger(cluster.port, "job-ok", "--seconds", "20", "--idle", "100", "--messages",
+                     "200", "--connections", "600", "--forge")  # fmt: skip
+    time.sleep(0.5)
     time.sleep(1.0)  # the flood is on before the first launcher starts
     nodes = [cluster(rank, "2:3", "release", *job, env=SECRET) for rank in range(3)]
     ready(tmp_path, 0, range(3))
@@ -341,7 +344,8 @@ def test_an_elastic_job_with_a_secret_forms_and_runs_under_a_stranger(cluster, s
     report = stranger.report(guest)
     answers = report["answers"]
     assert any(a.startswith("error: the message's HMAC") for a in answers), report
-    assert report["closed_on_it"] >= 30, report  # idle connections beyond the bound: closed
+    # (How many idle connections the master closed depends on when it came up and how long
+    # the job ran: test_rendezvous.py pins the bound and the oldest-first drop in process.)
     master = nodes[0].text
     assert "refused a launcher at 127.0.0.1: the message's HMAC does not match" in master
     assert "refused a launcher at 127.0.0.1: not a rendezvous message" in master
