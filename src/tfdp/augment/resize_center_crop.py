@@ -60,9 +60,9 @@ class ResizeCenterCrop(WindowAugmentation):
     filtered when shrinking, as PIL's resize always is.
 
     Args:
-        size: The output's side (DeiT's ``--input-size``).
+        size: The output's side (DeiT's input size).
         crop_ratio: The fraction of the resized shorter side kept, in
-            ``(0, 1]`` (DeiT's ``--eval-crop-ratio``, timm's ``crop_pct``:
+            ``(0, 1]`` (DeiT's ``eval_crop_ratio``, timm's ``crop_pct``:
             ``0.875`` keeps 224 of 256).
         interpolation: ``"bicubic"`` or ``"bilinear"``.
         image_key: Key of the images when the example is a dict.

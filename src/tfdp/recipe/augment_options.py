@@ -18,8 +18,9 @@ timm's ``create_transform`` order).
 How the options become stages, after the crop and flip of ``--augment``:
 
 * ``--aa`` (timm's RandAugment string) on the pixels as 0..255 values, with
-  timm's fill (the mean colour) and ``--train-interpolation`` for its
-  geometric ops when given (else bicubic, DeiT's); ``--color-jitter`` only
+  timm's fill (the mean colour: ``--mean``'s, else ImageNet's) and
+  ``--train-interpolation`` for its geometric ops when given (else bicubic,
+  DeiT's); ``--color-jitter`` only
   without ``--aa``, as timm's ``transforms_imagenet_train`` (DeiT's 0.3 next to
   its ``--aa`` therefore does nothing);
 * the pixels scaled to [0, 1], then normalised, ``(x - mean) / std``, with
@@ -446,9 +447,11 @@ def deit_stages(cfg: Any, channels: int, scale: float, num_classes: int | None) 
     """
     from tfdp import augment as aug
 
+    normalized = normalization(cfg, channels)
     colour: list[Any] = []
-    if cfg.aa is not None:
-        fill = tuple(float(round(255 * m)) for m in _per_channel(IMAGENET_MEAN, channels))
+    if cfg.aa is not None:  # filled with the mean colour: timm's, of the normalisation's mean
+        mean = _per_channel(IMAGENET_MEAN, channels) if normalized is None else normalized[0]
+        fill = tuple(float(min(255, round(255 * m))) for m in mean)
         interpolation = cfg.train_interpolation or "bicubic"
         colour.append(aug.RandAugment.from_string(cfg.aa, fill=fill, interpolation=interpolation))
     elif cfg.color_jitter and color_jitter_applies(cfg.aa):
@@ -460,7 +463,6 @@ def deit_stages(cfg: Any, channels: int, scale: float, num_classes: int | None) 
         stages += [*colour, aug.ToFloat(scale=1 / 255)]
     else:
         stages.append(aug.ToFloat(scale=scale))
-    normalized = normalization(cfg, channels)
     if normalized is not None:
         stages.append(aug.Normalize(*normalized))
     if cfg.reprob > 0 and normalized is not None:  # timm erases the normalised images
