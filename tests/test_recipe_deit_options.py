@@ -7,7 +7,7 @@ trains with and says, ``tfdp evaluate`` using the run's transform, bad values re
 TensorFlow loads, and the examples' DeiT configs. The transform's pixels against timm's:
 tests/test_eval_transform.py.
 
-CPU cost: about 25 s (one 1-epoch run on 16 small JPEGs and three evaluations of it, one
+CPU cost: about 12 s (one 1-epoch run on 16 small JPEGs, its resume and three evaluations, one
 Python process for the refusals, the rest pure Python or a few small batches).
 """
 
@@ -126,6 +126,19 @@ def test_normalised_runs_erase_normalised_images_and_others_as_before():
         assert all(erased[i].any() for i in range(3)), model
 
 
+def test_randaugment_fills_with_the_normalisations_mean_colour():
+    """timm's create_transform: img_mean = round(255 * mean) of its mean."""
+    from tfdp.recipe.augment_options import deit_stages
+
+    aa = "rand-m9-mstd0.5-inc1"
+    for mean, fill in (((0.5, 0.4, 0.3), (128.0, 102.0, 76.0)), (None, (124.0, 116.0, 104.0))):
+        cfg = TrainConfig(model="deit_tiny_patch16_224", aa=aa, mean=mean)
+        (rand_augment,) = [s for s in deit_stages(cfg, 3, 1 / 255, 10) if hasattr(s, "fill")]
+        assert rand_augment.fill == fill
+    cnn = deit_stages(TrainConfig(aa=aa), 3, 1 / 255, 10)  # no normalisation: ImageNet's colour
+    assert [s.fill for s in cnn if hasattr(s, "fill")] == [(124.0, 116.0, 104.0)]
+
+
 def test_a_normalisation_that_does_not_fit_the_channels_names_the_flag():
     from tfdp.recipe.augment_options import normalization
 
@@ -190,8 +203,9 @@ def test_a_run_trains_with_its_rule_and_evaluate_uses_its_held_out_transform(
 ):
     """`tfdp train --lr-rule deit --eval-crop-ratio 0.75 --mean ... --std ...`: the start line
     says the rate, config.json records it and the transform, the optimizer ran at that rate
-    (a constant schedule: the epoch's rate); `tfdp evaluate` gives the run's own held-out
-    metrics, and other ones when config.json's crop ratio or mean is changed."""
+    (a constant schedule: the epoch's rate); a resume with another --lr records the new rate;
+    `tfdp evaluate` gives the run's own held-out metrics, and other ones when config.json's
+    crop ratio or mean is changed."""
     from tfdp.cli import main
     from two_replicas import answer_two_replicas
 
@@ -215,12 +229,18 @@ def test_a_run_trains_with_its_rule_and_evaluate_uses_its_held_out_transform(
     result = _evaluate(main, run, capsys)
     assert result["sparse_categorical_accuracy"] == last["val_sparse_categorical_accuracy"]
     assert result["loss"] == pytest.approx(last["val_loss"], rel=1e-5)
+    # A resume may change the rate (recorded with the rule's rate; nothing left to train here).
+    assert main(["train", "--resume", "--run-dir", str(run), "--lr", "0.008"]) == 0
+    out = capsys.readouterr().out
+    assert "--lr 0.008 (was 0.004) (lr 0.000125 (--lr 0.008 x 8 / 512: DeiT's rule))" in out
+    config = json.loads((run / "config.json").read_text())
+    assert config["history"][-1]["learning_rate"] == 0.008 * 8 / 512
     for key, value in (("eval_crop_ratio", 1.0), ("mean", [0.3, 0.4, 0.5])):
         changed = {**config, key: value}
         (run / "config.json").write_text(json.dumps(changed))
         other = _evaluate(main, run, capsys)
         assert abs(other["loss"] - result["loss"]) > 1e-4, key
-    assert len(answered) == 4  # the run and three evaluations on this session's 2 replicas
+    assert len(answered) == 5  # the run, its resume, three evaluations: this session's replicas
 
 
 # ------------------------------------------------------------------ bad input
