@@ -69,6 +69,7 @@ Usage (on a shared machine, under the lock, e.g.
     python benchmarks/bench_images.py            # 3,000 images, 7 rounds (~15 min on 2 cores)
     python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
     python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's (~1 min)
+    python benchmarks/bench_images.py --quick --held-out-only  # DeiT's held-out crop (~1 min)
     python benchmarks/bench_images.py --quick --conditions only --kinds tfrecord \
         --only-conditions idle   # the TFRecord input alone, one condition (< 1 min)
 
@@ -726,6 +727,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-deit", action="store_true", help="skip DeiT's input vs timm's")
     ap.add_argument("--deit-only", action="store_true", help="only DeiT's input vs timm's")
     ap.add_argument(
+        "--held-out-only",
+        action="store_true",
+        help="only the held-out inputs: DeiT's Resize + CenterCrop against the centre crop "
+        "before it (_held_out.py)",
+    )
+    ap.add_argument(
         "--conditions",
         choices=("all", "none", "only"),
         help="the conditions' part (busy core, TFRecords, end to end; _images_conditions.py): "
@@ -780,6 +787,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg['warmup']} warm-up batches",
         flush=True,
     )
+    if args.held_out_only:  # the held-out inputs, and nothing else
+        from _held_out import held_out_part
+
+        for key, value in held_out_part(strategy, root, cfg, run_window, GLOBAL_BATCH).items():
+            print(f"{key}: {value:.2f}")
+        sys.stdout.flush()
+        os._exit(0)
     if args.deit_only:  # DeiT's input vs timm's, and nothing else
         for key, value in deit_vs_timm(strategy, root, cfg).items():
             print(f"{key}: {value:.2f}")

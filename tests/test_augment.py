@@ -180,6 +180,7 @@ ALL_AUGS = {
     "shift": lambda: augment.RandomShift(3),
     "to_float": lambda: augment.ToFloat(),
     "normalize": lambda: augment.Normalize([1.0, 2.0, 3.0], [0.5, 2.0, 4.0]),
+    "resize_center_crop": lambda: augment.ResizeCenterCrop(12, 0.75),
     "compose": lambda: augment.Compose(
         [
             augment.ToFloat(),
@@ -189,8 +190,9 @@ ALL_AUGS = {
         ]
     ),
 }
-RANDOM_AUGS = [k for k in ALL_AUGS if k not in ("to_float", "normalize")]
-FLOAT_OUTPUT = {"resized_crop", "brightness", "to_float", "normalize", "compose"}
+RANDOM_AUGS = [k for k in ALL_AUGS if k not in ("to_float", "normalize", "resize_center_crop")]
+FLOAT_OUTPUT = {"resized_crop", "brightness", "to_float", "normalize", "compose",
+                "resize_center_crop"}  # fmt: skip
 
 
 def _expected_shape(name: str, batch: int, h: int, w: int) -> tuple[int, ...]:
@@ -200,6 +202,7 @@ def _expected_shape(name: str, batch: int, h: int, w: int) -> tuple[int, ...]:
         "crop_symmetric": (batch, 16, 16, 3),
         "crop_edge": (batch, 16, 16, 3),
         "resized_crop": (batch, 12, 12, 3),
+        "resize_center_crop": (batch, 12, 12, 3),
         "compose": (batch, 16, 16, 3),
     }.get(name, (batch, h, w, 3))
 
@@ -633,12 +636,17 @@ def test_host_windows_equal_the_graph_windows_at_scale():
         augment.RandomResizedCrop((224, 160), scale=(0.35, 1.0), ratio=(0.5, 2.0), attempts=3),
         augment.CenterCrop(224),
         augment.CenterCrop((224, 160), crop_fraction=0.95),
+        augment.ResizeCenterCrop(224),
+        augment.ResizeCenterCrop(97, 0.9, "bilinear"),
     ]
     for stage in stages:
         assert stage.plans_on_host
         params = stage.draw(seeds)
         graph = stage.windows(tf.constant(shapes), params).numpy()
         np.testing.assert_array_equal(stage.host_windows(shapes, params.numpy()), graph)
+        if stage.placed:  # and the placements of the resize in each window
+            graph = stage.placements(tf.constant(shapes), params).numpy()
+            np.testing.assert_array_equal(stage.host_placements(shapes, params.numpy()), graph)
 
 
 def test_a_window_stage_of_ones_own_plans_in_the_graph():

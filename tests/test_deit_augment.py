@@ -293,7 +293,8 @@ def test_the_deit_pipeline_is_the_same_on_every_path(tmp_path, mirrored_of):
 
 @pytest.mark.xdist_group("deit_pipeline")  # one worker: RandAugment traced and compiled once
 def test_the_guides_deit_example_runs(tmp_path, mirrored_of):
-    """docs/guide.md's DeiT pipeline, at 16 pixels and a global batch of 4: soft targets."""
+    """docs/guide.md's DeiT pipeline, at 16 pixels and a global batch of 4: soft targets; and
+    its held-out input: DeiT's resize and centre crop, normalised."""
     import re
     from pathlib import Path
 
@@ -304,9 +305,13 @@ def test_the_guides_deit_example_runs(tmp_path, mirrored_of):
     block = block.replace("224", "16").replace("global_batch_size=1024", "global_batch_size=4")
     block = block.replace('"repeat_aug",', '"repeat_aug", sampler_options={"selected_round": 0},')
     assert "selected_round" in block
-    scope = {"tfdp": tfdp, "strategy": mirrored_of(2), "root": write_folder(
-        tmp_path / "photos", 4, classes=3, sizes=((30, 40),), seed=2)}  # fmt: skip
+    root = write_folder(tmp_path / "photos", 4, classes=3, sizes=((30, 40),), seed=2)
+    scope = {"tfdp": tfdp, "strategy": mirrored_of(2), "root": root, "val_root": root}
     exec(block, scope)
+    held_out, *_ = next(iter(scope["eval_inp"].epoch(0)))
+    for x in scope["strategy"].experimental_local_results(held_out):
+        assert x.shape == (2, 16, 16, 3) and float(tf.reduce_min(x)) < 0  # normalised
+    assert type(scope["held_out"].stages[0]).__name__ == "ResizeCenterCrop"
     images, targets = next(iter(scope["inp"].epoch(0)))
     for x, y in zip(*(scope["strategy"].experimental_local_results(t) for t in (images, targets)),
                     strict=True):  # fmt: skip

@@ -324,6 +324,12 @@ BAD_CALLS = {
         "image_key",
         r"must be a str",
     ),
+    "held-out crop ratio": (
+        lambda tmp: augment.ResizeCenterCrop(224, crop_ratio=1.2),
+        ConfigError,
+        "crop_ratio",
+        r"a number in \(0, 1\]",
+    ),
     "compose stages": (
         lambda tmp: augment.Compose([augment.RandomFlip(), "flip"]),
         ConfigTypeError,

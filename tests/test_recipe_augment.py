@@ -41,7 +41,10 @@ def _names(compose):
 
 
 def test_without_the_flags_the_pipelines_are_the_ones_before_them():
-    """Runs from before the flags keep their augmentation (stage list and so seeds)."""
+    """Runs from before the flags keep their augmentation (stage list and so seeds), and their
+    models' inputs in [0, 1] (no normalisation). The held-out images, which no seed touches,
+    get DeiT's transform (tests/test_eval_transform.py): the centre crop resampled where
+    torchvision's Resize + CenterCrop samples, not a whole-pixel window stretched."""
     from tfdp.recipe.data import build_augment
 
     digits = build_augment(TrainConfig(), (8, 8, 1), 1 / 16, True)
@@ -50,7 +53,9 @@ def test_without_the_flags_the_pipelines_are_the_ones_before_them():
     rrc = build_augment(folder, (32, 32, 3), 1 / 255, True)
     assert _names(rrc) == ["RandomResizedCrop", "RandomFlip", "ToFloat"]
     assert (rrc.stages[0].interpolation, rrc.stages[0].antialias) == ("bilinear", False)
-    assert _names(build_augment(folder, (32, 32, 3), 1 / 255, False)) == ["CenterCrop", "ToFloat"]
+    held_out = build_augment(folder, (32, 32, 3), 1 / 255, False)
+    assert _names(held_out) == ["ResizeCenterCrop", "ToFloat"]
+    assert (held_out.stages[0].crop_ratio, held_out.stages[0].interpolation) == (0.875, "bicubic")
 
 
 def test_deits_flags_build_timms_stages_in_create_transforms_order():

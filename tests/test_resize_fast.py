@@ -49,6 +49,36 @@ def test_bit_for_bit_tf_image_resize(h, w, out_h, out_w, c, dtype, method, seed)
     np.testing.assert_array_equal(fast.numpy(), _plain(image, (out_h, out_w), method))
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    h=st.integers(1, 90),
+    w=st.integers(1, 90),
+    out=st.integers(1, 40),
+    scale=st.tuples(st.floats(0.05, 4.0), st.floats(0.05, 4.0)),
+    shift=st.tuples(st.floats(-30.0, 5.0), st.floats(-30.0, 5.0)),
+    dtype=st.sampled_from(["uint8", "float32"]),
+    method=st.sampled_from(METHODS),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_placement_is_scale_and_translate_bit_for_bit(
+    h, w, out, scale, shift, dtype, method, seed
+):
+    """A placed window's resize (ResizeCenterCrop's): ScaleAndTranslate's own values with that
+    scale and translation."""
+    image = _image(np.random.default_rng(seed), h, w, 3, dtype)
+    placement = tf.constant([*scale, *shift], tf.float32)
+    fast = _fast.resize_antialiased(image, (out, out), method, placement)
+    want = tf.raw_ops.ScaleAndTranslate(
+        images=tf.cast(image, tf.float32)[tf.newaxis],
+        size=[out, out],
+        scale=placement[:2],
+        translation=placement[2:],
+        kernel_type=_fast.SEPARABLE[method],
+        antialias=True,
+    )[0]
+    np.testing.assert_array_equal(fast.numpy(), want.numpy())
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_photo_sized_windows_traced_without_shapes(method):
     """Windows as RandomResizedCrop cuts them from photos, shapes unknown to the trace."""

@@ -309,6 +309,8 @@ def test_resume_mid_epoch_is_bit_identical(folder, mirrored2):
 
 
 def test_eval_center_crop_and_partial_batches(folder, mirrored2):
+    # (DeiT's placed crop, ResizeCenterCrop, through a source's window path:
+    # tests/test_eval_transform.py::test_window_path_encoded_batch_and_decoded_batch_agree)
     aug = augment.Compose([augment.CenterCrop(16), augment.Normalize(MEAN, STD)])
     src = ImageFolderSource(folder)
     windowed, plain = _pair(mirrored2, src, sampler="eval", batch_size=3, augment=aug)
@@ -508,7 +510,7 @@ def test_build_augment_picks_the_window_recipe_for_image_sizes():
     held_out = split_window(build_augment(cfg, (32, 32, 3), 1 / 255, False))
     assert isinstance(train.window, augment.RandomResizedCrop) and train.window.size == (32, 32)
     assert [type(s).__name__ for _, s in train.image_stages] == ["RandomFlip", "ToFloat"]
-    assert isinstance(held_out.window, augment.CenterCrop)
+    assert isinstance(held_out.window, augment.ResizeCenterCrop)
     digits = build_augment(TrainConfig(), (8, 8, 1), 1 / 16, True)
     assert split_window(digits) is None
 

@@ -208,6 +208,67 @@ def resized_crop_cases(image: Any, cases: list[tuple]) -> list[Any]:
     return out
 
 
+def eval_transform_images(
+    images: list[Any], size: int, crop_pct: float, mean: Any, std: Any
+) -> Any:
+    """timm's held-out transform (``create_transform(is_training=False)``, bicubic, DeiT's) of
+    uint8 ``images`` ``[H, W, 3]`` (PIL images made from them); float32 ``[N, size, size, 3]``."""
+    import numpy as np
+    from PIL import Image
+    from timm.data import create_transform
+
+    t = create_transform(
+        size, is_training=False, crop_pct=crop_pct, interpolation="bicubic", mean=mean, std=std
+    )
+    return np.stack(
+        [t(Image.fromarray(np.asarray(im, np.uint8))).numpy() for im in images]
+    ).transpose(0, 2, 3, 1)
+
+
+def eval_transform_files(paths: list[str], size: int, crop_pct: float, mean: Any, std: Any) -> Any:
+    """The same transform of image files, opened as timm's folder data set opens them (PIL,
+    converted to RGB)."""
+    import numpy as np
+    from PIL import Image
+
+    images = []
+    for path in paths:
+        with open(path, "rb") as f:
+            images.append(np.asarray(Image.open(f).convert("RGB")))
+    return eval_transform_images(images, size, crop_pct, mean, std)
+
+
+def eval_geometry(cases: list[tuple[int, int, int, float]]) -> list[tuple[int, int, int, int]]:
+    """Where timm's held-out transform crops, per case ``(H, W, size, crop_pct)``: the size
+    torchvision's ``Resize`` gives an ``H x W`` image, and ``CenterCrop``'s top-left corner in
+    it, ``(new_h, new_w, top, left)``, read off images (the crop of an image whose pixels hold
+    their own coordinates)."""
+    import numpy as np
+    from PIL import Image
+    from timm.data import create_transform
+
+    out = []
+    for height, width, size, crop_pct in cases:
+        resize, crop = create_transform(
+            size, is_training=False, crop_pct=crop_pct, interpolation="bicubic"
+        ).transforms[:2]
+        new_w, new_h = resize(Image.new("L", (width, height))).size
+        where = np.arange(new_h * new_w, dtype=np.int32).reshape(new_h, new_w)
+        corner = int(np.asarray(crop(Image.fromarray(where, "I")))[0, 0])
+        out.append((new_h, new_w, corner // new_w, corner % new_w))
+    return out
+
+
+def train_transform_names(aa: str, reprob: float) -> list[str]:
+    """The stages of timm's training transform, ``create_transform(is_training=True)``."""
+    from timm.data import create_transform
+
+    t = create_transform(
+        224, is_training=True, auto_augment=aa, re_prob=reprob, interpolation="bicubic"
+    )
+    return [type(stage).__name__ for stage in t.transforms]
+
+
 def soft_target_losses(logits: Any, targets: Any) -> Any:
     """timm's ``SoftTargetCrossEntropy`` of each sample alone (its mean over a batch of one)."""
     import numpy as np

@@ -40,8 +40,10 @@ module                       owns
 ``to_float``, ``normalize``  :class:`ToFloat`, :class:`Normalize` (deterministic, float32)
 ``window``                   :class:`WindowAugmentation`: one window per image, planned from its
                              shape and draws, then resized (float32)
-``resized_crop``,            :class:`RandomResizedCrop`, :class:`CenterCrop`: the windows'
-``center_crop``              planning only, in TensorFlow or NumPy alike
+``resized_crop``,            :class:`RandomResizedCrop`, :class:`CenterCrop`,
+``center_crop``,             :class:`ResizeCenterCrop` (DeiT's held-out transform: torchvision's
+``resize_center_crop``       sampling, a placed window): the windows' planning only, in
+                             TensorFlow or NumPy alike
 ``_args``, ``_padded``,      shared argument checks; padded windows by gathers; the kernel and
 ``_fast``                    graph tricks that give the same values faster (the why is there)
 ===========================  ===================================================================
@@ -94,6 +96,7 @@ _EXPORTS = {
     "RandomFlip": "tfdp.augment.flip",
     "RandomResizedCrop": "tfdp.augment.resized_crop",
     "RandomShift": "tfdp.augment.shift",
+    "ResizeCenterCrop": "tfdp.augment.resize_center_crop",
     "ToFloat": "tfdp.augment.to_float",
     "WindowAugmentation": "tfdp.augment.window",
     "fold_in": "tfdp.random",

@@ -122,7 +122,9 @@ def select(condition: tf.Tensor, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
     return tf.raw_ops.Select(condition=condition, x=x, y=y)
 
 
-def resize_antialiased(image: tf.Tensor, size: tuple[int, int], method: str) -> tf.Tensor:
+def resize_antialiased(
+    image: tf.Tensor, size: tuple[int, int], method: str, placement: tf.Tensor | None = None
+) -> tf.Tensor:
     """``tf.image.resize(image, size, method, antialias=True)`` of one image, bit for bit, faster.
 
     ``ScaleAndTranslate`` first sums whole input rows into each output row
@@ -137,10 +139,19 @@ def resize_antialiased(image: tf.Tensor, size: tuple[int, int], method: str) -> 
     same sum of the same products in the same order as the op's, so the same
     float32 (tests/test_resize_fast.py compares them).
 
+    With ``placement`` (float32 ``[4]``: ``scale_y, scale_x, translation_y,
+    translation_x``), it is ``ScaleAndTranslate`` with that scale and
+    translation instead of the stretch of the image to ``size`` (output pixel
+    ``i`` samples the image at ``(i + 0.5 - translation) / scale``), bit for
+    bit too: a window stage that places its output inside the window
+    (:class:`tfdp.augment.ResizeCenterCrop`).
+
     Args:
         image: ``[H, W, C]``, any real dtype.
         size: Output ``(height, width)``.
         method: A key of :data:`SEPARABLE`.
+        placement: The scale and translation of each axis; None: ``size`` over
+            the image's size, no translation (``tf.image.resize``).
 
     Returns:
         float32 ``[height, width, C]``.
@@ -157,23 +168,38 @@ def resize_antialiased(image: tf.Tensor, size: tuple[int, int], method: str) -> 
     out_h, out_w = size
     shape = tf.shape(image)
     height, width, channels = shape[0], shape[1], shape[2]
-    rows = _row_pass(tf.reshape(image, [1, height, 1, width * channels]), out_h, kernel)
+    places: list[tuple[tf.Tensor, tf.Tensor] | None] = [None, None]
+    if placement is not None:
+        placement = tf.cast(placement, tf.float32)
+        places = [(placement[0], placement[2]), (placement[1], placement[3])]
+    rows = _row_pass(tf.reshape(image, [1, height, 1, width * channels]), out_h, kernel, places[0])
     across = tf.transpose(tf.reshape(rows, [out_h, width * channels]))  # [W, C, h]
-    cols = _row_pass(tf.reshape(across, [1, width, 1, channels * out_h]), out_w, kernel)
+    cols = _row_pass(tf.reshape(across, [1, width, 1, channels * out_h]), out_w, kernel, places[1])
     out = tf.transpose(tf.reshape(cols, [out_w * channels, out_h]))  # [h, w, C]
     out = tf.reshape(out, [out_h, out_w, channels])
     out.set_shape([out_h, out_w, image.shape[-1]])
     return out
 
 
-def _row_pass(images: tf.Tensor, size: int, kernel: str) -> tf.Tensor:
-    """``ScaleAndTranslate`` of ``[1, N, 1, K]`` to ``[1, size, 1, K]``, scaled as resize does."""
-    scale = tf.constant(float(size)) / tf.cast(tf.shape(images)[1], tf.float32)
+def _row_pass(
+    images: tf.Tensor, size: int, kernel: str, place: tuple[tf.Tensor, tf.Tensor] | None
+) -> tf.Tensor:
+    """``ScaleAndTranslate`` of ``[1, N, 1, K]`` to ``[1, size, 1, K]``.
+
+    Scaled as resize does (``size / N``, no translation), or by ``place``'s
+    ``(scale, translation)``.
+    """
+    if place is None:
+        scale = tf.constant(float(size)) / tf.cast(tf.shape(images)[1], tf.float32)
+        translation = tf.zeros([2])
+    else:
+        scale = place[0]
+        translation = tf.stack([place[1], tf.constant(0.0)])
     return tf.raw_ops.ScaleAndTranslate(
         images=images,
         size=tf.constant([size, 1], tf.int32),
         scale=tf.stack([scale, tf.constant(1.0)]),
-        translation=tf.zeros([2]),
+        translation=translation,
         kernel_type=kernel,
         antialias=True,
     )

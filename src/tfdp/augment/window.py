@@ -5,10 +5,10 @@ from the image's shape and the sample's draws, before any pixel is decoded;
 then resize each window on its own) and its application to a batch of
 decoded images, or of encoded ones (then only each window is decoded:
 :func:`tfdp.windows.decode.encoded_windows`). The stages themselves --
-:class:`~tfdp.augment.RandomResizedCrop`, :class:`~tfdp.augment.CenterCrop`
--- only plan. A window-decoding source plans with the same stage
-(:mod:`tfdp.windows`), so the window path and the plain batched path give
-bit-identical results.
+:class:`~tfdp.augment.RandomResizedCrop`, :class:`~tfdp.augment.CenterCrop`,
+:class:`~tfdp.augment.ResizeCenterCrop` -- only plan. A window-decoding
+source plans with the same stage (:mod:`tfdp.windows`), so the window path and
+the plain batched path give bit-identical results.
 
 Example:
     >>> import tensorflow as tf
@@ -60,6 +60,13 @@ class WindowAugmentation(Augmentation):
     it. So the output for a sample does not depend on whether the source
     decoded the whole image or only the window.
 
+    A stage whose output is not the whole window stretched to ``size`` --
+    one that resamples a region with sub-pixel bounds, the window being the
+    pixels its filter reads (:class:`~tfdp.augment.ResizeCenterCrop`) -- is
+    *placed* (:attr:`placed`): it plans a :meth:`placements` row per sample
+    too, the scale and translation that :meth:`resize` applies to the window
+    (``ScaleAndTranslate``'s, antialiased ``bicubic`` or ``bilinear``).
+
     The resize is ``tf.image.resize`` of the window alone (half-pixel
     centres, as torchvision and TF Model Garden; pixels outside the window
     never leak in; ``antialias`` as in ``tf.image.resize``; bilinear and bicubic
@@ -79,6 +86,8 @@ class WindowAugmentation(Augmentation):
     """
 
     accepts_encoded: ClassVar[bool] = True
+    #: Whether the stage plans a placement of its output in each window (:meth:`placements`).
+    placed: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -145,8 +154,41 @@ class WindowAugmentation(Augmentation):
         """The windows of :meth:`windows`, in the array library ``xp`` (TensorFlow or NumPy)."""
         raise NotImplementedError(f"{type(self).__name__} implements neither windows nor _windows")
 
-    def resize(self, window: tf.Tensor) -> tf.Tensor:
+    def placements(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
+        """A placed stage's output in each window: float32 ``[N, 4]`` for :meth:`resize`.
+
+        Row ``i`` is ``(scale_y, scale_x, translation_y, translation_x)``: output
+        pixel ``(y, x)`` samples window ``i`` at ``((y + 0.5 - translation_y) /
+        scale_y, (x + 0.5 - translation_x) / scale_x)`` (pixel centres at
+        half-integers, ``ScaleAndTranslate``'s convention). Only for a
+        :attr:`placed` stage; planned from the same ``shapes`` and ``params`` as
+        :meth:`windows`.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> from tfdp.augment import ResizeCenterCrop
+            >>> crop = ResizeCenterCrop(4, crop_ratio=1.0)
+            >>> crop.placements(tf.constant([[8, 8]]), tf.zeros([1, 0])).numpy().tolist()
+            [[0.5, 0.5, 0.0, 0.0]]
+        """
+        return self._placements(TENSORFLOW, shapes, params)
+
+    def host_placements(self, shapes: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """:meth:`placements` computed by NumPy (a loader that plans on the host)."""
+        out = self._placements(NUMPY, np.asarray(shapes), np.asarray(params))
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def _placements(self, xp: ArrayOps, shapes: Any, params: Any) -> Any:
+        """The placements of :meth:`placements`, in ``xp`` (a placed stage implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} is not a placed window stage")
+
+    def resize(self, window: tf.Tensor, placement: tf.Tensor | None = None) -> tf.Tensor:
         """Resize one window ``[h, w, C]`` (any real dtype) to float32 ``[size_h, size_w, C]``.
+
+        ``placement``: a placed stage's row of :meth:`placements` for this
+        window (its scale and translation, antialiased as
+        :func:`tf.image.resize` with ``antialias=True``); None: the whole
+        window stretched to ``size``.
 
         Example:
             >>> import tensorflow as tf
@@ -155,6 +197,14 @@ class WindowAugmentation(Augmentation):
             TensorShape([4, 4, 3])
         """
         method = _ALIASES.get(self.interpolation, self.interpolation)
+        if placement is not None:
+            if method not in _fast.SEPARABLE or window.shape.rank != 3:
+                raise ConfigError(
+                    f"interpolation must be one of {sorted(_fast.SEPARABLE)} for a placed window "
+                    f"stage (a [h, w, C] window), got {self.interpolation!r}",
+                    argument="interpolation",
+                )
+            return _fast.resize_antialiased(window, self.size, method, placement)
         if self.antialias and method in _fast.SEPARABLE and window.shape.rank == 3:
             return _fast.resize_antialiased(window, self.size, method)  # the same values
         out = tf.image.resize(window, self.size, method=method, antialias=self.antialias)
@@ -174,10 +224,14 @@ class WindowAugmentation(Augmentation):
         batch = shape[0]
         shapes = tf.tile(shape[tf.newaxis, 1:3], tf.stack([batch, 1]))
         boxes = self.windows(shapes, params)
+        places = self.placements(shapes, params) if self.placed else None
 
         def one(b: tf.Tensor | int) -> tf.Tensor:
             top, left, height, width = tf.unstack(boxes[b])
-            return self.resize(images[b, top : top + height, left : left + width])
+            window = images[b, top : top + height, left : left + width]
+            if places is None:  # (a stage of one's own may override resize(window) alone)
+                return self.resize(window)
+            return self.resize(window, places[b])
 
         if images.shape[0] == 1:  # a batch of one (per-example pipelines): no loop
             return one(0)[tf.newaxis]

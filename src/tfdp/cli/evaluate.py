@@ -1,7 +1,8 @@
 """``tfdp evaluate RUN_DIR``: a run's latest checkpoint, evaluated exactly on its held-out split.
 
 This module owns the ``evaluate`` command's parser and handler; the work is
-:func:`tfdp.recipe.run_evaluate`. The metrics are the same whatever
+:func:`tfdp.recipe.run_evaluate`, with the run's held-out transform and
+normalisation from its ``config.json``. The metrics are the same whatever
 ``--replicas``, and they are printed as JSON.
 
 Example:
@@ -24,7 +25,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     ep = subparsers.add_parser(
         "evaluate",
         help="evaluate a run's latest checkpoint on its held-out split",
-        description="Exact evaluation: the same metrics whatever --replicas.",
+        description="Exact evaluation: the same metrics whatever --replicas. The held-out "
+        "images are transformed as the run's config.json says (--eval-crop-ratio's resize "
+        "and centre crop, --mean / --std's normalisation), as training evaluated them.",
     )
     ep.add_argument("run_dir", help="a run directory written by tfdp train")
     ep.add_argument(

@@ -46,6 +46,7 @@ from tfdp.recipe.config import (
     flag,
     load_config_file,
 )
+from tfdp.recipe.lr_rule import LrRuleOptions
 
 __all__ = ["add_parser", "run", "stop_on_signals", "train", "train_request"]
 
@@ -100,18 +101,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     batch = p.add_mutually_exclusive_group()
     augmentation = p.add_argument_group(
-        "DeiT's / timm's augmentations (their main.py / train.py names; all off by default)"
+        "DeiT's / timm's transforms (their main.py / train.py names): augmentations (all off by "
+        "default), normalisation and the held-out crop"
     )
+    rule = p.add_argument_group("the learning-rate rule (DeiT's, timm's)")
     precision = p.add_mutually_exclusive_group()
     aliases = {name: flag(alias) for alias, name in ALIASES.items()}
-    augment_options = {f.name for f in dataclasses.fields(AugmentOptions)}
+    groups = {f.name: augmentation for f in dataclasses.fields(AugmentOptions)}
+    groups.update({f.name: rule for f in dataclasses.fields(LrRuleOptions)})
     for name, f in TrainConfig.fields().items():
         strings = [flag(name), *([aliases[name]] if name in aliases else [])]
         type_name = str(f.type).replace("'", "")
         shown = default_help(name)  # the value, or how a None default is computed
         help_text = f.metadata["help"] + (f" (default: {shown})" if shown is not None else "")
         target = batch if name in _EXCLUSIVE else p
-        target = augmentation if name in augment_options else target
+        target = groups.get(name, target)
         target = precision if name == "mixed_precision" else target
         if type_name.startswith("bool"):
             target.add_argument(
@@ -123,6 +127,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             )
             continue
         choices = f.metadata.get("choices")
+        if type_name.startswith("tuple[float"):  # timm's --mean / --std: one or more numbers
+            target.add_argument(
+                *strings,
+                dest=name,
+                default=None,
+                nargs="+",
+                type=_arg_type("float"),
+                metavar=name.upper(),
+                help=help_text,
+            )
+            continue
         target.add_argument(
             *strings,
             dest=name,

@@ -5,8 +5,9 @@ in the order the data flows:
 
 * :mod:`tfdp.recipe.config` -- :class:`TrainConfig` (every option: type,
   default, help, resume policy), config files, cheap checks, the run directory;
-  :mod:`tfdp.recipe.augment_options` its DeiT / timm augmentation options (and the
-  stages they build), :mod:`tfdp.recipe.options` what an option is;
+  :mod:`tfdp.recipe.augment_options` its DeiT / timm transform options (and the
+  stages they build), :mod:`tfdp.recipe.lr_rule` the learning-rate rule,
+  :mod:`tfdp.recipe.options` what an option is;
 * :mod:`tfdp.recipe.resume` -- a run's ``config.json`` and the resume policy;
 * :mod:`tfdp.recipe.data` -- the data, the held-out split and the augmentation;
 * :mod:`tfdp.recipe.model` -- the model, the optimizer, the loss, the saved ``model.keras``;

@@ -1,33 +1,48 @@
-"""DeiT's / timm's augmentation options of the training job: flags, checks and the stages built.
+"""DeiT's / timm's transform options of the training job: flags, checks and the stages built.
 
 This module owns the options ``tfdp train`` takes with DeiT's ``main.py`` /
-timm's ``train.py`` names (``--aa``, ``--color-jitter``, ``--reprob``,
+timm's ``train.py`` names for what timm's ``create_transform`` does to the
+images -- the augmentations (``--aa``, ``--color-jitter``, ``--reprob``,
 ``--remode``, ``--recount``, ``--mixup``, ``--cutmix``, ``--mixup-prob``,
-``--mixup-switch-prob``, ``--mixup-mode``, ``--train-interpolation``) as
-:class:`AugmentOptions` (a part of :class:`tfdp.recipe.config.TrainConfig`),
-:func:`check_augment_options` (their values checked before TensorFlow loads,
-by the library's own specs, :mod:`tfdp.augment.spec`, said as the flags) and
-:func:`deit_stages` (the :mod:`tfdp.augment` stages they stand for, in
+``--mixup-switch-prob``, ``--mixup-mode``, ``--train-interpolation``), the
+normalisation (``--mean``, ``--std``) and the held-out crop
+(``--eval-crop-ratio``) -- as :class:`AugmentOptions` (a part of
+:class:`tfdp.recipe.config.TrainConfig`), :func:`check_augment_options`
+(their values checked before TensorFlow loads, by the library's own specs,
+:mod:`tfdp.augment.spec`, said as the flags), :func:`default_normalization`
+(the mean and std a model is trained with when ``--mean`` / ``--std`` are
+not given), :func:`normalization` (those values for a number of channels)
+and :func:`deit_stages` (the :mod:`tfdp.augment` stages they stand for, in
 timm's ``create_transform`` order).
 
 How the options become stages, after the crop and flip of ``--augment``:
 
 * ``--aa`` (timm's RandAugment string) on the pixels as 0..255 values, with
-  timm's fill (the mean colour) and ``--train-interpolation`` for its
-  geometric ops when given (else bicubic, DeiT's); ``--color-jitter`` only
+  timm's fill (the mean colour: ``--mean``'s, else ImageNet's) and
+  ``--train-interpolation`` for its geometric ops when given (else bicubic,
+  DeiT's); ``--color-jitter`` only
   without ``--aa``, as timm's ``transforms_imagenet_train`` (DeiT's 0.3 next to
   its ``--aa`` therefore does nothing);
-* the pixels scaled to [0, 1] (the model's input, as without these options);
+* the pixels scaled to [0, 1], then normalised, ``(x - mean) / std``, with
+  ``--mean`` / ``--std`` (timm's ``ToTensor`` and ``Normalize``; ImageNet's
+  values by default for the DeiT / ViT models, none for the others, whose
+  inputs stay in [0, 1] as before these options);
 * ``--reprob`` / ``--remode`` / ``--recount``: timm's RandomErasing, which
   erases *normalised* images (0 is the mean colour, the noise is in units of
-  the channel's standard deviation): the recipe normalises with ImageNet's
-  mean and std (their averages for other channel counts), erases, and maps
-  back, so an erased pixel is ``mean + std * noise`` in [0, 1] units (the
-  others are unchanged to float rounding);
+  the channel's standard deviation), after the normalisation as timm orders
+  it; a run without normalisation normalises with ImageNet's mean and std
+  (their averages for other channel counts), erases, and maps back, so an
+  erased pixel is ``mean + std * noise`` in [0, 1] units (the others are
+  unchanged to float rounding);
 * ``--mixup`` / ``--cutmix`` / ``--mixup-prob`` / ``--mixup-switch-prob`` /
   ``--mixup-mode``: timm's Mixup on each replica's batch, its soft targets
   smoothed by ``--smoothing`` (timm's ``label_smoothing``; the loss is then the
   soft-target cross-entropy, which smooths nothing again).
+
+The held-out images (:func:`tfdp.recipe.data.build_augment`) are scaled and
+normalised alike, after ``--eval-crop-ratio``'s resize and centre crop
+(:class:`tfdp.augment.ResizeCenterCrop`, DeiT's ``Resize(int(size / ratio))``
++ ``CenterCrop(size)``).
 
 Importing it loads no TensorFlow; :func:`deit_stages` imports :mod:`tfdp.augment`.
 
@@ -58,14 +73,18 @@ from tfdp.errors import ConfigError, TfdpError, said_as
 from tfdp.recipe.options import option
 
 __all__ = [
+    "EVAL_CROP_RATIO",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "NORMALIZED_MODELS",
     "TRAIN_INTERPOLATIONS",
     "AugmentOptions",
     "augment_kind",
     "check_augment_options",
+    "default_normalization",
     "deit_stages",
     "mixing",
+    "normalization",
     "resize_options",
 ]
 
@@ -78,6 +97,14 @@ _AFFINE = ("bilinear", "bicubic", "nearest")
 #: and (times 255, rounded) RandAugment's fill colour.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: The models whose inputs are normalised with ImageNet's mean and std unless ``--mean`` /
+#: ``--std`` say otherwise (name prefixes: timm's DeiT and ViT models, which DeiT trains and
+#: evaluates normalised); the others' inputs stay in [0, 1] (:func:`default_normalization`).
+NORMALIZED_MODELS = ("deit_", "vit_")
+#: ``--eval-crop-ratio``'s default: DeiT's (224 of 256).
+EVAL_CROP_RATIO = 0.875
+#: No normalisation: ``(x - 0) / 1``, one value for every channel.
+_IDENTITY = ((0.0,), (1.0,))
 #: Placeholder class count for checking the Mixup options before the data is read (the data's
 #: own count is checked when the stages are built).
 _SOME_CLASSES = 1000
@@ -151,6 +178,100 @@ class AugmentOptions:
         TRAIN_INTERPOLATIONS,
         computed="bilinear without antialiasing for the crop, bicubic for --aa",
     )
+    eval_crop_ratio: float = option(
+        EVAL_CROP_RATIO,
+        "held-out images (--augment resized-crop): the shorter side resized to "
+        "int(--image-size / ratio) with bicubic (PIL's antialiased filter), then the centred "
+        "--image-size square kept, as DeiT's --eval-crop-ratio (timm's --crop-pct); in (0, 1], "
+        "1 keeps the whole shorter side. DeiT keeps images of --input-size 32 or less whole "
+        "(its CIFAR setting): --eval-crop-ratio 1 for that",
+    )
+    mean: tuple[float, ...] | None = option(
+        None,
+        "normalise the model's inputs, training and held-out: (x - mean) / std with x in [0, 1], "
+        "as timm's --mean (one value for every channel, or 3: red, green, blue, in the 0..1 "
+        "scale; 3 on grey images: their average). Written in config.json; tfdp evaluate uses "
+        "it, and model.keras expects inputs so normalised",
+        computed="ImageNet's 0.485 0.456 0.406 for the deit_* and vit_* models (timm's "
+        "IMAGENET_DEFAULT_MEAN, DeiT's), else 0 (inputs in [0, 1])",
+    )
+    std: tuple[float, ...] | None = option(
+        None,
+        "the standard deviation of --mean's normalisation (timm's --std; one value or 3, in "
+        "(0, 1])",
+        computed="ImageNet's 0.229 0.224 0.225 for the deit_* and vit_* models (timm's "
+        "IMAGENET_DEFAULT_STD), else 1",
+    )
+
+
+def default_normalization(model: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The ``(mean, std)`` of a model's inputs when ``--mean`` / ``--std`` are not given.
+
+    ImageNet's (timm's ``IMAGENET_DEFAULT_MEAN`` / ``_STD``, DeiT's) for the
+    models :data:`NORMALIZED_MODELS` names; ``((0.0,), (1.0,))`` -- no
+    normalisation, the inputs in [0, 1] as tfdp's models have always had them
+    -- for every other model.
+
+    Example:
+        >>> default_normalization("deit_tiny_patch16_224")[0], default_normalization("cnn")
+        ((0.485, 0.456, 0.406), ((0.0,), (1.0,)))
+    """
+    if model.strip().lower().startswith(NORMALIZED_MODELS):
+        return IMAGENET_MEAN, IMAGENET_STD
+    return _IDENTITY
+
+
+def resolve_normalization(cfg: Any) -> None:
+    """Give ``cfg.mean`` / ``cfg.std`` that are None the model's values, as tuples of floats.
+
+    What ``TrainConfig`` does on construction, so that a run's ``config.json``
+    records the values it trains with (and a resumed run keeps them).
+
+    Example:
+        >>> from tfdp.recipe.config import TrainConfig
+        >>> cfg = TrainConfig(model="vit_small_patch16_224", std=[0.5])
+        >>> cfg.mean, cfg.std
+        ((0.485, 0.456, 0.406), (0.5,))
+    """
+    mean, std = default_normalization(str(cfg.model))
+    cfg.mean = mean if cfg.mean is None else tuple(float(v) for v in cfg.mean)
+    cfg.std = std if cfg.std is None else tuple(float(v) for v in cfg.std)
+
+
+def normalization(cfg: Any, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """``cfg``'s ``(mean, std)``, one value per channel of ``channels``; None when it is ``(0, 1)``.
+
+    One value stands for every channel; three on grey images (one channel)
+    become their average (the recipe's rule for ImageNet's values on grey
+    images, as its erasing's).
+
+    Raises:
+        ConfigError: three values for images of another number of channels.
+
+    Example:
+        >>> from tfdp.recipe.config import TrainConfig
+        >>> normalization(TrainConfig(model="deit_small_patch16_224"), 1)
+        ((0.449,), (0.226,))
+        >>> normalization(TrainConfig(), 3) is None
+        True
+    """
+    mean, std = default_normalization(str(cfg.model))
+    values = []
+    for name, given, default in (("--mean", cfg.mean, mean), ("--std", cfg.std, std)):
+        given = tuple(default if given is None else given)
+        if len(given) == 1:
+            given = given * channels
+        elif len(given) != channels:
+            if channels != 1:
+                raise ConfigError(
+                    f"{name} has {len(given)} values and the images {channels} channels: give "
+                    "one value (every channel) or one per channel"
+                )
+            given = (round(sum(given) / len(given), 12),)
+        values.append(tuple(float(v) for v in given))
+    if all(m == 0 for m in values[0]) and all(s == 1 for s in values[1]):
+        return None
+    return values[0], values[1]
 
 
 def mixing(cfg: Any) -> bool:
@@ -227,6 +348,19 @@ bound 10 (timm would clip it to 10); lower it, or raise the bound with mmax11
                 cfg.mixup, cfg.cutmix, None, cfg.mixup_prob, cfg.mixup_switch_prob,
                 cfg.mixup_mode, True, cfg.smoothing, _SOME_CLASSES,
             )  # fmt: skip
+    _check_normalization(cfg)
+    ratio = cfg.eval_crop_ratio
+    if not (math.isfinite(ratio) and 0 < ratio <= 1):
+        raise ConfigError(
+            f"--eval-crop-ratio must be in (0, 1] (DeiT's 0.875 keeps 224 of 256; 1 the whole "
+            f"shorter side), got {ratio}"
+        )
+    if ratio != EVAL_CROP_RATIO and augment_kind(cfg) != "resized-crop":
+        raise ConfigError(
+            f"--eval-crop-ratio {ratio:g} crops nothing here: it is the held-out transform of "
+            f"--augment resized-crop (this run's is {augment_kind(cfg)}: the default with "
+            "--image-size for image data); leave it out"
+        )
     interpolation = cfg.train_interpolation
     if interpolation is None:
         return
@@ -242,6 +376,27 @@ bound 10 (timm would clip it to 10); lower it, or raise the bound with mmax11
             f"--augment resized-crop (this run's is {augment_kind(cfg)}) and of --aa's "
             "geometric ops; leave it out"
         )
+
+
+def _check_normalization(cfg: Any) -> None:
+    """``--mean`` / ``--std``: one value or three, finite, in timm's 0..1 scale."""
+    for name, values, low in (("--mean", cfg.mean, 0.0), ("--std", cfg.std, None)):
+        if values is None:
+            continue
+        values = tuple(values)
+        shown = " ".join(f"{v:g}" for v in values) or "(none)"
+        if len(values) not in (1, 3):
+            raise ConfigError(
+                f"{name} {shown}: give 1 value (every channel) or 3 (red, green, blue), as "
+                f"timm's {name}; got {len(values)}"
+            )
+        if any(not math.isfinite(v) or v > 1 or (v < 0 if low == 0 else v <= 0) for v in values):
+            valid = "in [0, 1]" if low == 0 else "in (0, 1]"
+            raise ConfigError(
+                f"{name} {shown}: every value must be {valid}, timm's scale of pixels in [0, 1] "
+                f"(ImageNet's: {' '.join(map(str, IMAGENET_MEAN if low == 0 else IMAGENET_STD))}); "
+                "divide values meant for 0..255 pixels by 255"
+            )
 
 
 def resize_options(cfg: Any) -> dict[str, Any]:
@@ -272,23 +427,31 @@ def deit_stages(cfg: Any, channels: int, scale: float, num_classes: int | None) 
 
     ``scale`` takes the pixels to [0, 1] (RandAugment and the colour jitter
     work on 0..255 values, so the pixels are scaled by ``255 * scale`` first
-    when that is not 1). With none of the options: ``[ToFloat(scale)]``, the
-    recipe's pipeline as before them.
+    when that is not 1), then ``--mean`` / ``--std`` normalise them
+    (:func:`normalization`; nothing for a model trained on [0, 1] inputs). With
+    none of the options: ``[ToFloat(scale)]``, the recipe's pipeline as before
+    them.
 
     Raises:
-        ConfigError: ``--mixup`` / ``--cutmix`` with fewer than 2 classes.
+        ConfigError: ``--mixup`` / ``--cutmix`` with fewer than 2 classes; a
+            ``--mean`` / ``--std`` that does not fit the images' channels.
 
     Example:
         >>> from tfdp.recipe.config import TrainConfig
         >>> cfg = TrainConfig(aa="rand-m9-mstd0.5-inc1", reprob=0.25, mixup=0.8)
         >>> " ".join(type(s).__name__ for s in deit_stages(cfg, 1, 1 / 16, 10))
         'ToFloat RandAugment ToFloat Normalize RandomErasing Normalize Mixup'
+        >>> cfg = TrainConfig(model="deit_tiny_patch16_224", reprob=0.25)
+        >>> " ".join(type(s).__name__ for s in deit_stages(cfg, 3, 1 / 255, 10))
+        'ToFloat Normalize RandomErasing'
     """
     from tfdp import augment as aug
 
+    normalized = normalization(cfg, channels)
     colour: list[Any] = []
-    if cfg.aa is not None:
-        fill = tuple(float(round(255 * m)) for m in _per_channel(IMAGENET_MEAN, channels))
+    if cfg.aa is not None:  # filled with the mean colour: timm's, of the normalisation's mean
+        mean = _per_channel(IMAGENET_MEAN, channels) if normalized is None else normalized[0]
+        fill = tuple(float(min(255, round(255 * m))) for m in mean)
         interpolation = cfg.train_interpolation or "bicubic"
         colour.append(aug.RandAugment.from_string(cfg.aa, fill=fill, interpolation=interpolation))
     elif cfg.color_jitter and color_jitter_applies(cfg.aa):
@@ -300,7 +463,11 @@ def deit_stages(cfg: Any, channels: int, scale: float, num_classes: int | None) 
         stages += [*colour, aug.ToFloat(scale=1 / 255)]
     else:
         stages.append(aug.ToFloat(scale=scale))
-    if cfg.reprob > 0:
+    if normalized is not None:
+        stages.append(aug.Normalize(*normalized))
+    if cfg.reprob > 0 and normalized is not None:  # timm erases the normalised images
+        stages.append(aug.RandomErasing(cfg.reprob, mode=cfg.remode, max_count=cfg.recount))
+    elif cfg.reprob > 0:
         mean = _per_channel(IMAGENET_MEAN, channels)
         std = _per_channel(IMAGENET_STD, channels)
         stages += [

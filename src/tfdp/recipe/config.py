@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError
-from tfdp.recipe.augment_options import AugmentOptions, check_augment_options
+from tfdp.recipe.augment_options import AugmentOptions, check_augment_options, resolve_normalization
+from tfdp.recipe.lr_rule import LrRuleOptions, check_lr_rule
 from tfdp.recipe.networks import check_model_module, check_model_ref
 from tfdp.recipe.options import option as _opt
 
@@ -179,7 +180,12 @@ class _JobOptions:
         "batch size of each replica; the global batch is this times the number of replicas "
         "(instead of --batch-size)",
     )
-    lr: float = _opt(3e-3, "learning rate (the peak of the schedule)", resume="record")
+    lr: float = _opt(
+        3e-3,
+        "learning rate (the peak of the schedule), as given unless --lr-rule scales it by the "
+        "batch (DeiT's or timm's rule)",
+        resume="record",
+    )
     optimizer: str = _opt(
         "adam",
         "optimizer, as timm names them (also --opt): adam and adamw (torch's Adam and AdamW, "
@@ -315,17 +321,21 @@ class _JobOptions:
 
 
 @dataclass
-class TrainConfig(AugmentOptions, _JobOptions):
+class TrainConfig(AugmentOptions, LrRuleOptions, _JobOptions):
     """Every option of the training job (flags, config files and ``config.json`` share it).
 
-    The job's own options first, then DeiT's / timm's augmentation options
-    (:class:`tfdp.recipe.augment_options.AugmentOptions`).
+    The job's own options first, then the learning-rate rule
+    (:class:`tfdp.recipe.lr_rule.LrRuleOptions`), then DeiT's / timm's
+    transform options (:class:`tfdp.recipe.augment_options.AugmentOptions`).
+    ``mean`` / ``std`` not given take the model's values
+    (:func:`tfdp.recipe.augment_options.resolve_normalization`), so the run's
+    ``config.json`` records them.
 
     Example:
         >>> TrainConfig(batch_size=32, aa="rand-m9-mstd0.5-inc1").batch_size
         32
-        >>> list(TrainConfig.fields())[-1]
-        'train_interpolation'
+        >>> list(TrainConfig.fields())[-1], TrainConfig().mean
+        ('std', (0.0,))
     """
 
     def __post_init__(self) -> None:
@@ -333,6 +343,7 @@ class TrainConfig(AugmentOptions, _JobOptions):
             self.aa = None
         if self.sampler == "repeat_aug":  # the Python spelling names the same sampler
             self.sampler = "repeat-aug"
+        resolve_normalization(self)
 
     @classmethod
     def fields(cls) -> dict[str, dataclasses.Field[Any]]:
@@ -377,6 +388,11 @@ def coerce(name: str, value: Any, where: str) -> Any:
         value = float(value) if ok else value
     elif t.startswith("str"):
         ok = isinstance(value, str)
+    elif t.startswith("tuple[float"):
+        ok = isinstance(value, (list, tuple)) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        )
+        value = tuple(float(v) for v in value) if ok else value
     if not ok:
         raise ConfigError(
             f"{where}: option {name!r} must be of type {t}, got {value!r} ({type(value).__name__})"
@@ -481,6 +497,7 @@ def check_config(cfg: TrainConfig) -> None:
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ConfigError(f"{flag(name)} must be a finite number >= 0, got {value}")
     _check_recipe(cfg)
+    check_lr_rule(cfg)
     check_augment_options(cfg)
     if not (math.isfinite(cfg.repeats) and cfg.repeats >= 1):
         raise ConfigError(f"--repeats must be a finite number >= 1, got {cfg.repeats}")

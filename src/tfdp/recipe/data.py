@@ -211,10 +211,11 @@ def build_data(cfg: TrainConfig) -> JobData:
         if cfg.num_classes not in (None, 10):
             raise DataError(f"--num-classes {cfg.num_classes}: the digits have 10 classes")
         (x, y), (xt, yt) = load_digits()
+        side = cfg.image_size or 8  # --image-size: resized by the augmentation (build_augment)
         return JobData(
             ArraySource((x, y)),
             ArraySource((xt, yt)),
-            (8, 8, 1),
+            (side, side, 1),
             10,
             1 / 16,
             1 / 16,
@@ -300,21 +301,27 @@ def build_augment(
 
     ``resized-crop`` (the default with ``--image-size``) is DeiT's / torchvision's
     ImageNet recipe: RandomResizedCrop to the image size (with
-    ``--train-interpolation``'s filter) and a horizontal flip for training, the
-    centre 87.5% resized for evaluation. Both start by cutting a window, so
+    ``--train-interpolation``'s filter) and a horizontal flip for training;
+    for evaluation DeiT's ``Resize(int(size / --eval-crop-ratio))`` of the
+    shorter side (bicubic) and ``CenterCrop(size)``
+    (:class:`tfdp.augment.ResizeCenterCrop`). Both start by cutting a window, so
     JPEG image folders decode only that window. The training pipeline then has
     DeiT's / timm's stages of ``cfg`` (:func:`tfdp.recipe.augment_options.deit_stages`:
-    RandAugment or colour jitter, erasing, Mixup / CutMix, which needs
-    ``num_classes``); the held-out one only the scaling to [0, 1].
+    RandAugment or colour jitter, the scaling to [0, 1] and ``--mean`` /
+    ``--std``'s normalisation, erasing, Mixup / CutMix, which needs
+    ``num_classes``); the held-out one the scaling and the same normalisation.
 
     Example:
         >>> cfg = TrainConfig(aa="rand-m9-mstd0.5-inc1", mixup=0.8, smoothing=0.1)
         >>> aug = build_augment(cfg, (8, 8, 1), 1 / 16, True, num_classes=10)
         >>> [type(s).__name__ for s in aug.stages][:3], aug.stages[-1].spec.label_smoothing
         (['RandomShift', 'ToFloat', 'RandAugment'], 0.1)
+        >>> cfg = TrainConfig(data="x", image_size=224, model="deit_tiny_patch16_224")
+        >>> build_augment(cfg, (224, 224, 3), 1 / 255, False).stages  # doctest: +ELLIPSIS
+        [ResizeCenterCrop(...crop_ratio=0.875, resize_to=256), ToFloat(...), Normalize(...)]
     """
     from tfdp import augment as aug
-    from tfdp.recipe.augment_options import augment_kind, deit_stages, resize_options
+    from tfdp.recipe.augment_options import augment_kind, deit_stages, normalization, resize_options
 
     kind = augment_kind(cfg)
     stages: list[Any] = []
@@ -323,7 +330,7 @@ def build_augment(
         if train:
             stages += [aug.RandomResizedCrop(size, **resize_options(cfg)), aug.RandomFlip()]
         else:
-            stages.append(aug.CenterCrop(size))
+            stages.append(aug.ResizeCenterCrop(size, cfg.eval_crop_ratio))
     else:
         if cfg.image_size:
             stages.append(_Resize(cfg.image_size))
@@ -332,7 +339,11 @@ def build_augment(
         elif train and kind == "crop-flip":
             stages += [aug.RandomCrop(shape[0], padding=max(1, shape[0] // 8)), aug.RandomFlip()]
     if not train:
-        return aug.Compose([*stages, aug.ToFloat(scale=scale)])
+        stages.append(aug.ToFloat(scale=scale))
+        normalized = normalization(cfg, shape[-1])
+        if normalized is not None:
+            stages.append(aug.Normalize(*normalized))
+        return aug.Compose(stages)
     return aug.Compose([*stages, *deit_stages(cfg, shape[-1], scale, num_classes)])
 
 

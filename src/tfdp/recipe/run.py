@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError, StateError
-from tfdp.recipe.augment_options import mixing
+from tfdp.recipe.augment_options import mixing, normalization
 from tfdp.recipe.config import (
     TrainConfig,
     check_config,
@@ -42,6 +42,7 @@ from tfdp.recipe.config import (
 )
 from tfdp.recipe.data import build_augment, build_data, check_one_step, eval_input
 from tfdp.recipe.ema import EmaEvaluator
+from tfdp.recipe.lr_rule import learning_rate, lr_note
 from tfdp.recipe.model import (
     EVAL_METRICS,
     build_optimizer,
@@ -309,6 +310,7 @@ def _train(
     eval_in = eval_input(cfg, strategy, data)
     if info.is_chief:
         os.makedirs(run_dir, exist_ok=True)
+    rate = learning_rate(cfg)  # --lr under --lr-rule: the schedule's peak
     trainer = _trainer(cfg, strategy, data, run_dir, resumed, train_in.steps_per_epoch)
     if resumed is not None:
         trainer.restore(train_in)  # before config.json records the resume: it may be refused
@@ -316,13 +318,22 @@ def _train(
             optimizer = trainer.optimizer
             if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
                 optimizer = optimizer.inner_optimizer
-            optimizer.learning_rate = cfg.lr
+            optimizer.learning_rate = rate
         if info.is_chief:
             _record_resume(run_dir, cfg, resumed, trainer.state.global_step, w, say)
     elif info.is_chief:
         start = {"event": "start", "time": now(), "world_size": w, "format": RUN_FORMAT}
         start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
+        start["learning_rate"] = rate
         write_run_config(run_dir, cfg, [start])
+    normalized = normalization(cfg, data.shape[-1])
+    if info.is_chief and resumed is None and normalized is not None:
+        mean, std = (" ".join(f"{v:g}" for v in values) for values in normalized)
+        say(
+            "info",
+            f"inputs normalised, training and held-out: (x - mean) / std with x in [0, 1], "
+            f"--mean {mean} --std {std} (model.keras expects its inputs so)",
+        )
     if info.is_chief and cfg.color_jitter and cfg.aa is not None:
         say("info", f"--color-jitter {cfg.color_jitter:g} is not applied with --aa (timm's rule)")
     if info.is_chief and resumed is None:
@@ -332,7 +343,8 @@ def _train(
             f"{w} replica(s) ({type(strategy).__name__}), "
             f"{data.train.num_examples} training / {data.eval.num_examples} held-out examples "
             f"({data.held_out}), batch {cfg.batch_size} global = {per} per replica x {w}, "
-            f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}" + _compression_note(cfg),
+            f"{train_in.steps_per_epoch} steps/epoch, {_lr_words(cfg)}, run dir {run_dir}"
+            + _compression_note(cfg),
         )
     if stop is not None:
         stop.attach(trainer.request_stop)
@@ -430,10 +442,11 @@ def _trainer(
 
     metrics = training_metrics(cfg, data.num_classes)
     options = trainer_options(cfg)
+    scaled = dataclasses.replace(cfg, lr=learning_rate(cfg))  # the optimizer's --lr: the rule's
     parts = default_parts(
         strategy,
         model,
-        lambda: build_optimizer(cfg, steps, built.get("model")),
+        lambda: build_optimizer(scaled, steps, built.get("model")),
         training_loss(cfg, data.num_classes),
         metrics=metrics,
         accumulation_steps=cfg.accum_steps,
@@ -480,10 +493,13 @@ def _record_resume(
         "format": RUN_FORMAT,
         "global_step": global_step,
         "world_size": world_size,
+        "learning_rate": learning_rate(cfg),
     }
     if resumed.changed:
         entry["changed"] = {k: {"from": a, "to": b} for k, (a, b) in resumed.changed.items()}
         changes = ", ".join(f"{flag(k)} {b!r} (was {a!r})" for k, (a, b) in resumed.changed.items())
+        rate = {"lr", "lr_rule", "lr_base_size", "lr_base_scale"} & set(resumed.changed)
+        changes += f" ({_lr_words(cfg)})" if rate else ""
         say("info", f"resuming with {changes}; recorded in config.json")
     if resumed.rebuilt:
         entry["note"] = "config.json was missing: rebuilt from the options given"
@@ -566,6 +582,19 @@ def trainer_options(cfg: TrainConfig) -> dict[str, Any]:
         "checkpoint_every": cfg.checkpoint_every,
         "record_samples": cfg.record_samples,
     }
+
+
+def _lr_words(cfg: TrainConfig) -> str:
+    """The start line's words for the learning rate: the rate, and the rule that made it.
+
+    Example:
+        >>> _lr_words(TrainConfig(lr=5e-4, lr_rule="deit", batch_size=1024))
+        "lr 0.001 (--lr 0.0005 x 1024 / 512: DeiT's rule)"
+        >>> _lr_words(TrainConfig())
+        'lr 0.003'
+    """
+    note = lr_note(cfg)
+    return f"lr {learning_rate(cfg):g}" + (f" ({note})" if note else "")
 
 
 def _compression_note(cfg: TrainConfig) -> str:

@@ -45,7 +45,9 @@ class WindowPlan(Protocol):
     ``windows(shapes [N, 2])`` plans every entry's window,
     ``finish(window, j)`` makes entry ``j``'s output from its window's
     pixels, ``output_spec(window_spec)`` is that output's spec.
-    :class:`tfdp.windows.plan.WindowRequest` is one.
+    :class:`tfdp.windows.plan.WindowRequest` is one. A source calls
+    ``windows`` before any ``finish`` (a plan may keep what ``windows``
+    planned for the entries: a placed stage's placements).
     """
 
     def windows(self, shapes: tf.Tensor) -> tf.Tensor:

@@ -303,12 +303,17 @@ class _StageWindows:
 
     def __init__(self, stage: Any, params: tf.Tensor, channels: int) -> None:
         self.stage, self.params, self.channels = stage, params, channels
+        self.placements: tf.Tensor | None = None
 
     def windows(self, shapes: tf.Tensor) -> tf.Tensor:
+        if self.stage.placed:  # planned with the windows, for finish
+            self.placements = self.stage.placements(shapes, self.params)
         return self.stage.windows(shapes, self.params)
 
     def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
-        return self.stage.resize(window)
+        if self.placements is None:  # (a stage of one's own may take the window alone)
+            return self.stage.resize(window)
+        return self.stage.resize(window, self.placements[j])
 
     def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
         return tf.TensorSpec([*self.stage.size, self.channels], tf.float32)

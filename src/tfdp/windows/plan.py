@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from tfdp.augment import Augmentation, Compose, WindowAugmentation
 from tfdp.augment.compose import stage_seeds
+from tfdp.errors import StateError
 from tfdp.random import as_seeds, fold_in, folded_uniforms
 
 __all__ = ["WindowPipeline", "WindowRequest", "split_window"]
@@ -91,37 +92,63 @@ class WindowRequest:
         stages = [(pipeline.window_index, pipeline.window), *pipeline.image_stages]
         params = _draw(seeds, stages, on_host)
         self._window_params, self._stage_params = params[0], params[1:]
+        self._placements: tf.Tensor | None = None
 
     def windows(self, shapes: tf.Tensor) -> tf.Tensor:
         """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``.
 
         With ``on_host``, planned by NumPy (:meth:`WindowAugmentation.host_windows`)
-        in one ``tf.numpy_function`` when the stage can.
+        in one ``tf.numpy_function`` when the stage can. A placed stage's
+        placements (:meth:`WindowAugmentation.placements`) are planned here
+        too, for :meth:`finish`.
         """
         window = self.pipeline.window
-        if not (self.on_host and window.plans_on_host):
-            return window.windows(shapes, self._window_params)
-        boxes = tf.numpy_function(
-            window.host_windows,
-            [shapes, self._window_params],
-            tf.int32,
-            stateful=False,
-            name="host_windows",
+        host = self.on_host and window.plans_on_host
+        if window.placed:
+            self._placements = self._planned(
+                window.host_placements if host else None, window.placements, shapes, tf.float32
+            )
+        return self._planned(window.host_windows if host else None, window.windows, shapes)
+
+    def _planned(
+        self, host: Any, graph: Any, shapes: tf.Tensor, dtype: tf.DType = tf.int32
+    ) -> tf.Tensor:
+        """``[N, 4]`` rows planned by ``host`` (NumPy, one graph node) if given, else ``graph``."""
+        if host is None:
+            return graph(shapes, self._window_params)
+        rows = tf.numpy_function(
+            host, [shapes, self._window_params], dtype, stateful=False, name=host.__name__
         )
-        boxes.set_shape([shapes.shape[0], 4])
-        return boxes
+        rows.set_shape([shapes.shape[0], 4])
+        return rows
 
     def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
         """Sample ``j``'s output from its window's pixels ``[h, w, C]``.
 
-        The window is resized, then the per-image stages apply their drawn
-        parameters (row ``j``).
+        The window is resized (a placed stage: with its placement, planned by
+        :meth:`windows`, which is called first), then the per-image stages
+        apply their drawn parameters (row ``j``).
+
+        Raises:
+            StateError: a placed stage's window finished before :meth:`windows` planned it.
         """
         params = [p[j : j + 1] for p in self._stage_params]
-        return self._finish(window, *params)
+        placement = None
+        if self.pipeline.window.placed:
+            if self._placements is None:
+                raise StateError(
+                    "finish: a placed window stage's windows are planned by windows(shapes) "
+                    "first (their placements come with them)"
+                )
+            placement = self._placements[j]
+        return self._finish(window, placement, *params)
 
-    def _finish(self, window: tf.Tensor, *params: tf.Tensor) -> tf.Tensor:
-        image = self.pipeline.window.resize(window)[tf.newaxis]
+    def _finish(
+        self, window: tf.Tensor, placement: tf.Tensor | None, *params: tf.Tensor
+    ) -> tf.Tensor:
+        first = self.pipeline.window  # (a stage of one's own may take the window alone)
+        image = first.resize(window) if placement is None else first.resize(window, placement)
+        image = image[tf.newaxis]
         for (_, stage), p in zip(self.pipeline.image_stages, params, strict=True):
             image = stage.apply(image, p)
         return image[0]
@@ -140,7 +167,10 @@ class WindowRequest:
             TensorSpec(shape=(4, 4, 3), dtype=tf.float32, name=None)
         """
         params = [tf.TensorSpec([1, *p.shape[1:]], p.dtype) for p in self._stage_params]
-        traced = tf.function(self._finish, autograph=False).get_concrete_function(window, *params)
+        placement = tf.TensorSpec([4], tf.float32) if self.pipeline.window.placed else None
+        traced = tf.function(self._finish, autograph=False).get_concrete_function(
+            window, placement, *params
+        )
         out = traced.structured_outputs
         return tf.TensorSpec(out.shape, out.dtype)
 
