@@ -33,13 +33,15 @@ __all__ = [
     "read_run_config",
     "refuse_existing_run",
     "resolve_resume",
+    "run_format",
     "write_run_config",
 ]
 
 
-#: The format of a run's ``config.json``, recorded as ``"format"`` in every history entry: 2
-#: since ``adam`` / ``adamw`` train with torch's update (:mod:`tfdp.optim`). A run whose first
-#: entry has none is format 1: its adam / adamw were Keras's, and it is not resumed.
+#: The format of a run's ``config.json``, recorded as its ``"format"`` and in every history
+#: entry: 2 since ``adam`` / ``adamw`` train with torch's update (:mod:`tfdp.optim`). A file
+#: without it (nor in its first entry) is format 1: its adam / adamw were Keras's, and such a
+#: run is not resumed.
 RUN_FORMAT = 2
 
 
@@ -65,11 +67,25 @@ def read_run_config(path: str) -> tuple[dict[str, Any], list[Any]]:
     return options, history if isinstance(history, list) else []
 
 
+def run_format(path: str) -> int:
+    """The format of the run whose ``config.json`` is ``path``: its own, or its first entry's."""
+    from tfdp.recipe.rundir import read_json_object
+
+    raw = read_json_object(path, "run config")
+    history = raw.get("history")
+    first = history[0] if isinstance(history, list) and history else {}
+    version = raw.get("format", first.get("format", 1) if isinstance(first, dict) else 1)
+    return version if isinstance(version, int) else 1
+
+
 def write_run_config(run_dir: str, cfg: TrainConfig, history: list[Any]) -> None:
     """Write ``run_dir/config.json`` (atomically): the options and the history of events."""
     from tfdp.recipe.rundir import write_json_atomic
 
-    write_json_atomic(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "history": history})
+    first = history[0] if history and isinstance(history[0], dict) else {}
+    version = first.get("format", 1) if first else RUN_FORMAT  # the run's: its start's
+    config = {"format": version, **cfg.to_dict(), "history": history}
+    write_json_atomic(os.path.join(run_dir, "config.json"), config)
 
 
 def now() -> str:
@@ -134,7 +150,7 @@ def resolve_resume(
             )
         return Resumed(cfg, {}, [], rebuilt=True)
     saved, history = read_run_config(path)
-    _refuse_other_update(run_dir, saved, history)
+    _refuse_other_update(run_dir, saved, run_format(path))
     merged: dict[str, Any] = {}
     refused: list[str] = []
     changed: dict[str, tuple[Any, Any]] = {}
@@ -173,10 +189,8 @@ def resolve_resume(
     return Resumed(TrainConfig(**merged), changed, history)
 
 
-def _refuse_other_update(run_dir: str, saved: dict[str, Any], history: list[Any]) -> None:
+def _refuse_other_update(run_dir: str, saved: dict[str, Any], version: int) -> None:
     """Refuse a run of format 1 whose optimizer tfdp now updates otherwise (adam, adamw)."""
-    first = history[0] if history and isinstance(history[0], dict) else {}
-    version = first.get("format", 1)
     optimizer = saved.get("optimizer")
     if version != RUN_FORMAT and optimizer in ("adam", "adamw"):
         keras_name = {"adam": "Adam", "adamw": "AdamW"}[optimizer]
