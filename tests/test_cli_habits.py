@@ -230,6 +230,18 @@ def test_batch_size_flags_exclude_each_other(tmp_path, capsys):
         train_request(args)
 
 
+def test_a_run_s_config_json_is_a_config_file(tmp_path):
+    """The guide's promise: `tfdp train --config RUN/config.json` starts a run with its options
+    (its history and format are not options; its batch_size_per_replica is null)."""
+    from tfdp.recipe.resume import write_run_config
+
+    run = TrainConfig(epochs=3, lr=0.01, optimizer="sgd", batch_size=32, smoothing=0.1)
+    write_run_config(str(tmp_path), run, [{"event": "start", "format": 2}])
+    args = build_parser().parse_args(["train", "--config", str(tmp_path / "config.json")])
+    cfg, _ = train_request(args)
+    assert cfg == run
+
+
 def test_repeat_aug_is_spelled_both_ways():
     assert TrainConfig(sampler="repeat_aug").sampler == "repeat-aug"
     assert coerce("sampler", "repeat_aug", "--sampler") == "repeat-aug"

@@ -174,7 +174,7 @@ def train_request(args: argparse.Namespace) -> tuple[TrainConfig, frozenset[str]
     values: dict[str, Any] = {}
     if getattr(args, "config", None):
         values.update(load_config_file(args.config))
-        if all(name in values for name in _EXCLUSIVE):
+        if all(values.get(name) is not None for name in _EXCLUSIVE):  # config.json has both
             raise ConfigError(
                 f"config file {args.config!r} gives both batch_size and batch_size_per_replica: "
                 "give one of them"

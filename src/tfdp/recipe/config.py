@@ -408,7 +408,7 @@ def coerce(name: str, value: Any, where: str) -> Any:
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     r"""Read a YAML (.yaml/.yml), TOML (.toml) or JSON (.json) config file into checked options.
 
-    A run's ``config.json`` is a valid config file (its ``history`` is skipped).
+    A run's ``config.json`` is a valid config file (its ``history`` and ``format`` are skipped).
 
     Keys may use dashes or underscores (``batch-size`` or ``batch_size``).
 
@@ -445,8 +445,9 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             import json
 
             raw = json.loads(text)
-            if isinstance(raw, dict):
-                raw.pop("history", None)  # a run's config.json: its events are not options
+            if isinstance(raw, dict):  # a run's config.json: its events and format are not options
+                raw.pop("history", None)
+                raw.pop("format", None)
         else:
             import yaml
 
