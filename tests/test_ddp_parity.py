@@ -252,6 +252,7 @@ def _config(case: Case) -> TrainConfig:
         warmup_lr=case.warmup_lr,
         min_lr=case.min_lr,
         sched_on_updates=case.sched_on_updates,
+        sched_one_epoch_late=case.driver == "deit",  # DeiT's main.py: step(epoch)
         accum_steps=case.accum,
         clip_grad=case.clip_grad,
         smoothing=mix.get("label_smoothing", case.smoothing),
@@ -259,18 +260,6 @@ def _config(case: Case) -> TrainConfig:
         cutmix=mix.get("cutmix_alpha", 0.0),
         mixup_switch_prob=mix.get("switch_prob", 0.5),
     )
-
-
-class OneEpochLate(keras.optimizers.schedules.LearningRateSchedule):
-    """DeiT's rate: its main.py calls ``lr_scheduler.step(epoch)`` after epoch ``epoch``, so
-    epoch ``e > 0`` trains at the rate timm's train.py (``step(epoch + 1)``) gives epoch
-    ``e - 1``: ``schedule(max(step - steps_per_epoch, 0))``."""
-
-    def __init__(self, schedule: Any, steps_per_epoch: int) -> None:
-        self.schedule, self.steps_per_epoch = schedule, steps_per_epoch
-
-    def __call__(self, step: Any) -> Any:
-        return self.schedule(keras.ops.maximum(step - self.steps_per_epoch, 0))
 
 
 def _model_and_optimizer(case: Case, init: list[Any], steps: int) -> tuple[Any, Any]:
@@ -286,10 +275,6 @@ def _model_and_optimizer(case: Case, init: list[Any], steps: int) -> tuple[Any, 
     w1, b1, w2, b2 = (np.asarray(w) for w in init)
     model.set_weights([w1.T, b1, w2.T, b2])
     optimizer = build_optimizer(_config(case), steps, model)
-    if case.driver == "deit":
-        cosine = TimmCosine(case.lr, case.epochs, case.warmup_epochs, case.warmup_lr,
-                            case.min_lr, steps_per_t=steps)  # fmt: skip
-        optimizer.learning_rate = OneEpochLate(cosine, steps)
     return model, optimizer
 
 

@@ -60,7 +60,7 @@ def test_the_cosine_schedule_is_timms_at_every_step(epochs, warmup, spe, accum, 
 
 @pytest.mark.xdist_group(side.GROUP)  # its results come from one process per test process
 def test_the_cosine_schedule_is_timms_own():
-    """DeiT's loop (lr_scheduler.step(epoch) after each epoch) and timm's per-update one."""
+    """timm's train.py per epoch (lr_scheduler.step(epoch + 1) after each epoch) and per update."""
     reference_stack.ensure("torch")
     timm_ref.skip_unless_available()
     schedules = side.results()["schedules"]
@@ -167,6 +167,7 @@ def test_label_smoothing_is_timms():
         ({"min_lr": -1.0}, "--min-lr must be a finite number >= 0"),
         ({"accum_steps": 0}, "--accum-steps must be an integer >= 1"),
         ({"keep_checkpoints": 0}, "--keep-checkpoints must be an integer >= 1"),
+        ({"sched_one_epoch_late": True}, "give --no-sched-on-updates with it"),
     ],
 )
 def test_bad_recipe_values_are_refused_naming_the_flag(options, message):

@@ -35,10 +35,18 @@ class TimmCosine(keras.optimizers.schedules.LearningRateSchedule):
     as timm's default ``warmup_prefix=False``) while ``t < t_initial``; then
     ``lr_min``. Computed in float64 as timm's Python floats are, then cast.
 
+    ``t_lag`` units late, ``t = max(step // steps_per_t - t_lag, 0)``: with
+    ``t_lag=1`` per epoch, the rates of DeiT's ``main.py``, which calls
+    ``lr_scheduler.step(epoch)`` after epoch ``epoch`` (timm's ``train.py``
+    calls ``step(epoch + 1)``), so that its epoch ``e > 0`` trains at ``t = e - 1``.
+
     Example:
         >>> s = TimmCosine(1.0, t_initial=4, steps_per_t=10)
         >>> [float(s(k)) for k in (0, 9, 10, 20, 40)]
         [1.0, 1.0, 0.8535533905932737, 0.5, 0.0]
+        >>> deit = TimmCosine(1.0, t_initial=4, steps_per_t=10, t_lag=1)
+        >>> [float(deit(k)) for k in (0, 10, 20, 30)]  # epochs 0 and 1 at t = 0
+        [1.0, 1.0, 0.8535533905932737, 0.5]
     """
 
     def __init__(
@@ -49,6 +57,7 @@ class TimmCosine(keras.optimizers.schedules.LearningRateSchedule):
         warmup_lr_init: float = 0.0,
         lr_min: float = 0.0,
         steps_per_t: int = 1,
+        t_lag: int = 0,
     ) -> None:
         self.base_lr = float(base_lr)
         self.t_initial = int(t_initial)
@@ -56,10 +65,12 @@ class TimmCosine(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_lr_init = float(warmup_lr_init)
         self.lr_min = float(lr_min)
         self.steps_per_t = int(steps_per_t)
+        self.t_lag = int(t_lag)
 
     def __call__(self, step: Any) -> Any:
         """The rate at optimizer step ``step`` (float64)."""
-        t = ops.cast(ops.floor_divide(ops.cast(step, "int64"), self.steps_per_t), "float64")
+        t = ops.floor_divide(ops.cast(step, "int64"), self.steps_per_t)
+        t = ops.cast(ops.maximum(t - self.t_lag, 0), "float64")
         cosine = self.lr_min + 0.5 * (self.base_lr - self.lr_min) * (
             1.0 + ops.cos(math.pi * t / max(self.t_initial, 1))
         )
@@ -78,4 +89,5 @@ class TimmCosine(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_lr_init": self.warmup_lr_init,
             "lr_min": self.lr_min,
             "steps_per_t": self.steps_per_t,
+            "t_lag": self.t_lag,
         }

@@ -224,6 +224,13 @@ class _JobOptions:
         "--no-sched-on-updates changes it once per epoch, as DeiT and timm do by default",
         resume="record",
     )
+    sched_one_epoch_late: bool = _opt(
+        False,
+        "cosine per epoch (--no-sched-on-updates): DeiT's rates, one epoch behind timm's "
+        "train.py (DeiT's main.py steps its scheduler to the epoch just trained: epoch e > 0 "
+        "trains at the rate of epoch e - 1)",
+        resume="record",
+    )
     clip_grad: float | None = _opt(
         None,
         "clip the all-reduced gradient to this global norm (timm's --clip-grad, --clip-mode "
@@ -525,6 +532,11 @@ def _check_recipe(cfg: TrainConfig) -> None:
         raise ConfigError(f"--smoothing must be in [0, 1), got {cfg.smoothing}")
     if not 0 <= cfg.model_ema_decay < 1:
         raise ConfigError(f"--model-ema-decay must be in [0, 1), got {cfg.model_ema_decay}")
+    if cfg.sched_one_epoch_late and cfg.sched_on_updates:
+        raise ConfigError(
+            "--sched-one-epoch-late is DeiT's stepping of a per-epoch schedule: give "
+            "--no-sched-on-updates with it (a schedule stepped per update is never late)"
+        )
 
 
 def check_given(cfg: TrainConfig, given: set[str] | frozenset[str] | None = None) -> None:

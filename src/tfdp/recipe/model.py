@@ -52,7 +52,8 @@ def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -
     torch's). ``cosine``: timm's cosine (:class:`~tfdp.optim.TimmCosine`) over
     ``cfg.epochs`` with ``cfg.warmup_epochs`` of warm-up from
     ``cfg.warmup_lr`` to ``cfg.min_lr``, per optimizer step or per epoch
-    (``cfg.sched_on_updates``); ``constant``: ``cfg.lr``. Weight decay as
+    (``cfg.sched_on_updates``), one epoch late as DeiT's with
+    ``cfg.sched_one_epoch_late``; ``constant``: ``cfg.lr``. Weight decay as
     timm applies it (decoupled for adamw, lion and Keras's, torch's L2 term
     for adam and the SGDs), none for the one-dimensional weights of ``model``
     (biases, normalisation: :func:`~tfdp.optim.decays`) when it is given.
@@ -89,6 +90,7 @@ def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -
             warmup_lr_init=cfg.warmup_lr,
             lr_min=cfg.min_lr,
             steps_per_t=per_t,
+            t_lag=1 if cfg.sched_one_epoch_late else 0,
         )
     ema = {"use_ema": cfg.model_ema, "ema_momentum": cfg.model_ema_decay}
     wd = cfg.weight_decay
