@@ -325,7 +325,13 @@ def test_bar_goes_to_a_terminal_stderr_only(capsys):
     logs.epoch_begin(0, 4)
     for step in range(1, 5):
         logs.steps_end(
-            epoch=0, step=step, global_step=step, losses=[1.0], samples=4, lr=0.1, epoch_loss=1.0
+            epoch=0,
+            step=step,
+            global_step=step,
+            values={"loss": [1.0]},
+            samples=4,
+            lr=0.1,
+            epoch_loss=1.0,
         )
     assert "4/4" in "".join(terminal.parts)  # the Keras bar, on the terminal
     assert lines.getvalue() == ""  # no plain lines while a bar is shown
@@ -334,7 +340,9 @@ def test_bar_goes_to_a_terminal_stderr_only(capsys):
     logs = TrainLogs(None, log_every=2, stream=lines, bar_stream=redirected)
     logs.epoch_begin(0, 4)
     for step in range(1, 5):
-        logs.steps_end(epoch=0, step=step, global_step=step, losses=[1.0], samples=4, lr=0.1)
+        logs.steps_end(
+            epoch=0, step=step, global_step=step, values={"loss": [1.0]}, samples=4, lr=0.1
+        )
     assert redirected.getvalue() == ""
     assert [x.split("  ")[1] for x in lines.getvalue().splitlines()] == ["step 2/4", "step 4/4"]
 
