@@ -142,8 +142,9 @@ class StepOutputs:
 
     def told(self, steps: np.ndarray) -> dict[str, list[float]]:
         """``{"loss": [...], name: [...]}`` of the ``steps`` selected (a mask), as logs get it."""
-        out = {"loss": self.loss[steps].tolist()}
-        out.update((k, v[steps].tolist()) for k, v in self.scalars.items())
+        every = bool(steps.all())  # the common case: no mask to apply
+        out = {"loss": (self.loss if every else self.loss[steps]).tolist()}
+        out.update((k, (v if every else v[steps]).tolist()) for k, v in self.scalars.items())
         return out
 
 

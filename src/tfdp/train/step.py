@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfdp._autograph import plain
@@ -70,29 +71,33 @@ def _rows(x: Any) -> int | tf.Tensor:
 
 
 class _Packing:
-    """A step's named outputs as one vector of the step's type, and back (the multi-step loop).
+    """A step's named outputs as one vector of the step's type in the graph, and back on the host.
 
-    The names, shapes and types are those of the step it packs, learnt when the
-    loop body is traced; :meth:`unpack` (after the loop) restores each name
-    from the stacked ``[n, width]`` rows, in its own type.
+    A compiled call returns its steps' outputs packed, ``[n, width]`` (one
+    tensor to fetch, one row written per step of the multi-step loop); the
+    names, shapes and types are those of the step it packs, learnt when the
+    step is traced, and :meth:`unpack` restores each name from the fetched
+    rows, in its own type.
     """
 
     def __init__(self, dtype: tf.DType) -> None:
         self.dtype = dtype
-        self.layout: list[tuple[str, tf.TensorShape, tf.DType]] = []
+        self.layout: list[tuple[str, tuple[int, ...], Any]] = []
 
-    @plain
     def pack(self, named: dict[str, tf.Tensor]) -> tf.Tensor:
-        self.layout = [(k, v.shape, v.dtype) for k, v in named.items()]
+        """One step's outputs as one vector (graph; records the layout)."""
+        self.layout = [(k, tuple(v.shape), v.dtype.as_numpy_dtype) for k, v in named.items()]
         return tf.concat([tf.reshape(tf.cast(v, self.dtype), [-1]) for v in named.values()], 0)
 
-    @plain
-    def unpack(self, rows: tf.Tensor) -> dict[str, tf.Tensor]:
+    def unpack(self, rows: Any) -> dict[str, Any]:
+        """The named outputs of fetched ``[n, width]`` rows (host, NumPy)."""
+        rows = rows.numpy()
         out, start = {}, 0
         for name, shape, dtype in self.layout:
-            size = shape.num_elements()
-            part = tf.reshape(rows[:, start : start + size], [-1, *shape])
-            out[name] = tf.cast(part, dtype)
+            size = int(np.prod(shape, dtype=int))
+            out[name] = (
+                rows[:, start : start + size].reshape(len(rows), *shape).astype(dtype, copy=False)
+            )
             start += size
         return out
 
@@ -428,9 +433,16 @@ class TrainStep:
         Example:
             See :class:`TrainStep`.
         """
-        fn = self._traced(spec, group, n > 1, with_ids, width)
+        fn, packing = self._traced(spec, group, n > 1, with_ids, width)
         call = bound_call(fn, iterator, self._count(n)) if n > 1 else bound_call(fn, iterator)
-        return lambda: StepOutputs.from_named(call())
+        if not width:
+            return lambda: StepOutputs.from_named(packing.unpack(call()))
+
+        def with_ids() -> StepOutputs:
+            packed, ids = call()
+            return StepOutputs.from_named({**packing.unpack(packed), "ids": ids})
+
+        return with_ids
 
     def _count(self, n: int) -> tf.Tensor:
         """``n`` as an int64 tensor, one per value (not a new one per call)."""
@@ -438,7 +450,9 @@ class TrainStep:
             self._counts[n] = tf.constant(n, tf.int64)
         return self._counts[n]
 
-    def _traced(self, spec: str, group: int, multi: bool, with_ids: bool, width: int) -> Any:
+    def _traced(
+        self, spec: str, group: int, multi: bool, with_ids: bool, width: int
+    ) -> tuple[Any, _Packing]:
         key = (spec, with_ids, width, group, multi)
         fn = self._fns.get(key)
         if fn is None:
@@ -446,8 +460,12 @@ class TrainStep:
             self._fns[key] = fn
         return fn
 
-    def _build(self, group: int, multi: bool, with_ids: bool, width: int) -> Any:
-        """The ``tf.function`` of one step (``multi=False``) or of ``n`` (a ``tf.range`` loop)."""
+    def _build(self, group: int, multi: bool, with_ids: bool, width: int) -> tuple[Any, _Packing]:
+        """The ``tf.function`` of one step (``multi=False``) or of ``n`` (a ``tf.range`` loop).
+
+        It returns the steps' outputs packed (``[n, width]``, see :class:`_Packing`) and,
+        when recording, their ids (``[n, micro-batches, replicas * width]``).
+        """
         if self._grad_fn is None:
             self._grad_fn = self.gradients
             if self.jit_compile:  # the forward/backward pass; the update stays outside XLA
@@ -464,49 +482,44 @@ class TrainStep:
         # tfdp's step is traced without AutoGraph, as Keras traces its train step: the user's
         # model and metrics run as written, a user's loss function as AutoGraph converts it
         # (tfdp._autograph). Only the multi-step loop below is converted, for its tf.range.
+        packing = _Packing(self.dtype)
+
         @plain
-        def one_step(iterator: Any) -> dict[str, tf.Tensor]:
-            """The step's outputs by name (all-reduced: the first local replica's)."""
+        def one_step(iterator: Any) -> tuple[tf.Tensor, Any, tf.Tensor]:
+            """One step's outputs packed, its ids apart, and whether it was flagged."""
             batches = tuple(next(iterator) for _ in range(group))
             with reduced():
                 out = strategy.run(replica_step, args=(batches,))
-            local = strategy.experimental_local_results
-            return {name: local(value)[0] for name, value in out.items()}
+            # Every output is all-reduced (the same on every replica): the first local replica's.
+            first = {name: strategy.experimental_local_results(v)[0] for name, v in out.items()}
+            ids = first.pop("ids", None)
+            flagged = first["loss_nonfinite"] + first["gradient_nonfinite"] > 0
+            return packing.pack(first), ids, flagged
 
         if not multi:
 
             @tf.function(autograph=False)
             def train_1(iterator: Any) -> Any:  # straight-line: no loop
-                return {name: tf.expand_dims(v, 0) for name, v in one_step(iterator).items()}
+                step, ids, _ = one_step(iterator)
+                step = tf.expand_dims(step, 0)
+                return (step, tf.expand_dims(ids, 0)) if width else step
 
-            return train_1
+            return train_1, packing
 
         stop_early = self.on_nonfinite == "stop"
-        packing = _Packing(self.dtype)
-
-        @plain
-        def packed_step(iterator: Any) -> tuple[tf.Tensor, Any, tf.Tensor]:
-            """One step's outputs packed in one vector, its ids apart, whether it was flagged."""
-            out = one_step(iterator)
-            ids = out.pop("ids", None)
-            flagged = out["loss_nonfinite"] + out["gradient_nonfinite"] > 0
-            return packing.pack(out), ids, flagged
 
         @tf.function
         def train_loop(iterator: Any, n: tf.Tensor) -> Any:  # Orbit-style multi-step
             steps = tf.TensorArray(self.dtype, size=0, dynamic_size=True)
             ids_out = tf.TensorArray(tf.int64, size=0, dynamic_size=True)
             for i in tf.range(n):
-                step, ids, flagged = packed_step(iterator)
+                step, ids, flagged = one_step(iterator)
                 j = tf.cast(i, tf.int32)
                 steps = steps.write(j, step)
                 if width:
                     ids_out = ids_out.write(j, ids)
                 if stop_early and flagged:
                     break  # every replica and worker breaks at the same step
-            out = packing.unpack(steps.stack())
-            if width:
-                out["ids"] = ids_out.stack()
-            return out
+            return (steps.stack(), ids_out.stack()) if width else steps.stack()
 
-        return train_loop
+        return train_loop, packing
