@@ -82,23 +82,28 @@ class _Packing:
 
     def __init__(self, dtype: tf.DType) -> None:
         self.dtype = dtype
-        self.layout: list[tuple[str, tuple[int, ...], Any]] = []
+        #: Per name: its columns ``[start, stop)``, its shape, its NumPy type (None: the pack's).
+        self.layout: list[tuple[str, int, int, tuple[int, ...], Any]] = []
 
     def pack(self, named: dict[str, tf.Tensor]) -> tf.Tensor:
         """One step's outputs as one vector (graph; records the layout)."""
-        self.layout = [(k, tuple(v.shape), v.dtype.as_numpy_dtype) for k, v in named.items()]
+        self.layout, start = [], 0
+        for name, value in named.items():
+            shape = tuple(int(d) for d in value.shape)
+            stop = start + int(np.prod(shape, dtype=np.int64))
+            own = None if value.dtype == self.dtype else value.dtype.as_numpy_dtype
+            self.layout.append((name, start, stop, shape, own))
+            start = stop
         return tf.concat([tf.reshape(tf.cast(v, self.dtype), [-1]) for v in named.values()], 0)
 
     def unpack(self, rows: Any) -> dict[str, Any]:
         """The named outputs of fetched ``[n, width]`` rows (host, NumPy)."""
         rows = rows.numpy()
-        out, start = {}, 0
-        for name, shape, dtype in self.layout:
-            size = int(np.prod(shape, dtype=int))
-            out[name] = (
-                rows[:, start : start + size].reshape(len(rows), *shape).astype(dtype, copy=False)
-            )
-            start += size
+        n = len(rows)
+        out = {}
+        for name, start, stop, shape, own in self.layout:
+            value = rows[:, start:stop].reshape((n, *shape))
+            out[name] = value if own is None else value.astype(own)
         return out
 
 
