@@ -109,9 +109,9 @@ def test_a_float64_model_trains_and_evaluates_in_float64_on_both_paths(mirrored_
 
 
 def test_types_tfdp_cannot_train_are_refused_naming_them(mirrored_of):
-    """float16 variables (no loss scaling), an integer prediction (the loss cannot take it),
-    and on the fit path a float64 model whose compiled loss computes in float32: each a
-    ConfigError naming the type. ~4 CPU-s."""
+    """float16 variables (no loss scaling), an integer prediction and a float64 one a float32
+    loss function cannot take, and on the fit path a float64 model whose compiled loss computes
+    in float32: each a ConfigError naming the type. ~4 CPU-s."""
     strategy = mirrored_of(2)
 
     def half() -> keras.Model:
@@ -141,6 +141,15 @@ def test_types_tfdp_cannot_train_are_refused_naming_them(mirrored_of):
         trainer.fit(
             DistributedInput(strategy, ArraySource((X.astype("float32"), Y)), batch_size=3), 1
         )
+
+    def float32_only(y_true, y_pred):  # a float32 constant: cannot take a float64 prediction
+        return tf.reduce_sum(tf.square(y_pred - tf.constant(1.0)), axis=-1)
+
+    trainer = Trainer(
+        strategy, model64, lambda: keras.optimizers.SGD(LR), float32_only, progress=False, verbose=0
+    )
+    with pytest.raises(ConfigError, match=r"loss 'float32_only' failed on the model's float64"):
+        trainer.fit(inp, 1)
 
     with strategy.scope():
         compiled = model64()

@@ -95,7 +95,9 @@ class PerExampleLoss:
         tfdp.errors.ConfigError: for an unknown name, something that is no loss, a Keras
             loss with a mean (or sum) reduction, naming the fix; when called, a
             prediction or a loss value whose type is not a real floating-point
-            one, naming the type.
+            one, or a loss that fails on a prediction of a type other than
+            float32 (a float32 constant against a float64 prediction), naming
+            the type.
 
     Example:
         >>> import numpy as np
@@ -138,7 +140,18 @@ class PerExampleLoss:
     def __call__(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Per-example losses, shape ``[B]``, in :attr:`dtype` (trailing axes averaged)."""
         check_floating("the model's prediction", y_pred)
-        values = tf.convert_to_tensor(self.fn(y_true, y_pred))
+        types = sorted({tf.as_dtype(leaf.dtype).name for leaf in tf.nest.flatten(y_pred)})
+        try:
+            values = tf.convert_to_tensor(self.fn(y_true, y_pred))
+        except (TypeError, tf.errors.InvalidArgumentError) as error:
+            if types == ["float32"]:
+                raise  # not a matter of the prediction's type
+            raise ConfigError(
+                f"loss {self.name!r} failed on the model's {' / '.join(types)} prediction (a loss "
+                "written for float32 values may not take another type: compute it in the "
+                f"prediction's type): {error}",
+                argument="loss",
+            ) from error
         check_floating(f"loss {self.name!r}'s value", values)
         values = tf.cast(values, self.dtype)
         if values.shape.rank == 0:

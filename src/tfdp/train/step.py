@@ -244,7 +244,7 @@ class TrainStep:
             with tf.GradientTape() as tape:
                 pred = model(x, training=True)
                 per_ex = tf.cast(self.loss(y, pred), dtype)
-                weighted = per_ex if w is None else per_ex * tf.cast(w, dtype)
+                weighted = per_ex if w is None else per_ex * tf.cast(w, per_ex.dtype)
                 summed = tf.reduce_sum(weighted)
                 divisor = local * replicas * group if per_replica else rows
                 loss = tf.math.divide_no_nan(summed, tf.cast(divisor, dtype))
