@@ -140,10 +140,10 @@ class Trainer:
             loss scaler's business (skipped and rescaled); the loss is checked.
             A gradient whose all-reduced sum overflows although every
             replica's part is finite is flagged too (the sum is what is checked).
-        gradient_compression: ``None`` (default: the exact float32
-            all-reduce), ``"fp16"`` or ``"bf16"``: every replica's gradient
-            is rounded to that type before the all-reduce, which sums in it,
-            and cast back after (the loss is reduced apart, in float32). Less
+        gradient_compression: ``None`` (default: the exact all-reduce, in
+            the gradients' own type), ``"fp16"`` or ``"bf16"``: every replica's
+            gradient is rounded to that type before the all-reduce, which sums
+            in it, and cast back after (the loss is reduced apart). Less
             traffic between machines, not exact: float16 flushes entries below
             about 6e-8 to 0 and overflows above 65504 (a non-finite step, see
             ``on_nonfinite``); bfloat16 keeps 8 significant bits. Refused with

@@ -248,12 +248,13 @@ class TrainStep:
                 summed = tf.reduce_sum(weighted)
                 divisor = local * replicas * group if per_replica else rows
                 loss = tf.math.divide_no_nan(summed, tf.cast(divisor, dtype))
-                if model.losses:
-                    reg = tf.add_n([tf.cast(v, dtype) for v in model.losses])
+                reg = tf.add_n([tf.cast(v, dtype) for v in model.losses]) if model.losses else None
+                if reg is not None:
                     loss += tf.nn.scale_regularization_loss(reg) / group
-                    regularisation += reg
                 scaled = lso.scale_loss(loss) if lso is not None else loss
             total_loss += loss
+            if reg is not None:
+                regularisation += reg
             if per_replica:
                 own += tf.math.divide_no_nan(summed, tf.cast(local, dtype))
             else:
