@@ -137,7 +137,7 @@ def test_types_tfdp_cannot_train_are_refused_naming_them(mirrored_of):
     trainer = Trainer(
         strategy, rounded, lambda: keras.optimizers.SGD(LR), LOSS, progress=False, verbose=0
     )
-    with pytest.raises(ConfigError, match=r"the model's prediction is int32: the loss takes"):
+    with pytest.raises(ConfigError, match=r"the model's prediction is int32: a loss takes"):
         trainer.fit(
             DistributedInput(strategy, ArraySource((X.astype("float32"), Y)), batch_size=3), 1
         )

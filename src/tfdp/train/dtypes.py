@@ -25,7 +25,7 @@ Example:
     >>> check_floating("the model's prediction", tf.constant([1, 2]))
     Traceback (most recent call last):
     ...
-    tfdp.errors.ConfigError: the model's prediction is int32: the loss takes real floating-point values (float32, float64, bfloat16, float16)
+    tfdp.errors.ConfigError: the model's prediction is int32: a loss takes and returns real floating-point values (float32, float64, bfloat16, float16)
 """  # noqa: E501
 
 from __future__ import annotations
@@ -110,12 +110,19 @@ def check_floating(what: str, value: Any, argument: str = "loss") -> None:
 
     Raises:
         tfdp.errors.ConfigError: naming ``what`` and the type.
-    """
+
+    Example:
+        >>> check_floating("the model's prediction", {"a": tf.ones([2], tf.float64)})
+        >>> check_floating("the output of loss 'f'", tf.constant([1 + 2j]))
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: the output of loss 'f' is complex128: a loss takes and returns real floating-point values (float32, float64, bfloat16, float16)
+    """  # noqa: E501
     for leaf in tf.nest.flatten(value):
         dtype = tf.as_dtype(leaf.dtype if hasattr(leaf, "dtype") else type(leaf))
         if not dtype.is_floating:
             raise ConfigError(
-                f"{what} is {dtype.name}: the loss takes real floating-point values "
+                f"{what} is {dtype.name}: a loss takes and returns real floating-point values "
                 f"({_REAL_FLOATS})",
                 argument=argument,
             )

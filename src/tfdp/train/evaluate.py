@@ -152,7 +152,7 @@ class PerExampleLoss:
                 f"prediction's type): {error}",
                 argument="loss",
             ) from error
-        check_floating(f"loss {self.name!r}'s value", values)
+        check_floating(f"the output of loss {self.name!r}", values)
         values = tf.cast(values, self.dtype)
         if values.shape.rank == 0:
             raise ConfigError(

@@ -8,8 +8,8 @@ other worker's is silent, so nothing is written twice):
   stdout gets no ANSI escapes or carriage returns); when it is not a
   terminal, with ``log_every=N``, a plain line every ``N`` optimizer steps
   (epoch, step, the loss and every scalar the step adds -- each the mean
-  since the previous line, by its name --, learning rate, samples/s), as
-  timm's ``--log-interval``;
+  since the previous line, by its name --, learning rate, samples/s), as timm's
+  ``--log-interval``;
 - ``<run_dir>/metrics.jsonl``: one JSON record per completed epoch,
   truncated after a resume to the restored step;
 - TensorBoard in Keras's layout: ``<run_dir>/tensorboard/train`` and
