@@ -11,7 +11,7 @@ import tensorflow as tf
 from reference import Reference, epoch_batches
 from tfdp import ArraySource, DistributedInput
 from tfdp.errors import ConfigError
-from tfdp.train import Trainer, evaluate, fit
+from tfdp.train import Trainer, fit
 
 RNG = np.random.default_rng(7)
 X = RNG.normal(size=(24, 5))  # float64
@@ -100,9 +100,6 @@ def test_a_float64_model_trains_and_evaluates_in_float64_on_both_paths(mirrored_
     want = plain_cross_entropy(model, HELD_X, HELD_Y)
     assert history.history["val_loss"][-1] == pytest.approx(want, abs=1e-12)
     assert fit_history.history["val_loss"][-1] == pytest.approx(want, abs=1e-12)
-    assert evaluate(strategy, trainer.model, held_out, LOSS)["loss"] == pytest.approx(
-        want, abs=1e-12
-    )
     # The comparison can fail: the same model's loss computed in float32 is ~1e-8 away.
     low = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(HELD_Y, model(HELD_X))
     assert abs(float(low) - want) > 1e-12
