@@ -63,6 +63,13 @@ from tfdp.train.weighting import check_loss_weighting
 __all__ = ["TrainStep"]
 
 
+def _plus(total: Any, value: Any) -> Any:
+    """``total + value``, where None is nothing (no op for a first term, or a missing one)."""
+    if value is None:
+        return total
+    return value if total is None else total + value
+
+
 def _rows(x: Any) -> int | tf.Tensor:
     """The rows of a batch: its static batch dimension, else its dynamic one (int32)."""
     leaf = tf.nest.flatten(x)[0]
@@ -86,15 +93,21 @@ class _Packing:
         self.layout: list[tuple[str, int, int, tuple[int, ...], Any]] = []
 
     def pack(self, named: dict[str, tf.Tensor]) -> tf.Tensor:
-        """One step's outputs as one vector (graph; records the layout)."""
+        """One step's outputs as one vector (graph; records the layout): the scalars first."""
+        order = sorted(named, key=lambda name: named[name].shape.rank != 0)  # stable
         self.layout, start = [], 0
-        for name, value in named.items():
+        for name in order:
+            value = named[name]
             shape = tuple(int(d) for d in value.shape)
             stop = start + int(np.prod(shape, dtype=np.int64))
             own = None if value.dtype == self.dtype else value.dtype.as_numpy_dtype
             self.layout.append((name, start, stop, shape, own))
             start = stop
-        return tf.concat([tf.reshape(tf.cast(v, self.dtype), [-1]) for v in named.values()], 0)
+        values = [tf.cast(named[name], self.dtype) for name in order]
+        scalars = [v for v in values if v.shape.rank == 0]
+        parts = [tf.stack(scalars)] if scalars else []
+        parts += [tf.reshape(v, [-1]) for v in values[len(scalars) :]]
+        return tf.concat(parts, 0) if len(parts) > 1 else parts[0]
 
     def unpack(self, rows: Any) -> dict[str, Any]:
         """The named outputs of fetched ``[n, width]`` rows (host, NumPy)."""
@@ -233,10 +246,10 @@ class TrainStep:
         per_replica = self.loss_weighting == "replicas"
         replicas = int(self.strategy.num_replicas_in_sync)
         grads_sum: list[Any] | None = None
-        total_loss = tf.zeros([], dtype)
-        own = tf.zeros([], dtype)  # "rows": the sum over its rows; "replicas": of its means
+        total_loss: Any = None
+        own: Any = None  # "rows": the sum over its rows; "replicas": of its means
         own_rows: Any = 0
-        regularisation = tf.zeros([], dtype)
+        regularisation: Any = None
         outputs = []
         for batch in batches:
             x, y, w = unpack_batch(batch)
@@ -252,13 +265,12 @@ class TrainStep:
                 if reg is not None:
                     loss += tf.nn.scale_regularization_loss(reg) / group
                 scaled = lso.scale_loss(loss) if lso is not None else loss
-            total_loss += loss
-            if reg is not None:
-                regularisation += reg
+            total_loss = _plus(total_loss, loss)
+            regularisation = _plus(regularisation, reg)
             if per_replica:
-                own += tf.math.divide_no_nan(summed, tf.cast(local, dtype))
+                own = _plus(own, tf.math.divide_no_nan(summed, tf.cast(local, dtype)))
             else:
-                own, own_rows = own + summed, own_rows + local
+                own, own_rows = _plus(own, summed), own_rows + local
             grads = tape.gradient(scaled, tvars)
             grads = [
                 tf.zeros_like(v) if g is None else g for g, v in zip(grads, tvars, strict=True)
@@ -271,7 +283,9 @@ class TrainStep:
             outputs.append((y, pred, w, per_ex))
         assert grads_sum is not None
         own = own / group if per_replica else tf.math.divide_no_nan(own, tf.cast(own_rows, dtype))
-        return grads_sum, total_loss, own + regularisation / group, outputs
+        if regularisation is not None:
+            own += regularisation / group
+        return grads_sum, total_loss, own, outputs
 
     def _update_metrics(self, outputs: list[tuple[Any, ...]]) -> None:
         """The epoch's training metrics, from a step's outputs (replica context)."""
