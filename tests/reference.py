@@ -246,7 +246,10 @@ class Reference:
         optimizer: A Keras optimizer.
         loss: Per-example loss ``(y, logits) -> [n]``.
         fetch: ``ids -> (x, y, sample_weight or None)``, for :meth:`step`.
-        clip: Global-norm clip of the gradient, or None.
+        clip: Global-norm clip of the gradient, or None (``norm``: the latest step's
+            gradient norm before clipping).
+        dtype: The type the loss is computed and reduced in, and the gradients cast to (the
+            model's: float64 for a float64 model).
     """
 
     def __init__(
@@ -257,6 +260,7 @@ class Reference:
         fetch: Callable[[np.ndarray], tuple[Any, Any, Any]] | None = None,
         clip: float | None = None,
         compiled: bool = False,
+        dtype: str = "float32",
     ) -> None:
         self.model, self.optimizer, self.loss, self.fetch, self.clip = (
             model,
@@ -265,6 +269,8 @@ class Reference:
             fetch,
             clip,
         )
+        self.dtype = tf.as_dtype(dtype)
+        self.norm = float("nan")
         # The same ops traced once (a long run's eager Keras calls cost ~20 ms a step).
         self._gradients = (
             tf.function(self._loss_and_gradients, reduce_retracing=True)
@@ -281,14 +287,14 @@ class Reference:
     def _loss_and_gradients(self, x: Any, y: Any, w: Any) -> tuple[Any, list[Any]]:
         tvars = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            per_ex = tf.cast(self.loss(y, self.model(x, training=True)), tf.float32)
+            per_ex = tf.cast(self.loss(y, self.model(x, training=True)), self.dtype)
             if w is not None:
-                per_ex = per_ex * w
-            loss = tf.reduce_sum(per_ex) / tf.cast(tf.shape(per_ex)[0], tf.float32)
+                per_ex = per_ex * tf.cast(w, self.dtype)
+            loss = tf.reduce_sum(per_ex) / tf.cast(tf.shape(per_ex)[0], self.dtype)
             if self.model.losses:
-                loss += tf.add_n([tf.cast(v, tf.float32) for v in self.model.losses])
+                loss += tf.add_n([tf.cast(v, self.dtype) for v in self.model.losses])
         grads = tape.gradient(loss, tvars)
-        return loss, [tf.cast(g, tf.float32) for g in grads]
+        return loss, [tf.cast(g, self.dtype) for g in grads]
 
     def step_rows(self, x: Any, y: Any, w: Any, skip_nonfinite: bool = True) -> tuple[float, bool]:
         """One optimizer step over all the step's rows; ``(loss, applied)``."""
@@ -298,7 +304,8 @@ class Reference:
         )
         if finite or not skip_nonfinite:
             if self.clip is not None:
-                grads, _ = tf.clip_by_global_norm(grads, self.clip)
+                grads, norm = tf.clip_by_global_norm(grads, self.clip)
+                self.norm = float(norm)
             self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         return float(loss), finite
 

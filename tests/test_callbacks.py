@@ -224,26 +224,52 @@ def test_fit_path_callbacks_see_exact_validation(mirrored_of, tmp_path):
 
 
 def test_log_every_lines_and_no_escapes_when_redirected(mirrored_of, tmp_path, capfd):
+    """Step lines every 5 steps (no escapes off a terminal), TensorBoard and metrics.jsonl; a
+    quantity a step adds to its outputs -- tfdp's ``grad_norm`` when clipping, and ``rows`` of
+    a step subclass, written in that one class -- is told by name in all three: the line and
+    ``batch_<name>`` the mean since the previous line, the record the epoch's mean."""
+    from tfdp.train.assemble import default_parts
+    from tfdp.train.step import TrainStep
+
+    class RowsStep(TrainStep):
+        def replica_step(self, batches, with_ids=False, record_width=0):
+            out = super().replica_step(batches, with_ids, record_width)
+            out["rows"] = tf.cast(self.step_rows(batches), self.dtype)
+            return out
+
     strategy = mirrored_of(2)
     train, held_out = inputs(strategy)
-    tr = Trainer(
+    parts = default_parts(
         strategy,
         make_model,
         lambda: keras.optimizers.SGD(0.2),
         "sparse_categorical_crossentropy_from_logits",
         metrics=[METRIC],
-        steps_per_call=3,
+        clip_global_norm=100.0,  # never clips here: the step reports the norm
         log_every=5,
         run_dir=tmp_path,
         progress=True,  # asked for, but stderr is not a terminal: no bar
         verbose=1,
     )
+    built = parts.step
+    parts.step = RowsStep(
+        strategy,
+        built.model,
+        built.optimizer,
+        built.loss,
+        built.train_loss,
+        built.metrics,
+        clip_global_norm=100.0,
+    )
+    tr = Trainer.from_parts(parts, steps_per_call=3)
     seen: list[int] = []
     losses: list[float] = []  # each step's loss (a call of 3 steps gives 3)
+    norms: list[float] = []
 
     def on_step(state) -> None:
         seen.append(state.global_step)
         losses.extend(state.step_losses)
+        norms.extend(state.outputs.scalars["grad_norm"].tolist())
 
     tr.fit(train, 2, eval_input=held_out, on_step=on_step)
     out, err = capfd.readouterr()
@@ -259,7 +285,9 @@ def test_log_every_lines_and_no_escapes_when_redirected(mirrored_of, tmp_path, c
         30,
     ]
     assert re.fullmatch(
-        r"epoch 1  step 5/16  global_step 5  loss \d\.\d{4}  lr 0\.2  \d+ samples/s", lines[0]
+        r"epoch 1  step 5/16  global_step 5  loss \d\.\d{4}  grad_norm \S+  rows 16  lr 0\.2  "
+        r"\d+ samples/s",
+        lines[0],
     )
     assert {5, 10, 15, 20, 25, 30} <= set(seen)  # calls were cut to land on the log steps
     assert "epoch 2" in out and "val_loss" in out
@@ -277,10 +305,20 @@ def test_log_every_lines_and_no_escapes_when_redirected(mirrored_of, tmp_path, c
     }
     assert set(events["validation"]) == {"epoch_loss", f"epoch_{METRIC}"}
     assert events["train"]["epoch_learning_rate"][1] == pytest.approx(0.2)
-    # a step line's loss is the mean of its 5 steps' losses
-    assert len(losses) == 32
+    # a step line's loss is the mean of its 5 steps' losses; so is its grad_norm
+    assert len(losses) == len(norms) == 32
     first = float(re.search(r"loss (\d\.\d{4})", lines[0]).group(1))
     assert first == pytest.approx(np.mean(losses[:5]), abs=6e-5)
+    assert events["train"]["batch_grad_norm"][5] == pytest.approx(np.mean(norms[:5]), rel=1e-5)
+    assert events["train"]["batch_rows"] == {g: 16.0 for g in (5, 10, 15, 20, 25, 30)}
+    # the epoch's record: each added quantity's mean over the epoch's steps
+    assert [r["grad_norm"] for r in records] == [
+        pytest.approx(np.mean(norms[:16]), rel=1e-6),
+        pytest.approx(np.mean(norms[16:]), rel=1e-6),
+    ]
+    assert [r["rows"] for r in records] == [16.0, 16.0]
+    assert events["train"]["epoch_grad_norm"][1] == pytest.approx(records[1]["grad_norm"])
+    assert len(set(norms)) > 10  # the norms are the steps' own, not one value
 
 
 def read_events(root: Path) -> dict[str, dict[str, dict[int, float]]]:
@@ -325,7 +363,13 @@ def test_bar_goes_to_a_terminal_stderr_only(capsys):
     logs.epoch_begin(0, 4)
     for step in range(1, 5):
         logs.steps_end(
-            epoch=0, step=step, global_step=step, losses=[1.0], samples=4, lr=0.1, epoch_loss=1.0
+            epoch=0,
+            step=step,
+            global_step=step,
+            values={"loss": [1.0]},
+            samples=4,
+            lr=0.1,
+            epoch_loss=1.0,
         )
     assert "4/4" in "".join(terminal.parts)  # the Keras bar, on the terminal
     assert lines.getvalue() == ""  # no plain lines while a bar is shown
@@ -334,7 +378,9 @@ def test_bar_goes_to_a_terminal_stderr_only(capsys):
     logs = TrainLogs(None, log_every=2, stream=lines, bar_stream=redirected)
     logs.epoch_begin(0, 4)
     for step in range(1, 5):
-        logs.steps_end(epoch=0, step=step, global_step=step, losses=[1.0], samples=4, lr=0.1)
+        logs.steps_end(
+            epoch=0, step=step, global_step=step, values={"loss": [1.0]}, samples=4, lr=0.1
+        )
     assert redirected.getvalue() == ""
     assert [x.split("  ")[1] for x in lines.getvalue().splitlines()] == ["step 2/4", "step 4/4"]
 

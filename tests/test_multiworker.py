@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import free_ports
@@ -243,6 +244,12 @@ def test_default_progress_bar_and_metrics_under_two_workers(trainer_checks):
     assert re.search(r"step 12/12  global_step 12  loss \d", outs[0])  # the chief's ...
     assert "step 12/12" not in outs[1]  # ... the other worker wrote none
     assert "epoch 2" in outs[0]
+    # Every worker sees each replica's own loss, in global replica order (one-hot rows summed in
+    # the gradients' all-reduce): the same on both, and the step's loss their mean (even batches).
+    own = np.array(results[0]["replica_losses"])
+    assert own.shape == (24, 2) and results[1]["replica_losses"] == results[0]["replica_losses"]
+    np.testing.assert_allclose(own.mean(axis=1), results[0]["losses"], rtol=1e-6)
+    assert np.abs(own[:, 0] - own[:, 1]).max() > 1e-3  # the two replicas' data differ
 
 
 @pytest.mark.xdist_group("multiworker_trainer_checks")  # its module fixture runs once

@@ -9,7 +9,10 @@ objects configured for tfdp's training step:
   ``CategoricalCrossentropy(from_logits=True)``; with ``reduction="none"``
   it returns one loss per sample, which the step scales with
   ``tf.nn.compute_average_loss`` (a mean-reduced Keras loss would also divide
-  by the number of replicas).
+  by the number of replicas). ``dtype`` is the type it computes in (Keras's
+  losses default to float32 whatever the model's): the Trainer rebuilds it
+  in a float64 model's type itself; for ``model.fit`` build it with
+  ``dtype="float64"`` (see :mod:`tfdp.train.dtypes`).
 * :func:`soft_target_accuracy` -- Keras' ``CategoricalAccuracy``: the
   prediction's argmax against the soft target's. Under Mixup that is the
   class with the larger weight (the sample's own when ``lam >= 0.5``), so
@@ -34,7 +37,10 @@ __all__ = ["soft_target_accuracy", "soft_target_cross_entropy"]
 
 
 def soft_target_cross_entropy(
-    from_logits: bool = True, reduction: str | None = "none", name: str = "soft_target_ce"
+    from_logits: bool = True,
+    reduction: str | None = "none",
+    name: str = "soft_target_ce",
+    dtype: str | None = None,
 ) -> Any:
     """The ``SoftTargetCrossEntropy`` of timm, per sample: ``keras.losses.CategoricalCrossentropy``.
 
@@ -42,15 +48,18 @@ def soft_target_cross_entropy(
         from_logits: The model outputs logits (DeiT's heads do).
         reduction: ``"none"`` (one loss per sample, for ``tf.nn.compute_average_loss``).
         name: The loss' name.
+        dtype: The type it computes in (None: ``keras.config.floatx()``; ``"float64"``
+            for a float64 model on the ``model.fit`` path).
 
     Example:
-        >>> type(soft_target_cross_entropy()).__name__
-        'CategoricalCrossentropy'
+        >>> loss = soft_target_cross_entropy(dtype="float64")
+        >>> type(loss).__name__, loss([[0.5, 0.5]], [[0.0, 0.0]]).dtype.name
+        ('CategoricalCrossentropy', 'float64')
     """
     import keras
 
     return keras.losses.CategoricalCrossentropy(
-        from_logits=from_logits, reduction=reduction, name=name
+        from_logits=from_logits, reduction=reduction, name=name, dtype=dtype
     )
 
 

@@ -37,10 +37,23 @@ def main(strategy: tf.distribute.Strategy | None = None) -> None:
         steps_per_call=3,
         log_every=4,
     )
-    trainer.fit(inp, 2)
+    losses: list[float] = []
+    replica_losses: list[list[float]] = []
+
+    def on_step(state) -> None:
+        losses.extend(state.step_losses)
+        replica_losses.extend(state.replica_losses)
+
+    trainer.fit(inp, 2, on_step=on_step)
     records = trainer.state.history
     digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in trainer.model.weights))
-    print("RESULT " + json.dumps({"records": records, "weights": digest.hexdigest()}), flush=True)
+    result = {
+        "records": records,
+        "weights": digest.hexdigest(),
+        "losses": losses,
+        "replica_losses": replica_losses,
+    }
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

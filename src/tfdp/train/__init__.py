@@ -5,8 +5,11 @@ trained weights, one concern per module:
 
 - ``step``: the replica step (accumulation, clipping after the all-reduce,
   loss-scale agreement, the non-finite guard) and its compiled functions;
+- ``dtypes``: the type a model trains in, and the types refused;
+- ``weighting``: ``loss_weighting`` (rows, or DDP's replicas);
 - ``loop``: :class:`Trainer`, composed of parts it is handed (``parts``: their
-  Protocols) or builds (``assemble``), ``fit`` and resume;
+  Protocols, and ``StepOutputs``: a call's results by name) or builds
+  (``assemble``), ``fit`` and resume;
 - ``epochs``: the epochs of a fit call (calls, their results, each epoch's
   record, saves, stops) and :class:`TrainState`;
 - ``resume``: the run's checkpoints as the loop saves and restores them;

@@ -4,8 +4,10 @@ This module owns what ``Trainer(strategy, model, optimizer, loss, ...)`` does
 before its loop can run: the options checked (:class:`tfdp.errors.ConfigError`
 naming the argument); the model and the optimizer built inside the strategy's
 scope, under the mixed-precision policy (``mixed_float16`` wraps the optimizer
-in a ``LossScaleOptimizer``), checked to live in that scope and not to clip
-each replica's partial gradient; and the parts of :mod:`tfdp.train.parts`:
+in a ``LossScaleOptimizer``), checked to live in that scope, to have
+variables of a type tfdp trains (:mod:`tfdp.train.dtypes`) and not to clip
+each replica's partial gradient; the loss and the epoch's loss metric in the
+model's loss type; and the parts of :mod:`tfdp.train.parts`:
 the step (:class:`~tfdp.train.step.TrainStep`), the exact evaluation
 (:class:`~tfdp.train.Evaluator`), the logs (:class:`~tfdp.train.logs.TrainLogs`)
 and, with a run directory, the checkpoints (a
@@ -39,11 +41,13 @@ from tfdp._compat import attach_optimizer, backing_variable
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.train.compression import check_compression
+from tfdp.train.dtypes import check_trainable, loss_dtype
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.guard import check_policy
 from tfdp.train.logs import TrainLogs
 from tfdp.train.parts import StepRunner, TrainerParts
 from tfdp.train.step import TrainStep
+from tfdp.train.weighting import check_loss_weighting
 
 __all__ = ["MIXED_PRECISION", "check_loop_options", "default_parts", "epoch_metric_states"]
 
@@ -174,6 +178,7 @@ def _model_and_optimizer(
     ):
         built = keras.optimizers.LossScaleOptimizer(built)
     _check_model_in_scope(strategy, built_model)
+    check_trainable(built_model)
     built.build(built_model.trainable_variables)
     attach_optimizer(built_model, built)  # what Keras callbacks read
     return built_model, built
@@ -198,6 +203,7 @@ def default_parts(
     record_samples: str | os.PathLike[str] | None = None,
     on_nonfinite: str = "stop",
     gradient_compression: str | None = None,
+    loss_weighting: str = "rows",
 ) -> TrainerParts:
     """The parts tfdp builds for a model, an optimizer and a loss (see :class:`tfdp.train.Trainer`).
 
@@ -207,12 +213,14 @@ def default_parts(
 
     Raises:
         tfdp.errors.ConfigError: naming the argument: a model built outside the
-            scope, a loss with a sum reduction, optimizer-side clipping, a bad
-            number or policy.
+            scope or with variables of a type tfdp does not train (float16,
+            complex), a loss with a sum reduction, optimizer-side clipping, a
+            bad number or policy.
     """
     strategy = strategy if strategy is not None else tf.distribute.get_strategy()
     _check_options(loss, log_every, clip_global_norm, mixed_precision)
     on_nonfinite = check_policy(on_nonfinite)
+    loss_weighting = check_loss_weighting(loss_weighting)
     gradient_compression = check_compression(gradient_compression, mixed_precision)
     info = worker_info(strategy)
     policy = mixed_precision if mixed_precision != "float32" else None
@@ -220,8 +228,9 @@ def default_parts(
         built_model, built_optimizer = _model_and_optimizer(
             strategy, model, optimizer, mixed_precision
         )
-        per_example = per_example_loss(loss)
-        train_loss = keras.metrics.Mean(name="loss")
+        dtype = loss_dtype(built_model)
+        per_example = per_example_loss(loss, dtype)
+        train_loss = keras.metrics.Mean(name="loss", dtype=dtype.name)
         train_metrics = [keras.metrics.get(m) if isinstance(m, str) else m for m in metrics]
         evaluator = Evaluator(strategy, built_model, per_example, train_metrics)
     step = TrainStep(
@@ -236,6 +245,7 @@ def default_parts(
         jit_compile=jit_compile,
         multi_worker=info.num_workers > 1,
         gradient_compression=gradient_compression,
+        loss_weighting=loss_weighting,
     )
     logs = TrainLogs(
         run_dir,

@@ -2,16 +2,16 @@
 
 This module owns :func:`compressed_all_reduce`, what
 ``Trainer(gradient_compression="fp16" | "bf16")`` does instead of the exact
-float32 all-reduce. What it changes, exactly:
+all-reduce (in the gradients' own type). What it changes, exactly:
 
 - every replica's floating-point gradient is rounded (to nearest, ties to even)
   to float16 or bfloat16 before the all-reduce;
 - the all-reduce sums in that type: a sum over ``R`` replicas is rounded to it
   up to ``R - 1`` times (each addition of TensorFlow's ring, or of the
   one-device reduction), then cast back to the gradient's own type;
-- the loss is all-reduced apart, in float32 (so a step costs one more small
-  collective), and the clipping norm, the non-finite check and the update
-  read the cast-back sum.
+- the loss (with each replica's own loss) is all-reduced apart, in its own
+  type (so a step costs one more small collective), and the clipping norm,
+  the non-finite check and the update read the cast-back sum.
 
 float16 keeps 11 significant bits and a range of 6e-8 to 65504: a gradient
 entry below about 6e-8 becomes 0 (below 6e-5 it keeps fewer bits), and one

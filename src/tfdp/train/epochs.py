@@ -7,9 +7,13 @@ workers' agreement on a user permutation
 makes ``ceil(S / accumulation_steps)`` optimizer steps (the last holds the
 ``S mod accumulation_steps`` leftover micro-batches), run ``steps_per_call`` at
 a time by calls cut to land on the steps when a checkpoint, a log line or
-``max_steps`` is due; each call's per-step losses and non-finite flags are
-checked (``"stop"`` raises :class:`~tfdp.train.NonFiniteError`, ``"skip"``
-warns) and counted without reading a metric; after every call and every epoch
+``max_steps`` is due; each call's named outputs
+(:class:`~tfdp.train.parts.StepOutputs`) are read by name: the non-finite
+flags checked (``"stop"`` raises :class:`~tfdp.train.NonFiniteError`,
+``"skip"`` warns), the losses and each replica's own loss handed to the state
+(``on_step`` reads them there), and the loss with every scalar the step adds
+told to the logs and averaged into the epoch's record under its own name,
+without reading a metric; after every call and every epoch
 the workers agree whether to stop (:class:`~tfdp.train.stop.StopAgreement`) and
 save where they stop (:class:`~tfdp.train.resume.RunCheckpoints`); an epoch's
 record -- loss, metrics, samples/s, learning rate, the exact ``val_*`` -- is
@@ -35,7 +39,7 @@ import tensorflow as tf
 from tfdp.input import DistributedInput
 from tfdp.sources.base import SkipReportingSource
 from tfdp.train.guard import NonFiniteError
-from tfdp.train.parts import EpochEvaluator, RunLog, StepRunner
+from tfdp.train.parts import EpochEvaluator, RunLog, StepOutputs, StepRunner
 from tfdp.train.resume import RunCheckpoints
 from tfdp.train.stop import StopAgreement
 
@@ -49,9 +53,16 @@ class TrainState:
     """Where training stands: epoch, optimizer step within it, global optimizer step.
 
     ``last_loss`` is the loss of the latest optimizer step and ``step_losses``
-    those of every step of the latest compiled call (each the mean over the
-    rows of its step, regularisation included, as every replica computes it).
-    ``history`` holds every epoch record (as in ``metrics.jsonl``);
+    those of every step of the latest compiled call (each the step's loss --
+    the mean over the rows of its step, or with ``loss_weighting="replicas"``
+    the mean of the replicas' own means -- regularisation included, as every
+    replica holds it); ``replica_losses`` holds, per step of that call, each
+    replica's own loss in global replica order (its mean over its own rows of
+    the step, as each rank of a PyTorch DDP run computes and logs it), and
+    ``outputs`` all of that call's named outputs
+    (:class:`~tfdp.train.parts.StepOutputs`: also the scalars a step adds,
+    e.g. ``grad_norm``). ``history`` holds every epoch record (as in
+    ``metrics.jsonl``);
     ``stop_reason`` says why :meth:`tfdp.train.Trainer.fit` stopped early: ``"request"``
     (or the reason given to :meth:`tfdp.train.Trainer.request_stop`), ``"peer"`` (another
     worker's), ``"callback"`` (a callback set ``model.stop_training``) or
@@ -68,6 +79,8 @@ class TrainState:
     stopped_early: bool = False
     last_loss: float = float("nan")
     step_losses: list[float] = field(default_factory=list)
+    replica_losses: list[list[float]] = field(default_factory=list)
+    outputs: StepOutputs | None = None
     skipped_steps: int = 0
     stop_reason: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -101,17 +114,28 @@ class _Epoch:
     t0: float = field(default_factory=time.perf_counter)
     batches: int = 0
     skipped: int = 0
-    loss_sum: float = 0.0
-    loss_count: int = 0
+    sums: dict[str, float] = field(default_factory=dict)  # of the applied steps' values, by name
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
         return self.full_steps + (1 if self.tail else 0)
 
+    def add(self, values: dict[str, list[float]]) -> None:
+        """Count the applied steps' named values of a call."""
+        for name, vals in values.items():
+            self.sums[name] = self.sums.get(name, 0.0) + sum(vals)
+            self.counts[name] = self.counts.get(name, 0) + len(vals)
+
+    def mean(self, name: str) -> float:
+        """The running mean of a named value over the epoch's applied steps (no metric read)."""
+        count = self.counts.get(name, 0)
+        return self.sums[name] / count if count else float("nan")
+
     @property
     def mean_loss(self) -> float:
-        """The running mean of the epoch's applied step losses (no metric read)."""
-        return self.loss_sum / self.loss_count if self.loss_count else float("nan")
+        """The running mean of the epoch's applied step losses."""
+        return self.mean("loss")
 
 
 class EpochLoop:
@@ -184,7 +208,7 @@ class EpochLoop:
             return float("nan")
 
     # -- non-finite steps -----------------------------------------------------------------
-    def _nonfinite_error(self, i: int, losses: list[float], flags: Any) -> NonFiniteError:
+    def _nonfinite_error(self, i: int, out: StepOutputs) -> NonFiniteError:
         """The error for step ``i`` of the latest call (the steps before it were applied)."""
         self.state.step += i
         self.state.global_step += i
@@ -204,8 +228,8 @@ class EpochLoop:
             global_step=self.state.global_step + 1,
             epoch=self.state.epoch,
             step=self.state.step,
-            what="loss" if flags[i][0] else "gradient",
-            value=losses[i],
+            what="loss" if out.loss_nonfinite[i] else "gradient",
+            value=float(out.loss[i]),
             detail=detail,
         )
 
@@ -270,37 +294,36 @@ class EpochLoop:
             run.callbacks.on_train_batch_begin(self.state.step)
         out = run.call(group, n)()
         if self.logs.record_samples is not None:
-            out, ids = out
-            self.logs.write_ids(ids, epoch.epoch, self.state.step, run.train_input.num_replicas)
-        steps = out.numpy()  # [steps run, 3]: loss, non-finite flags
-        losses, flags = steps[:, 0].tolist(), steps[:, 1:]
-        bad = flags.any(axis=1).nonzero()[0].tolist()
+            self.logs.write_ids(out.ids, epoch.epoch, self.state.step, run.train_input.num_replicas)
+        flagged = out.flagged
+        bad = flagged.nonzero()[0].tolist()
         if bad and self.step.on_nonfinite == "stop":  # the call ended at that step
-            raise self._nonfinite_error(bad[0], losses, flags)
+            raise self._nonfinite_error(bad[0], out)
         for i in bad:  # "skip": not applied; its data is consumed
             log.warning(
                 "tfdp: skipped optimizer step %d (epoch %d, step %d): non-finite %s",
                 self.state.global_step + i + 1,
                 epoch.epoch + 1,
                 self.state.step + i + 1,
-                "loss" if flags[i][0] else "gradient",
+                "loss" if out.loss_nonfinite[i] else "gradient",
             )
         epoch.skipped += len(bad)
         self.state.skipped_steps += len(bad)
-        self.state.step_losses = losses
-        self.state.last_loss = losses[-1]
+        self.state.outputs = out
+        self.state.step_losses = out.loss.tolist()
+        self.state.replica_losses = out.replica_losses.tolist()
+        self.state.last_loss = self.state.step_losses[-1]
         self.state.step += n
         self.state.global_step += n
         epoch.batches += n * group
-        good = [v for i, v in enumerate(losses) if i not in bad] if bad else losses
-        epoch.loss_sum += sum(good)
-        epoch.loss_count += len(good)
-        # Already-reduced step losses: no metric read, no collective.
+        told = out.told(~flagged)  # the applied steps' loss and scalars, by name
+        epoch.add(told)
+        # Already-reduced step values: no metric read, no collective.
         self.logs.steps_end(
             epoch=epoch.epoch,
             step=self.state.step,
             global_step=self.state.global_step,
-            losses=good,
+            values=told,
             samples=n * group * run.train_input.global_batch_size,
             lr=self._learning_rate() if self.logs.log_every else float("nan"),
             epoch_loss=epoch.mean_loss,
@@ -342,6 +365,9 @@ class EpochLoop:
         }
         for m in metrics:
             record[m.name] = float(m.result())
+        for name in epoch.sums:  # the step's own scalars, averaged over the applied steps
+            if name != "loss":
+                record[name] = epoch.mean(name)
         samples = epoch.batches * run.train_input.global_batch_size
         record["samples_per_s"] = samples / max(elapsed, 1e-9)
         record["lr"] = self._learning_rate()

@@ -2,12 +2,14 @@
 
 This module owns :class:`PerExampleLoss` (which refuses mean-reduced Keras
 losses, the trap of Keras >= 3.8 dividing by the replica count under a
-strategy), :func:`per_example_loss` (which rebuilds a loss as ``compile``
-takes it with ``reduction="none"``), :func:`unpack_batch`, and
-:class:`Evaluator`: metrics updated in
-replica context with the evaluation sampler's weights (padding weighted 0),
-read in cross-replica context -- equal to a single-device pass over the whole
-set, whatever the replica count.
+strategy, and computes in the model's type: a Keras loss narrower than it
+rebuilt, see :mod:`tfdp.train.dtypes`), :func:`per_example_loss` (which
+rebuilds a loss as ``compile`` takes it with ``reduction="none"``),
+:func:`unpack_batch`, and :class:`Evaluator`: metrics updated in replica
+context with the evaluation sampler's weights (padding weighted 0), read in
+cross-replica context -- equal to a single-device pass over the whole set,
+whatever the replica count; the loss accumulated in the model's type
+(float64 for a float64 model).
 
 Example:
     >>> import numpy as np
@@ -27,6 +29,7 @@ import tensorflow as tf
 from tfdp import _compat
 from tfdp._autograph import plain, user_code
 from tfdp.errors import ConfigError, DataError
+from tfdp.train.dtypes import check_floating, loss_dtype, widened
 
 __all__ = ["Evaluator", "PerExampleLoss", "evaluate", "per_example_loss", "unpack_batch"]
 
@@ -74,7 +77,7 @@ def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
 
 
 class PerExampleLoss:
-    """A loss returning one float32 value per example, whatever it is given.
+    """A loss returning one value per example, in ``dtype``, whatever it is given.
 
     Args:
         loss: A Keras ``Loss`` with ``reduction="none"``, a function
@@ -82,21 +85,33 @@ class PerExampleLoss:
             ``sparse_categorical_crossentropy[_from_logits]``,
             ``categorical_crossentropy[_from_logits]``,
             ``binary_crossentropy[_from_logits]``, ``mse``.
+        dtype: The type of the values (the model's loss type,
+            :func:`tfdp.train.dtypes.loss_dtype`). A Keras loss computing in a
+            narrower type (Keras's losses compute in ``keras.config.floatx()``
+            unless built with a ``dtype``) is rebuilt to compute in it, so a
+            float64 model's loss is float64 throughout.
 
     Raises:
-        tfdp.errors.ConfigError: for an unknown name, something that is no loss, or a Keras
-            loss with a mean (or sum) reduction, naming the fix.
+        tfdp.errors.ConfigError: for an unknown name, something that is no loss, a Keras
+            loss with a mean (or sum) reduction, naming the fix; when called, a
+            prediction or a loss value whose type is not a real floating-point
+            one, or a loss that fails on a prediction of a type other than
+            float32 (a float32 constant against a float64 prediction), naming
+            the type.
 
     Example:
+        >>> import numpy as np
         >>> PerExampleLoss("mse").name
         'mean_squared_error'
+        >>> PerExampleLoss("mse", "float64")(np.zeros([2, 1]), np.ones([2, 1])).dtype.name
+        'float64'
     """
 
-    def __init__(self, loss: Any) -> None:
+    def __init__(self, loss: Any, dtype: Any = "float32") -> None:
+        self.dtype = tf.as_dtype(dtype)
         if isinstance(loss, PerExampleLoss):
-            self.fn: Any = loss.fn
-            self.name: str = loss.name
-            return
+            loss = loss.loss
+        self.loss = loss  # as given (a name, a Keras loss, a function): rebuilt for another dtype
         if isinstance(loss, str):
             if loss not in _NAMED:
                 raise ConfigError(
@@ -114,17 +129,31 @@ class PerExampleLoss:
                     "the global batch itself",
                     argument="loss",
                 )
+            loss = widened(loss, self.dtype)
         elif not callable(loss):
             raise ConfigError(
                 f"loss must be a Keras loss, a callable or a name, got {loss!r}", argument="loss"
             )
-        self.fn = user_code(loss)  # a user's function: converted by AutoGraph, as tf.function would
-        self.name = getattr(loss, "name", getattr(loss, "__name__", "loss"))
+        self.fn: Any = user_code(loss)  # a user's function: converted by AutoGraph, as tf.function
+        self.name: str = getattr(loss, "name", getattr(loss, "__name__", "loss"))
 
     def __call__(self, y_true: Any, y_pred: Any) -> tf.Tensor:
-        """Per-example losses, shape ``[B]``, float32 (trailing axes averaged)."""
-        values = tf.convert_to_tensor(self.fn(y_true, y_pred))
-        values = tf.cast(values, tf.float32)
+        """Per-example losses, shape ``[B]``, in :attr:`dtype` (trailing axes averaged)."""
+        check_floating("the model's prediction", y_pred)
+        types = sorted({tf.as_dtype(leaf.dtype).name for leaf in tf.nest.flatten(y_pred)})
+        try:
+            values = tf.convert_to_tensor(self.fn(y_true, y_pred))
+        except (TypeError, tf.errors.InvalidArgumentError) as error:
+            if types == ["float32"]:
+                raise  # not a matter of the prediction's type
+            raise ConfigError(
+                f"loss {self.name!r} failed on the model's {' / '.join(types)} prediction (a loss "
+                "written for float32 values may not take another type: compute it in the "
+                f"prediction's type): {error}",
+                argument="loss",
+            ) from error
+        check_floating(f"the output of loss {self.name!r}", values)
+        values = tf.cast(values, self.dtype)
         if values.shape.rank == 0:
             raise ConfigError(
                 "loss returned a scalar: it must return one value per example "
@@ -136,13 +165,14 @@ class PerExampleLoss:
         return values
 
 
-def per_example_loss(loss: Any) -> PerExampleLoss:
-    """The per-example version of a loss as ``model.compile`` takes it.
+def per_example_loss(loss: Any, dtype: Any = "float32") -> PerExampleLoss:
+    """The per-example version of a loss as ``model.compile`` takes it, in ``dtype``.
 
     A Keras ``Loss`` with a reduction is rebuilt with ``reduction="none"``
     (under a strategy tfdp averages over the global batch itself); a name is
     one of :class:`PerExampleLoss`'s or any ``keras.losses.get`` knows; a
-    function or a :class:`PerExampleLoss` is used as it is.
+    function or a :class:`PerExampleLoss` is used as it is. ``dtype`` is
+    :class:`PerExampleLoss`'s.
 
     Example:
         >>> loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -161,7 +191,7 @@ def per_example_loss(loss: Any) -> PerExampleLoss:
                 "loss name (keras.losses.get)",
                 argument="loss",
             ) from None
-    return PerExampleLoss(loss)
+    return PerExampleLoss(loss, dtype)
 
 
 class Evaluator:
@@ -170,7 +200,9 @@ class Evaluator:
     Args:
         strategy: The strategy the model lives under (``None``: the default strategy).
         model: The Keras model.
-        loss: Anything :class:`PerExampleLoss` accepts.
+        loss: Anything :class:`PerExampleLoss` accepts; computed and averaged in
+            the model's loss type (:func:`tfdp.train.dtypes.loss_dtype`:
+            float64 for a float64 model).
         metrics: Keras metrics to mirror (they are cloned: training state is untouched).
 
     Example:
@@ -193,10 +225,11 @@ class Evaluator:
     ) -> None:
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.model = model
-        self.loss = PerExampleLoss(loss)
+        dtype = loss_dtype(model)
+        self.loss = PerExampleLoss(loss, dtype)
         strategy = self.strategy
         with strategy.scope():
-            self.loss_metric = keras.metrics.Mean(name="loss")
+            self.loss_metric = keras.metrics.Mean(name="loss", dtype=dtype.name)
             self.metrics = []
             for m in metrics:
                 m = keras.metrics.get(m) if isinstance(m, str) else m

@@ -10,7 +10,13 @@ interrupted epoch from the saved step, then the rest follows), and the
 validation metrics come from tfdp's exact evaluation (padding weighted 0),
 added to the epoch's logs before any user callback runs (so
 ``EarlyStopping(monitor="val_loss")``, ``CSVLogger`` and ``TensorBoard`` see
-them). It returns a ``keras.callbacks.History``, as ``model.fit`` does.
+them). A step's gradient is the Trainer's: the mean over the step's rows
+(Keras's own step averages every replica's own mean, which differs where
+replicas hold unequal batches; :class:`tfdp.train.weighting.RowsWeighting`
+makes it the mean over rows, and ``loss_weighting="replicas"`` keeps
+Keras's, PyTorch DDP's). A float64 model trains in float64 (its compiled
+loss must compute in it: :func:`tfdp.train.dtypes.check_compiled_loss`). It
+returns a ``keras.callbacks.History``, as ``model.fit`` does.
 
 Keras's own ``BackupAndRestore`` restores only at an epoch start; this path
 resumes at the saved step. ``steps_per_execution > 1`` is left to Keras:
@@ -52,10 +58,12 @@ from tfdp.checkpoint import (
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
+from tfdp.train.dtypes import check_compiled_loss, check_trainable, loss_dtype
 from tfdp.train.evaluate import Evaluator, per_example_loss
 from tfdp.train.fit_guard import guard_for
 from tfdp.train.guard import check_policy
 from tfdp.train.logs import is_terminal
+from tfdp.train.weighting import RowsWeighting, check_loss_weighting
 
 __all__ = ["fit"]
 
@@ -191,6 +199,19 @@ for _hook in (
     setattr(_UserCallbacks, _hook, _forward(_hook))
 
 
+def _step_overrides(*parts: dict[str, Any]) -> dict[str, Any]:
+    """The wrappers of ``train_step`` / ``apply_gradients`` of several parts, composed.
+
+    The first part's wrapper is the outermost: it runs first, then calls the next.
+    """
+    out: dict[str, Any] = {}
+    for part in reversed(parts):
+        for name, wrap in part.items():
+            inner = out.get(name)
+            out[name] = wrap if inner is None else (lambda o, w=wrap, i=inner: w(i(o)))
+    return out
+
+
 def _compiled_metrics(model: keras.Model, train_input: DistributedInput) -> list[Any]:
     """The user's compiled metrics (built by running one batch through Keras's container)."""
     container = compiled_metrics_container(model)
@@ -216,6 +237,7 @@ def fit(
     callbacks: Sequence[keras.callbacks.Callback] | None = None,
     verbose: int | str = "auto",
     on_nonfinite: str = "stop",
+    loss_weighting: str = "rows",
 ) -> keras.callbacks.History:
     """Train a compiled model with ``model.fit`` on tfdp input, with mid-epoch resume.
 
@@ -248,6 +270,15 @@ def fit(
             (from the batch logs) stops too. ``"skip"``: such steps are not
             applied (a warning each). ``"ignore"``: no check. Checkpoints never
             hold non-finite values either way.
+        loss_weighting: ``"rows"`` (default): a step's gradient is that of
+            the mean over all its rows, as the Trainer's (each replica's
+            gradient scaled by its share of the step's rows before the
+            all-reduce; where the batch dimension is dynamic, one scalar
+            all-reduce per step). ``"replicas"``: Keras's own step, PyTorch
+            DDP's weighting: the mean of every replica's own mean. They differ
+            only where replicas hold unequal batches (an epoch resumed at
+            another world size; see :mod:`tfdp.train.weighting`). Keras's
+            reported ``loss`` is the mean over the rows either way.
 
     Returns:
         A ``keras.callbacks.History`` of the epochs completed in this call
@@ -255,12 +286,15 @@ def fit(
         an epoch cut by ``max_steps`` left out), also set as ``model.history``.
 
     Raises:
-        tfdp.errors.ConfigError: for an uncompiled model, ``steps_per_execution > 1``, or
-            an input on several workers.
+        tfdp.errors.ConfigError: for an uncompiled model, ``steps_per_execution > 1``,
+            an input on several workers, float16 or complex variables, or a
+            float64 model whose compiled loss computes in float32 (naming the
+            types and the fix).
         tfdp.errors.StateError: for a checkpoint of another configuration.
         NonFiniteError: with ``on_nonfinite="stop"``, at the first non-finite step.
     """
     check_policy(on_nonfinite)
+    check_loss_weighting(loss_weighting)
     strategy = train_input.strategy
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
         raise ConfigError(
@@ -274,6 +308,8 @@ def fit(
             "tfdp.train.Trainer(steps_per_call=...) for several steps per call",
             argument="model",
         )
+    check_trainable(model)
+    check_compiled_loss(model)
     info = worker_info(strategy)
     if info.num_workers > 1:
         raise ConfigError(
@@ -310,7 +346,10 @@ def fit(
     validation = None
     if eval_input is not None:
         evaluator = Evaluator(
-            strategy, model, per_example_loss(model.loss), _compiled_metrics(model, train_input)
+            strategy,
+            model,
+            per_example_loss(model.loss, loss_dtype(model)),
+            _compiled_metrics(model, train_input),
         )
         validation = _ExactValidation(evaluator, eval_input)
         cbs.insert(0, validation)  # val_* in the logs before any user callback reads them
@@ -366,7 +405,15 @@ def fit(
         global_step = stopper.global_step
         return not stopper.stopped and not model.stop_training
 
-    with fit_step_overrides(model, **(guard.overrides(strategy) if guard is not None else {})):
+    weighting = RowsWeighting(strategy.num_replicas_in_sync)
+    overrides = _step_overrides(
+        # The rows' factor scales each replica's gradient before the guard all-reduces it.
+        {"train_step": weighting.train_step, "apply_gradients": weighting.apply_gradients}
+        if loss_weighting == "rows" and strategy.num_replicas_in_sync > 1
+        else {},
+        guard.overrides(strategy) if guard is not None else {},
+    )
+    with fit_step_overrides(model, **overrides):
         if epoch < epochs and step > 0 and (max_steps is None or global_step < max_steps):
             # finish the interrupted epoch first
             interrupted = train_input.epoch_steps(epoch)  # another world size's, when resumed so

@@ -7,14 +7,16 @@ other worker's is silent, so nothing is written twice):
   bar only when stderr is a terminal, and then on stderr (a redirected
   stdout gets no ANSI escapes or carriage returns); when it is not a
   terminal, with ``log_every=N``, a plain line every ``N`` optimizer steps
-  (epoch, step, loss, learning rate, samples/s), as timm's
+  (epoch, step, the loss and every scalar the step adds -- each the mean
+  since the previous line, by its name --, learning rate, samples/s), as timm's
   ``--log-interval``;
 - ``<run_dir>/metrics.jsonl``: one JSON record per completed epoch,
   truncated after a resume to the restored step;
 - TensorBoard in Keras's layout: ``<run_dir>/tensorboard/train`` and
   ``.../validation`` with ``epoch_*`` tags at step = epoch (so the curves
-  of both runs, and of a ``model.fit`` run, overlay), plus ``batch_*``
-  scalars at step = global step every ``log_every`` steps;
+  of both runs, and of a ``model.fit`` run, overlay), plus ``batch_<name>``
+  scalars (the loss, every scalar the step adds, the learning rate,
+  samples/s) at step = global step every ``log_every`` steps;
 - ``record_samples``: the example ids each replica consumed, per step.
 
 Example:
@@ -24,9 +26,10 @@ Example:
     >>> logs = TrainLogs(d, log_every=2, progress=False, stream=out)
     >>> logs.epoch_begin(0, steps_per_epoch=4)
     >>> for step in (1, 2):
-    ...     logs.steps_end(epoch=0, step=step, global_step=step, losses=[0.5], samples=8, lr=0.1)
-    >>> out.getvalue().split()[:8]
-    ['epoch', '1', 'step', '2/4', 'global_step', '2', 'loss', '0.5000']
+    ...     logs.steps_end(epoch=0, step=step, global_step=step, samples=8, lr=0.1,
+    ...                    values={"loss": [0.5], "grad_norm": [float(step)]})
+    >>> out.getvalue().split()[:10]
+    ['epoch', '1', 'step', '2/4', 'global_step', '2', 'loss', '0.5000', 'grad_norm', '1.5']
     >>> logs.epoch_end({"epoch": 0, "step": 4, "global_step": 4, "time": 1.0, "loss": 0.5,
     ...                 "samples_per_s": 32.0, "lr": 0.1})
     >>> json.loads(open(d + "/metrics.jsonl").read())["loss"]
@@ -42,7 +45,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import numpy as np
@@ -121,7 +124,7 @@ class TrainLogs:
         self._writers: dict[str, Any] = {}
         self._bar: Any = None
         self._steps_per_epoch = 0
-        self._interval: list[float] = []
+        self._interval: dict[str, list[float]] = {}
         self._interval_samples = 0
         self._interval_t0 = time.perf_counter()
 
@@ -172,7 +175,7 @@ class TrainLogs:
     def epoch_begin(self, epoch: int, steps_per_epoch: int) -> None:
         """Start an epoch's bar (on a terminal) and its step-line interval."""
         self._steps_per_epoch = steps_per_epoch
-        self._interval, self._interval_samples = [], 0
+        self._interval, self._interval_samples = {}, 0
         self._interval_t0 = time.perf_counter()
         self._bar = None
         if self.progress and is_terminal(self.bar_stream):
@@ -187,7 +190,7 @@ class TrainLogs:
         epoch: int,
         step: int,
         global_step: int,
-        losses: Sequence[float],
+        values: Mapping[str, Sequence[float]],
         samples: int,
         lr: float,
         epoch_loss: float | None = None,
@@ -198,15 +201,18 @@ class TrainLogs:
             epoch: The (0-based) epoch.
             step: Optimizer steps done in the epoch after this call.
             global_step: Optimizer steps done in the run after this call.
-            losses: The losses of the call's applied steps (already reduced
-                over replicas and workers: no metric is read).
+            values: The call's applied steps' values by name -- ``loss`` and
+                every scalar the step adds (already reduced over replicas and
+                workers: no metric is read); each is told as the mean since
+                the previous line, under its name.
             samples: Examples the call consumed, over all replicas.
             lr: The learning rate now.
             epoch_loss: The running mean of the epoch's step losses (the bar's value).
         """
         if not self.is_chief:
             return
-        self._interval.extend(losses)
+        for name, vals in values.items():
+            self._interval.setdefault(name, []).extend(vals)
         self._interval_samples += samples
         if self._bar is not None:
             value = epoch_loss if epoch_loss is not None else float("nan")
@@ -215,21 +221,22 @@ class TrainLogs:
         if not self.log_every or global_step % self.log_every:
             return
         elapsed = time.perf_counter() - self._interval_t0
-        loss = sum(self._interval) / len(self._interval) if self._interval else float("nan")
+        means = {"loss": float("nan")}
+        means.update((k, sum(v) / len(v) if v else float("nan")) for k, v in self._interval.items())
         rate = self._interval_samples / max(elapsed, 1e-9)
-        self._interval, self._interval_samples = [], 0
+        self._interval, self._interval_samples = {}, 0
         self._interval_t0 = time.perf_counter()
         if self._bar is None:
+            told = "  ".join(
+                f"{k} {v:.4f}" if k == "loss" else f"{k} {v:.4g}" for k, v in means.items()
+            )
             self.print(
                 f"epoch {epoch + 1}  step {step}/{self._steps_per_epoch}  "
-                f"global_step {global_step}  loss {loss:.4f}  lr {lr:.4g}  "
-                f"{rate:.0f} samples/s"
+                f"global_step {global_step}  {told}  lr {lr:.4g}  {rate:.0f} samples/s"
             )
-        self._scalars(
-            "train",
-            {"batch_loss": loss, "batch_learning_rate": lr, "batch_samples_per_s": rate},
-            global_step,
-        )
+        scalars = {f"batch_{k}": v for k, v in means.items()}
+        scalars.update(batch_learning_rate=lr, batch_samples_per_s=rate)
+        self._scalars("train", scalars, global_step)
 
     def epoch_end(self, record: dict[str, Any]) -> None:
         """The epoch's line, its metrics.jsonl record and its TensorBoard scalars (chief)."""

@@ -89,7 +89,11 @@ class Trainer:
             as with ``tf.nn.compute_average_loss`` or a PyTorch
             ``(loss * w).mean()``. A static per-replica batch dimension
             (``drop_remainder=True``) makes ``rows`` a constant; a dynamic one
-            costs one scalar all-reduce per step.
+            costs one scalar all-reduce per step (see ``loss_weighting`` for
+            PyTorch DDP's weighting). The loss, its reduction and its
+            all-reduce are in the model's type: float64 for a float64 model
+            (a Keras loss is rebuilt to compute in it), float32 otherwise,
+            mixed precision included (:mod:`tfdp.train.dtypes`).
         metrics: Keras metrics (instances or names); cloned for evaluation.
         steps_per_call: Optimizer steps per ``tf.function`` call (a
             ``tf.range`` loop, as Orbit does), to amortise Python overhead.
@@ -136,14 +140,23 @@ class Trainer:
             loss scaler's business (skipped and rescaled); the loss is checked.
             A gradient whose all-reduced sum overflows although every
             replica's part is finite is flagged too (the sum is what is checked).
-        gradient_compression: ``None`` (default: the exact float32
-            all-reduce), ``"fp16"`` or ``"bf16"``: every replica's gradient
-            is rounded to that type before the all-reduce, which sums in it,
-            and cast back after (the loss is reduced apart, in float32). Less
+        gradient_compression: ``None`` (default: the exact all-reduce, in
+            the gradients' own type), ``"fp16"`` or ``"bf16"``: every replica's
+            gradient is rounded to that type before the all-reduce, which sums
+            in it, and cast back after (the loss is reduced apart). Less
             traffic between machines, not exact: float16 flushes entries below
             about 6e-8 to 0 and overflows above 65504 (a non-finite step, see
             ``on_nonfinite``); bfloat16 keeps 8 significant bits. Refused with
             ``mixed_float16`` (see :mod:`tfdp.train.compression`).
+        loss_weighting: How a step weighs the replicas' rows
+            (:mod:`tfdp.train.weighting`). ``"rows"`` (default): the mean over
+            all the step's rows, as above. ``"replicas"``: PyTorch DDP's --
+            every replica's own mean over its own rows (each micro-batch's,
+            with accumulation), then the mean over the replicas (and
+            micro-batches), loss and gradient alike; no rows all-reduce. The
+            two differ only where replicas hold unequal batches: in tfdp, an
+            epoch resumed at another world size whose rest cannot be dealt
+            evenly (every sampler gives all ranks lists of one length).
 
     The parts -- the step, the exact evaluation, the logs, the checkpoints --
     are built from these arguments (:func:`tfdp.train.assemble.default_parts`);
@@ -151,8 +164,10 @@ class Trainer:
 
     Raises:
         tfdp.errors.ConfigError: naming the argument: a model built outside the
-            scope, a loss with a sum reduction, optimizer-side clipping, a bad
-            number or policy.
+            scope, float16 or complex variables (naming the type), a loss with
+            a sum reduction, optimizer-side clipping, a bad number or policy;
+            at the first step, a prediction or a loss value of a type the loss
+            cannot take (naming the type).
 
     Example:
         >>> import keras, numpy as np
@@ -196,6 +211,7 @@ class Trainer:
         record_samples: str | os.PathLike[str] | None = None,
         on_nonfinite: str = "stop",
         gradient_compression: str | None = None,
+        loss_weighting: str = "rows",
     ) -> None:
         check_loop_options(steps_per_call, accumulation_steps, checkpoint_every)
         parts = default_parts(
@@ -216,6 +232,7 @@ class Trainer:
             record_samples=record_samples,
             on_nonfinite=on_nonfinite,
             gradient_compression=gradient_compression,
+            loss_weighting=loss_weighting,
         )
         self._compose(parts, steps_per_call, accumulation_steps, checkpoint_every)
 
@@ -373,8 +390,12 @@ class Trainer:
                 at another world size (same global batch) continues its epoch exactly.
             max_steps: Stop (saving a checkpoint) once the global step reaches
                 this -- a deliberate stop, as a preemption would cause.
-            on_step: Called on every process after each ``tf.function`` call;
-                ``state.step_losses`` holds the losses of that call's steps.
+            on_step: Called on every process after each ``tf.function`` call
+                with :attr:`state`: ``state.step_losses`` holds the losses of
+                that call's steps, ``state.replica_losses`` each replica's own
+                loss of each of them (global replica order: what each rank of
+                a PyTorch DDP run logs), ``state.outputs`` all the call's
+                named outputs (:class:`tfdp.train.parts.StepOutputs`).
             callbacks: Keras callbacks, run on every worker as under
                 ``model.fit``: ``on_train_begin/end``,
                 ``on_epoch_begin/end`` (``logs``: ``loss``, the metrics and,

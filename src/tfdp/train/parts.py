@@ -11,8 +11,9 @@ builds tfdp's own parts (:func:`tfdp.train.assemble.default_parts`);
 Protocol        what the loop does with it                       tfdp's part
 ==============  ===============================================  ===================================
 StepRunner      binds compiled calls of ``n`` optimizer steps of  :class:`tfdp.train.step.TrainStep`
-                ``group`` micro-batches to the training stream;
-                its model, optimizer and epoch metrics
+                ``group`` micro-batches to the training stream,
+                each returning :class:`StepOutputs`; its model,
+                optimizer and epoch metrics
 EpochEvaluator  evaluates the model after every epoch (``val_*``) :class:`tfdp.train.Evaluator`
 Checkpoints     saves and restores the run with its data          :class:`tfdp.checkpoint.CheckpointManager`
                 position
@@ -20,9 +21,14 @@ RunLog          console lines, progress bar, ``metrics.jsonl``,   :class:`tfdp.t
                 TensorBoard, the sample-id record
 ==============  ===============================================  ===================================
 
-The actions -- Keras callbacks and ``on_step`` -- are handed to each
-:meth:`tfdp.train.Trainer.fit` call, as ``model.fit`` takes its callbacks.
-Importing this module loads no TensorFlow.
+A call's results are :class:`StepOutputs`, named as Orbit's trainer names
+the outputs its controller logs: the loss, the non-finite flags, each
+replica's own loss, and any scalar a step adds (``scalars``), which the loop
+and the logs tell by name -- the step line, TensorBoard's ``batch_<name>``
+and the epoch's record (``metrics.jsonl``) -- so that a new quantity is
+added in the step alone. The actions -- Keras callbacks and ``on_step`` --
+are handed to each :meth:`tfdp.train.Trainer.fit` call, as ``model.fit``
+takes its callbacks. Importing this module loads no TensorFlow.
 
 Example:
     >>> class Quiet:  # a RunLog that tells nothing
@@ -41,10 +47,105 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Checkpoints", "EpochEvaluator", "RunLog", "StepRunner", "TrainerParts"]
+import numpy as np
+
+__all__ = [
+    "Checkpoints",
+    "EpochEvaluator",
+    "RunLog",
+    "StepOutputs",
+    "StepRunner",
+    "TrainerParts",
+]
+
+#: The names :meth:`StepOutputs.from_named` reads as fields; any other name is a scalar.
+_FIELDS = ("loss", "loss_nonfinite", "gradient_nonfinite", "replica_losses", "ids")
+
+
+@dataclass(frozen=True)
+class StepOutputs:
+    """What the optimizer steps of one compiled call produced, by name: one row per step.
+
+    A :class:`StepRunner`'s call returns it (host values, NumPy); the loop
+    checks the flags, hands the state its losses, and tells :meth:`told` --
+    the loss and every scalar, by name -- to the logs, which show each on the
+    step line, as TensorBoard's ``batch_<name>`` and (the mean over the
+    epoch's applied steps) in the epoch's record. A quantity a step adds to
+    ``scalars`` reaches all of them with no other change.
+
+    Attributes:
+        loss: ``[n]``: each step's loss, the weighted mean its gradient is of
+            (all-reduced: what every replica holds).
+        loss_nonfinite: ``[n]``: whether the step's loss was NaN or infinite.
+        gradient_nonfinite: ``[n]``: whether its gradient was (a flagged step
+            is not applied).
+        replica_losses: ``[n, replicas]``: each replica's own loss of the
+            step, in global replica order -- its mean over its own rows, as
+            each rank of a PyTorch DDP run computes and logs its loss
+            (``[n, 0]`` from a step that does not say).
+        scalars: ``name -> [n]``: the quantities a step adds (tfdp's:
+            ``grad_norm``, the global norm of the all-reduced gradient
+            before clipping, when it clips).
+        ids: ``[n, micro-batches, replicas * B]``: the example ids of every
+            step, -1 where a batch is partial; None unless recorded.
+
+    Example:
+        >>> out = StepOutputs.from_named({"loss": [0.5, float("nan")], "loss_nonfinite": [0, 1],
+        ...                               "grad_norm": [2.0, 3.0]})
+        >>> out.flagged.tolist(), out.told(~out.flagged)
+        ([False, True], {'loss': [0.5], 'grad_norm': [2.0]})
+    """
+
+    loss: np.ndarray
+    loss_nonfinite: np.ndarray
+    gradient_nonfinite: np.ndarray
+    replica_losses: np.ndarray
+    scalars: Mapping[str, np.ndarray] = field(default_factory=dict)
+    ids: np.ndarray | None = None
+
+    @classmethod
+    def from_named(cls, named: Mapping[str, Any]) -> StepOutputs:
+        """The record of a call's outputs by name (tensors or arrays, ``[n, ...]`` each).
+
+        ``loss`` is required; the flags default to False, ``replica_losses``
+        to ``[n, 0]``, ``ids`` to None; every other name is a scalar.
+        """
+        loss = np.asarray(named["loss"])
+        n = len(loss)
+
+        def flag(name: str) -> np.ndarray:
+            value = named.get(name)
+            return np.zeros(n, bool) if value is None else np.asarray(value) != 0
+
+        replica = named.get("replica_losses")
+        ids = named.get("ids")
+        return cls(
+            loss=loss,
+            loss_nonfinite=flag("loss_nonfinite"),
+            gradient_nonfinite=flag("gradient_nonfinite"),
+            replica_losses=np.zeros((n, 0)) if replica is None else np.asarray(replica),
+            scalars={k: np.asarray(v) for k, v in named.items() if k not in _FIELDS},
+            ids=None if ids is None else np.asarray(ids),
+        )
+
+    def __len__(self) -> int:
+        """The steps of the call (a ``"stop"`` call that ended at a flagged step: up to it)."""
+        return len(self.loss)
+
+    @property
+    def flagged(self) -> np.ndarray:
+        """``[n]``: the steps whose loss or gradient was non-finite (not applied)."""
+        return self.loss_nonfinite | self.gradient_nonfinite
+
+    def told(self, steps: np.ndarray) -> dict[str, list[float]]:
+        """``{"loss": [...], name: [...]}`` of the ``steps`` selected (a mask), as logs get it."""
+        every = bool(steps.all())  # the common case: no mask to apply
+        out = {"loss": (self.loss if every else self.loss[steps]).tolist()}
+        out.update((k, (v if every else v[steps]).tolist()) for k, v in self.scalars.items())
+        return out
 
 
 @runtime_checkable
@@ -52,22 +153,23 @@ class StepRunner(Protocol):
     """The inner loop: compiled calls of optimizer steps on every replica.
 
     ``bind(iterator, spec, group, n, with_ids, width)`` returns a call
-    ``() -> steps`` running ``n`` optimizer steps of ``group`` micro-batches
-    each from ``iterator`` (``spec``: the element structure the call is traced
-    for); ``steps`` is ``[n, 3]`` -- per step its loss, whether the loss and
-    whether the gradient was non-finite -- and, with ``width`` (the
-    per-replica batch recorded), ``(steps, ids)``. A call with
-    ``on_nonfinite="stop"`` ends at the first flagged step. ``train_loss`` and
-    ``metrics`` are the epoch's training metrics the steps update.
+    ``() -> StepOutputs`` running ``n`` optimizer steps of ``group``
+    micro-batches each from ``iterator`` (``spec``: the element structure the
+    call is traced for): per step its loss, its non-finite flags, each
+    replica's own loss and the step's scalars (:class:`StepOutputs`), and,
+    with ``width`` (the per-replica batch recorded), the steps' ids. A call
+    with ``on_nonfinite="stop"`` ends at the first flagged step.
+    ``train_loss`` and ``metrics`` are the epoch's training metrics the steps
+    update.
 
     Example:
         >>> class Halves:  # every step's loss 0.5, nothing flagged
         ...     strategy = model = optimizer = train_loss = None
         ...     metrics, on_nonfinite = [], "stop"
         ...     def bind(self, iterator, spec, group, n, with_ids=False, width=0):
-        ...         return lambda: [[0.5, 0.0, 0.0]] * n
-        >>> isinstance(Halves(), StepRunner), Halves().bind(None, "", 1, 2)()
-        (True, [[0.5, 0.0, 0.0], [0.5, 0.0, 0.0]])
+        ...         return lambda: StepOutputs.from_named({"loss": [0.5] * n})
+        >>> isinstance(Halves(), StepRunner), Halves().bind(None, "", 1, 2)().loss.tolist()
+        (True, [0.5, 0.5])
     """
 
     strategy: Any
@@ -79,8 +181,8 @@ class StepRunner(Protocol):
 
     def bind(
         self, iterator: Any, spec: str, group: int, n: int, with_ids: bool = False, width: int = 0
-    ) -> Callable[[], Any]:
-        """``() -> steps``: ``n`` optimizer steps of ``group`` micro-batches, bound once."""
+    ) -> Callable[[], StepOutputs]:
+        """``() -> StepOutputs``: ``n`` optimizer steps of ``group`` micro-batches, bound once."""
         ...
 
 
@@ -176,12 +278,16 @@ class RunLog(Protocol):
         epoch: int,
         step: int,
         global_step: int,
-        losses: Sequence[float],
+        values: Mapping[str, Sequence[float]],
         samples: int,
         lr: float,
         epoch_loss: float | None = None,
     ) -> None:
-        """A compiled call ended after optimizer step ``step`` of ``epoch``."""
+        """A compiled call ended after optimizer step ``step`` of ``epoch``.
+
+        ``values`` are :meth:`StepOutputs.told` of the call's applied steps:
+        ``loss`` and every scalar of the step, by name.
+        """
         ...
 
     def epoch_end(self, record: dict[str, Any]) -> None:
