@@ -15,13 +15,12 @@ must agree to 1e-5 in float32.
 A row is one line of :data:`CASES`: the options it changes from :class:`Case`'s defaults (an
 optimizer is ``opt``, timm's name, which both sides map -- timm's ``create_optimizer_v2`` and
 tfdp's ``build_optimizer``; a dtype is ``dtype``), the paths it runs on, and the paths where it
-is expected to fail, with the reason. The ``adamw`` / ``adam`` rows train with what ``--opt adamw``
-/ ``--opt adam`` build, torch's update (:mod:`tfdp.optim`); the ``float64`` row fails on the
-Trainer (its loss is computed in float32: 2e-7 off) and passes on the fit path (the weights to
-1e-16; fit's logged losses are Keras's float32 tracker's).
-A row
-still to add once the feature lands: an uneven per-rank batch with the Trainer's DDP weighting
-option.
+is expected to fail, with the reason. The ``adamw`` / ``adam`` rows train with what ``--opt
+adamw`` / ``--opt adam`` build, torch's update (:mod:`tfdp.optim`); the ``float64`` row trains
+in float64 on both paths (the weights to 1e-12; fit's logged losses are Keras's float32
+tracker's). Uneven per-rank batches (DDP's mean of local means, ``loss_weighting="replicas"``)
+are checked against a transcription of DDP's rule in tests/test_loss_weighting.py: tfdp's
+input gives ranks uneven batches only in an epoch resumed at another world size.
 
 Cost: about 33 CPU-s beyond the test session's start, of which the torch side is about 5 (one
 interpreter imports torch and timm, then forks the 2 ranks) and each tfdp run 1 to 3 (one
@@ -68,10 +67,6 @@ WORLD = 2
 HIDDEN = 32  # ddp_side.HIDDEN
 CLASSES = 10
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
-FLOAT64_LOSS = (
-    "the Trainer computes a float64 model's loss in float32 (issue 38): the step branch "
-    "computes it in the model's dtype"
-)
 TRAINER = ("trainer",)
 DEIT_MIX = {"mixup_alpha": 0.8, "cutmix_alpha": 1.0, "switch_prob": 0.5, "label_smoothing": 0.1}
 
@@ -136,7 +131,7 @@ CASES = [
     Case("adamw", opt="adamw", lr=1e-3, weight_decay=0.05),
     Case("adam", opt="adam", lr=1e-3, weight_decay=0.0),
     # 0.125: Keras keeps a constant rate in a float32 variable (0.1 would be 0.1 + 1.5e-9)
-    Case("float64", dtype="float64", lr=0.125, xfail=(("trainer", FLOAT64_LOSS),)),
+    Case("float64", dtype="float64", lr=0.125),
 ]
 # fmt: on
 
