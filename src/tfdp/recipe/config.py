@@ -34,6 +34,7 @@ from typing import Any
 
 from tfdp.errors import ConfigError, DataError
 from tfdp.recipe.augment_options import AugmentOptions, check_augment_options
+from tfdp.recipe.model_options import ModelOptions, check_model_options
 from tfdp.recipe.networks import check_model_module, check_model_ref
 from tfdp.recipe.options import option as _opt
 
@@ -153,7 +154,9 @@ class _JobOptions:
     )
     model: str = _opt(
         "cnn",
-        "'cnn', 'resnet', a keras.applications model ('resnet50', "
+        "'cnn', 'resnet', a ViT / DeiT model by timm's name (deit_{tiny,small,base}_patch16_224, "
+        "their _distilled_ variants, vit_{tiny,small,base}_patch16_224: tfdp[models]), a "
+        "keras.applications model ('resnet50', "
         "'keras.applications:EfficientNetB0': random weights, logits out) or 'module:function' "
         "returning a keras.Model of logits (called with input_shape= and num_classes= or "
         "classes=, as its signature names them; a module in the current folder is found)",
@@ -300,11 +303,12 @@ class _JobOptions:
 
 
 @dataclass
-class TrainConfig(AugmentOptions, _JobOptions):
+class TrainConfig(AugmentOptions, ModelOptions, _JobOptions):
     """Every option of the training job (flags, config files and ``config.json`` share it).
 
-    The job's own options first, then DeiT's / timm's augmentation options
-    (:class:`tfdp.recipe.augment_options.AugmentOptions`).
+    The job's own options first, then DeiT's model options
+    (:class:`tfdp.recipe.model_options.ModelOptions`), then DeiT's / timm's
+    augmentation options (:class:`tfdp.recipe.augment_options.AugmentOptions`).
 
     Example:
         >>> TrainConfig(batch_size=32, aa="rand-m9-mstd0.5-inc1").batch_size
@@ -467,6 +471,7 @@ def check_config(cfg: TrainConfig) -> None:
             raise ConfigError(f"{flag(name)} must be a finite number >= 0, got {value}")
     _check_recipe(cfg)
     check_augment_options(cfg)
+    check_model_options(cfg)
     if not (math.isfinite(cfg.repeats) and cfg.repeats >= 1):
         raise ConfigError(f"--repeats must be a finite number >= 1, got {cfg.repeats}")
     if not 0 < cfg.eval_fraction < 1:

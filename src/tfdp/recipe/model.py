@@ -2,10 +2,11 @@
 
 This module owns :func:`build_optimizer` (the options' optimizer and
 learning-rate schedule), :func:`training_loss` (cross-entropy, label-smoothed,
-or soft-target under Mixup), :func:`job_metrics` (top-1, top-5) and
-:func:`training_metrics` (soft-target accuracy under Mixup),
+or soft-target under Mixup; DeiT's distillation loss around it),
+:func:`job_metrics` (top-1, top-5) and :func:`training_metrics` (soft-target
+accuracy under Mixup; on the class head when distilling),
 :func:`model_factory` (the seeded model builder the Trainer calls inside the
-strategy's scope), :func:`save_model` (the final
+strategy's scope: stochastic depth, ``--finetune``, the teacher), :func:`save_model` (the final
 ``model.keras`` of a run, written atomically) and
 :func:`weights_fingerprint` (a short hash that is equal on every worker of
 a healthy job).
@@ -24,6 +25,7 @@ from typing import Any
 
 from tfdp._util import replaced_atomically
 from tfdp.recipe.config import TrainConfig
+from tfdp.recipe.model_options import distilling
 
 __all__ = [
     "EVAL_METRICS",
@@ -109,7 +111,10 @@ def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
     With ``--mixup`` / ``--cutmix`` the targets are Mixup's soft ones, already
     smoothed by ``s`` (timm's ``mixup_target``): the loss is then timm's
     ``SoftTargetCrossEntropy`` (:func:`tfdp.losses.soft_target_cross_entropy`),
-    as DeiT's, which smooths nothing again.
+    as DeiT's, which smooths nothing again. With ``--distillation-type`` soft
+    or hard that loss is DeiT's base criterion, on the class head, inside
+    DeiT's ``DistillationLoss`` (:func:`tfdp.models.distillation_loss`, per
+    example, over the :class:`~tfdp.models.Distiller`'s ``[B, 3, K]``).
 
     Example:
         >>> import numpy as np
@@ -119,7 +124,23 @@ def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
         0.62788
         >>> training_loss(TrainConfig(smoothing=0.1, cutmix=1.0), 4).name
         'soft_target_ce'
+        >>> training_loss(TrainConfig(model="deit_tiny_distilled_patch16_224",
+        ...     distillation_type="hard", teacher_model="t.keras"), 4).__name__
+        'deit_hard_distillation'
     """
+    base = _base_loss(cfg, num_classes)
+    if not distilling(cfg):
+        return base
+    from tfdp.models.distill import distillation_loss
+    from tfdp.train.evaluate import per_example_loss
+
+    return distillation_loss(
+        per_example_loss(base), cfg.distillation_type, cfg.distillation_alpha, cfg.distillation_tau
+    )
+
+
+def _base_loss(cfg: TrainConfig, num_classes: int) -> Any:
+    """:func:`training_loss` without distillation (DeiT's base criterion)."""
     from tfdp.recipe.augment_options import mixing
 
     if mixing(cfg):
@@ -155,6 +176,9 @@ def training_metrics(cfg: TrainConfig, num_classes: int) -> list[Any]:
     the plain accuracy it is not comparable with; no top-5. The held-out
     metrics stay :func:`job_metrics` on the plain labels.
 
+    When distilling, each reads the class head of the
+    :class:`~tfdp.models.Distiller`'s training output (:class:`tfdp.models.ClassHead`).
+
     Example:
         >>> [m.name for m in training_metrics(TrainConfig(mixup=0.8), 10)]
         ['soft_target_accuracy']
@@ -162,10 +186,16 @@ def training_metrics(cfg: TrainConfig, num_classes: int) -> list[Any]:
     from tfdp.recipe.augment_options import mixing
 
     if not mixing(cfg):
-        return job_metrics(num_classes)
-    from tfdp.losses import soft_target_accuracy
+        out = job_metrics(num_classes)
+    else:
+        from tfdp.losses import soft_target_accuracy
 
-    return [soft_target_accuracy(name="soft_target_accuracy")]
+        out = [soft_target_accuracy(name="soft_target_accuracy")]
+    if not distilling(cfg):
+        return out
+    from tfdp.models.distill import ClassHead
+
+    return [ClassHead(m) for m in out]
 
 
 def job_metrics(num_classes: int) -> list[Any]:
@@ -184,9 +214,15 @@ def job_metrics(num_classes: int) -> list[Any]:
 
 
 def model_factory(
-    cfg: TrainConfig, shape: tuple[int, int, int], num_classes: int
+    cfg: TrainConfig, shape: tuple[int, int, int], num_classes: int, files: Any = None
 ) -> Callable[[], Any]:
     """A function building ``cfg.model`` with weights seeded by ``cfg.seed``.
+
+    With ``--drop-path`` (its draws keyed by ``cfg.seed`` too); started from
+    ``files``' ``--finetune`` state dict; when distilling, the student and
+    ``files``' teacher in a :class:`~tfdp.models.Distiller` (without
+    ``files``: no teacher, for a checkpoint read back). See
+    :func:`tfdp.recipe.student.student_and_teacher`.
 
     Example:
         >>> model = model_factory(TrainConfig(), (8, 8, 1), 10)()
@@ -200,7 +236,12 @@ def model_factory(
         from tfdp.recipe.networks import build_model
 
         keras.utils.set_random_seed(cfg.seed)
-        return build_model(cfg.model, shape, num_classes)
+        model = build_model(cfg.model, shape, num_classes, drop_path=cfg.drop_path, seed=cfg.seed)
+        if files is None and not distilling(cfg):
+            return model
+        from tfdp.recipe.student import student_and_teacher
+
+        return student_and_teacher(cfg, model, shape, num_classes, files)
 
     return build
 

@@ -51,6 +51,7 @@ from tfdp.recipe.model import (
     training_metrics,
     weights_fingerprint,
 )
+from tfdp.recipe.model_options import check_model_files, distilling
 from tfdp.recipe.resume import (
     Resumed,
     has_checkpoints,
@@ -59,6 +60,13 @@ from tfdp.recipe.resume import (
     refuse_existing_run,
     resolve_resume,
     write_run_config,
+)
+from tfdp.recipe.student import (
+    ModelFiles,
+    check_teacher,
+    read_model_files,
+    start_notes,
+    teacher_record,
 )
 
 __all__ = [
@@ -227,6 +235,8 @@ def run_train(
     else:
         refuse_existing_run(run_dir)
     check_paths(cfg)
+    check_model_files(cfg, fresh=resumed is None)
+    files = read_model_files(cfg, fresh=resumed is None)  # before TensorFlow loads (torch's .pth)
     from tfdp.distribute import make_strategy, worker_info
 
     strategy = make_strategy(cfg.strategy, cpu_replicas=cfg.replicas)
@@ -245,7 +255,7 @@ def run_train(
             from tfdp.checkpoint import remove_interrupted_saves
 
             remove_interrupted_saves(os.path.join(run_dir, "checkpoints"))
-        return _train(cfg, run_dir, strategy, info, resumed, on_step, stop, say)
+        return _train(cfg, run_dir, strategy, info, resumed, files, on_step, stop, say)
     finally:
         if lock is not None:
             lock.release()
@@ -257,6 +267,7 @@ def _train(
     strategy: Any,
     info: Any,
     resumed: Resumed | None,
+    files: ModelFiles,
     on_step: Any,
     stop: StopRequest | None,
     say: Report,
@@ -305,8 +316,10 @@ def _train(
     eval_in = eval_input(cfg, strategy, data)
     if info.is_chief:
         os.makedirs(run_dir, exist_ok=True)
-    trainer = _trainer(cfg, strategy, data, run_dir, resumed, train_in.steps_per_epoch)
+    trainer = _trainer(cfg, strategy, data, run_dir, resumed, train_in.steps_per_epoch, files)
+    teacher = teacher_record(cfg, trainer.model, weights_fingerprint)
     if resumed is not None:
+        check_teacher(teacher, resumed.history)  # the teacher is in no checkpoint: its hash
         trainer.restore(train_in)  # before config.json records the resume: it may be refused
         if cfg.schedule == "constant":  # a constant rate is an optimizer variable: restored too
             optimizer = trainer.optimizer
@@ -318,6 +331,7 @@ def _train(
     elif info.is_chief:
         start = {"event": "start", "time": now(), "world_size": w}
         start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
+        start.update({"teacher": teacher} if teacher else {})
         write_run_config(run_dir, cfg, [start])
     if info.is_chief and cfg.color_jitter and cfg.aa is not None:
         say("info", f"--color-jitter {cfg.color_jitter:g} is not applied with --aa (timm's rule)")
@@ -330,6 +344,8 @@ def _train(
             f"({data.held_out}), batch {cfg.batch_size} global = {per} per replica x {w}, "
             f"{train_in.steps_per_epoch} steps/epoch, run dir {run_dir}" + _compression_note(cfg),
         )
+        for note in start_notes(cfg, files, teacher):
+            say("info", note)
     if stop is not None:
         stop.attach(trainer.request_stop)
     from tfdp.recipe.best import BestModel
@@ -400,6 +416,7 @@ def _trainer(
     run_dir: str,
     resumed: Resumed | None,
     batches_per_epoch: int,
+    files: ModelFiles | None = None,
 ) -> Any:
     """The job's Trainer: its model, optimizer, loss, metrics, evaluation (EMA) and checkpoints.
 
@@ -418,7 +435,7 @@ def _trainer(
     batches = _first(resumed, "steps_per_epoch", batches_per_epoch)
     steps = -(-batches // cfg.accum_steps)
     built: dict[str, Any] = {}
-    make_model = model_factory(cfg, data.shape, data.num_classes)
+    make_model = model_factory(cfg, data.shape, data.num_classes, files)
 
     def model() -> Any:
         built["model"] = make_model()
@@ -444,7 +461,7 @@ def _trainer(
         log_every=step_lines_every(cfg, sys.stdout),
     )
     step = parts.step
-    if cfg.smoothing or mixing(cfg):  # held out: plain cross-entropy and labels (timm's validate)
+    if cfg.smoothing or mixing(cfg) or distilling(cfg):  # held out: plain cross-entropy, labels
         parts.evaluator = Evaluator(
             strategy,
             step.model,
