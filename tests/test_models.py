@@ -27,6 +27,7 @@ from tfdp.models import (  # noqa: E402
     ViTSpec,
     drop_path_rates,
     model_spec,
+    no_weight_decay,
     require_keras_hub,
     resample_pos_embed,
     vision_transformer,
@@ -82,7 +83,8 @@ def timm_side(tmp_path_factory):
 
 def test_each_names_parameter_count_and_sizes_are_timms(timm_side):
     """Every name at 224 for 10 classes has timm's create_model(name, num_classes=10) parameter
-    count, all of them trainable (the drop paths' counters are no weights). The vit_* names are
+    count, all of them trainable (the drop paths' counters are no weights), and as many of them
+    exempt from weight decay as timm's optimizer exempts (no_weight_decay). The vit_* names are
     built from the deit_* ones' sizes (their table rows differ in mean / std only), so the six
     deit_* models are built."""
     counts = timm_side["counts"]
@@ -104,6 +106,8 @@ def test_each_names_parameter_count_and_sizes_are_timms(timm_side):
         model = vision_transformer(name, (224, 224, 3), 10, drop_path=0.1, init=False)
         trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
         assert trainable == model.count_params() == arch["params"], name
+        exempt = sum(int(np.prod(v.shape)) for v in no_weight_decay(model))
+        assert exempt == arch["no_decay"], name  # timm's optimizer's no-decay group
         del model
         keras.backend.clear_session()
 

@@ -15,19 +15,27 @@ import numpy as np
 
 
 def param_counts(names: list[str], num_classes: int) -> dict[str, dict[str, Any]]:
-    """Per name, ``timm.create_model(name, num_classes=K)``'s parameter count and sizes.
+    """Per name, ``timm.create_model(name, num_classes=K)``'s parameter counts and sizes.
 
     Made on torch's meta device: the parameters' shapes without their memory or initialisation.
     """
     import timm
     import torch
+    from timm.optim import param_groups_weight_decay
 
     out = {}
     for name in names:
         with torch.device("meta"):
             model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+        groups = param_groups_weight_decay(
+            model, 0.05, no_weight_decay_list=model.no_weight_decay()
+        )
         out[name] = {
             "params": sum(p.numel() for p in model.parameters()),
+            # what timm's create_optimizer (DeiT's) gives no weight decay
+            "no_decay": sum(
+                p.numel() for g in groups if not g["weight_decay"] for p in g["params"]
+            ),
             "embed_dim": model.embed_dim,
             "depth": len(model.blocks),
             "num_heads": model.blocks[0].attn.num_heads,

@@ -9,7 +9,8 @@ module             owns
                    :func:`model_spec`, :func:`drop_path_rates` (timm's rule),
                    :func:`require_keras_hub` (the ``tfdp[models]`` extra); pure Python
 ``vit``            :func:`vision_transformer`: the builder, on keras-hub's layers,
-                   initialised as timm's; :func:`load_model` (a saved one)
+                   initialised as timm's; :func:`load_model` (a saved one),
+                   :func:`no_weight_decay` (what timm's optimizer does not decay)
 ``drop_path``      :class:`DropPath`: stochastic depth, its draws a pure function of
                    (run seed, layer, training call, replica, row)
 ``weights``        timm / DeiT state dicts: :func:`read_state_dict` (``.pth``,
@@ -51,6 +52,7 @@ _LAZY: dict[str, str] = {
     "vision_transformer": "tfdp.models.vit",
     "timm_init": "tfdp.models.vit",
     "load_model": "tfdp.models.vit",
+    "no_weight_decay": "tfdp.models.vit",
     "DropPath": "tfdp.models.drop_path",
     "read_state_dict": "tfdp.models.weights",
     "load_timm_weights": "tfdp.models.weights",

@@ -58,7 +58,7 @@ __all__ = [
     "distilled_heads",
 ]
 
-#: DeiT's ``--distillation-type`` values that distil (``none`` trains without a teacher).
+#: The distillation types that distil (DeiT's distillation_type; none trains without a teacher).
 DISTILLATION_TYPES = ("soft", "hard")
 
 

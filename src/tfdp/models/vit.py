@@ -56,6 +56,7 @@ __all__ = [
     "DistilledPatchEmbed",
     "PatchEmbed",
     "load_model",
+    "no_weight_decay",
     "timm_init",
     "vision_transformer",
 ]
@@ -327,3 +328,30 @@ def load_model(path: Any, **kwargs: Any) -> keras.Model:
         'demo'
     """
     return keras.models.load_model(path, **kwargs)
+
+
+#: What timm's ``VisionTransformer.no_weight_decay()`` names: the position embeddings and tokens.
+_NO_DECAY_LEAVES = ("class_token", "distillation_token", "position_embedding", "embeddings")
+
+
+def no_weight_decay(model: keras.Model) -> list[Any]:
+    """The trainable variables timm's optimizer gives no weight decay, of a model of this module.
+
+    timm's ``param_groups_weight_decay`` exempts every bias, every weight of
+    one dimension (the layer norms') and the model's ``no_weight_decay()``:
+    ``pos_embed``, ``cls_token``, ``dist_token``. In Keras the query / key /
+    value biases are ``[heads, head_dim]`` and the tokens ``[1, 1, D]``: a
+    rule by dimension alone would decay them. (A :class:`~tfdp.models.Distiller`
+    has its student's.)
+
+    Example:
+        >>> from tfdp.models import ViTSpec
+        >>> m = vision_transformer(ViTSpec("demo", width=16, depth=1, heads=2), (16, 16, 3), 2)
+        >>> sorted({v.path.split("/")[-1] for v in no_weight_decay(m)})
+        ['beta', 'bias', 'class_token', 'embeddings', 'gamma']
+    """
+    return [
+        v
+        for v in model.trainable_variables
+        if len(v.shape) <= 1 or v.path.rsplit("/", 1)[-1] in ("bias", *_NO_DECAY_LEAVES)
+    ]

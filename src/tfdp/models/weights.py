@@ -14,7 +14,7 @@ distillation tokens, norms and heads) and :func:`resample_pos_embed`
 ``resample_abs_pos_embed``, antialiased, or DeiT's ``main.py``
 ``F.interpolate``, not). Checking is strict: the first key the model needs
 that is missing, or of another shape, and the first key it has no place for
-are named, with the shape expected. As DeiT's ``--finetune`` does,
+are named, with the shape expected. As DeiT's fine-tuning does,
 ``finetune=True`` leaves a head of another class count as the model
 initialised it.
 
@@ -304,7 +304,7 @@ def load_timm_weights(
       weights, or, with ``finetune``, as DeiT's ``main.py`` interpolates);
       the class and distillation tokens' rows are kept;
     - with ``finetune``, the heads (``head.*``, ``head_dist.*``) of another
-      class count: left as the model initialised them, as DeiT's ``--finetune``.
+      class count: left as the model initialised them, as DeiT's fine-tuning.
 
     Args:
         model: The Keras model.
