@@ -157,6 +157,8 @@ def test_every_model_refusal_comes_before_tensorflow_loads(tmp_path):
         (["train", "--model", "deit_tiny", "--run-dir", f"{t}/r"],
          "--model 'deit_tiny': expected 'cnn', 'resnet', a ViT / DeiT name "
          "(deit_base_distilled_patch16_224, deit_base_patch16_224"),
+        ([*vit, "--image-size", "40"], "--image-size 40: --model deit_tiny_patch16_224 takes "
+         "images whose size is a multiple of its patch, 16 (e.g. 32 or 48)"),
         ([*vit, "--drop-path", "1.0"], "--drop-path must be in [0, 1), got 1.0"),
         ([*vit, "--drop-path", "-0.1"], "--drop-path must be in [0, 1), got -0.1"),
         (["train", "--drop-path", "0.1", "--run-dir", f"{t}/r"],

@@ -164,6 +164,14 @@ def check_model_options(cfg: Any) -> None:
             require_keras_hub(model)
         except ConfigError as exc:
             raise _said(exc, "--model") from None
+    size = getattr(cfg, "image_size", None)
+    if vit and size is not None and size % model_spec(model).patch:
+        patch = model_spec(model).patch
+        fits = max(patch, size - size % patch)
+        raise ConfigError(
+            f"--image-size {size}: --model {model} takes images whose size is a multiple of its "
+            f"patch, {patch} (e.g. {fits} or {fits + patch})"
+        )
     if not (isinstance(cfg.drop_path, (int, float)) and 0 <= cfg.drop_path < 1):
         raise ConfigError(f"--drop-path must be in [0, 1), got {cfg.drop_path}")
     if cfg.drop_path and not vit and ":" not in model:

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,7 +98,7 @@ def _load_teacher(cfg: Any, shape: Sequence[int], num_classes: int, files: Model
     flag = f"--teacher-model {ref!r}"
     try:
         if keras_teacher(cfg):
-            if is_model_name(cfg.model):  # tfdp's layers registered for Keras's loader
+            if importlib.util.find_spec("keras_hub") is not None:  # tfdp's layers, registered
                 import tfdp.models.vit  # noqa: F401
             teacher = keras.models.load_model(ref, compile=False)
         elif is_model_name(ref):
