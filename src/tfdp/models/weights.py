@@ -254,8 +254,11 @@ def _plan(model: Any) -> list[tuple[str, Any, Callable[[np.ndarray], np.ndarray]
                 )
             )
         plan += [
-            (b + "attn.proj.weight", weights["mha/attention_output/kernel"],
-             lambda a: a.T.reshape(h, hd, d)),
+            (
+                b + "attn.proj.weight",
+                weights["mha/attention_output/kernel"],
+                lambda a: a.T.reshape(h, hd, d),
+            ),
             (b + "attn.proj.bias", weights["mha/attention_output/bias"], same),
             (b + "norm1.weight", weights["ln_1/gamma"], same),
             (b + "norm1.bias", weights["ln_1/beta"], same),
@@ -265,7 +268,7 @@ def _plan(model: Any) -> list[tuple[str, Any, Callable[[np.ndarray], np.ndarray]
             (b + "mlp.fc1.bias", weights["mlp/dense_1/bias"], same),
             (b + "mlp.fc2.weight", weights["mlp/dense_2/kernel"], linear),
             (b + "mlp.fc2.bias", weights["mlp/dense_2/bias"], same),
-        ]  # fmt: skip
+        ]
     norm = model.get_layer("norm")
     plan += [("norm.weight", norm.gamma, same), ("norm.bias", norm.beta, same)]
     if s["prefix"] == 2:
@@ -509,8 +512,10 @@ def resample_pos_embed(
     """
     posemb = np.asarray(posemb, dtype=np.float32)
     tokens = posemb.shape[1] - num_prefix_tokens if posemb.ndim == 3 else -1
-    grid = tuple(old_size) if old_size is not None else _grid_of(tokens + num_prefix_tokens,
-                                                                  num_prefix_tokens)  # fmt: skip
+    if old_size is not None:
+        grid: tuple[int, ...] | None = tuple(int(d) for d in old_size)
+    else:
+        grid = _grid_of(tokens + num_prefix_tokens, num_prefix_tokens)
     if posemb.ndim != 3 or posemb.shape[0] != 1 or grid is None or grid[0] * grid[1] != tokens:
         raise ConfigError(
             f"posemb must be [1, {num_prefix_tokens} + h * w, D] (a square grid unless old_size "

@@ -272,9 +272,11 @@ def check_model_files(cfg: Any, *, fresh: bool) -> None:
         tfdp.errors.DataError: --finetune '/no/such.pth' does not exist
         >>> check_model_files(ModelOptions(finetune="/no/such.pth"), fresh=False)
     """
-    named = [("teacher_model", cfg.teacher_model if keras_teacher(cfg) else None),
-             ("teacher_path", cfg.teacher_path),
-             ("finetune", cfg.finetune if fresh else None)]  # fmt: skip
+    named = [
+        ("teacher_model", cfg.teacher_model if keras_teacher(cfg) else None),
+        ("teacher_path", cfg.teacher_path),
+        ("finetune", cfg.finetune if fresh else None),
+    ]
     for name, path in named:
         if path is not None and not os.path.isfile(os.path.expanduser(path)):
             raise DataError(f"--{name.replace('_', '-')} {path!r} does not exist")
