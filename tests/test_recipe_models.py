@@ -324,3 +324,32 @@ def test_deit_models_train_end_to_end_and_refuse_what_does_not_fit(tmp_path):
             "val_sparse_categorical_accuracy"
         ]
     )
+
+
+def test_the_jobs_training_metrics_sum_every_replica(mirrored_of, tmp_path):
+    """The job's training metrics (top-5, Mixup's soft-target accuracy, a distilled run's
+    ClassHead wrappers) are made in the strategy's scope: sync-on-read accumulators, which a
+    worker's read sums over every replica (made outside, under MultiWorkerMirroredStrategy each
+    worker would report its own replicas' only)."""
+    from types import SimpleNamespace
+
+    from tfdp.recipe.config import TrainConfig
+    from tfdp.recipe.run import _trainer
+
+    strategy = mirrored_of(2)
+    data = SimpleNamespace(shape=(32, 32, 3), num_classes=12)
+    for cfg in (
+        TrainConfig(mixup=0.8, schedule="constant"),
+        TrainConfig(
+            model="deit_tiny_distilled_patch16_224",
+            distillation_type="hard",
+            teacher_model="t.keras",
+            schedule="constant",
+        ),
+    ):
+        trainer = _trainer(cfg, strategy, data, str(tmp_path / cfg.model), None, 4)
+        names = [m.name for m in trainer.train_step.metrics]
+        assert names == (["soft_target_accuracy"] if cfg.mixup else
+                         ["sparse_categorical_accuracy", "top5"])  # fmt: skip
+        kinds = {type(v.value).__name__ for m in trainer.train_step.metrics for v in m.variables}
+        assert kinds == {"SyncOnReadVariable"}, (cfg.model, kinds)

@@ -441,7 +441,8 @@ def _trainer(
         built["model"] = make_model()
         return built["model"]
 
-    metrics = training_metrics(cfg, data.num_classes)
+    with strategy.scope():  # sync-on-read accumulators: a worker's read sums every replica's
+        metrics = training_metrics(cfg, data.num_classes)
     options = trainer_options(cfg)
     parts = default_parts(
         strategy,
