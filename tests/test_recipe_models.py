@@ -353,3 +353,35 @@ def test_the_jobs_training_metrics_sum_every_replica(mirrored_of, tmp_path):
                          ["sparse_categorical_accuracy", "top5"])  # fmt: skip
         kinds = {type(v.value).__name__ for m in trainer.train_step.metrics for v in m.variables}
         assert kinds == {"SyncOnReadVariable"}, (cfg.model, kinds)
+
+
+def test_a_teacher_by_name_gets_its_weights_from_teacher_path(tmp_path):
+    """--teacher-model as the job builds it: `cnn` with a Keras .weights.h5, a DeiT name with a
+    timm state dict (read before TensorFlow: ModelFiles.teacher); weights of another model are
+    refused naming --teacher-model."""
+    import keras
+
+    from tfdp.models.weights import timm_shapes
+    from tfdp.recipe.config import TrainConfig
+    from tfdp.recipe.networks import small_cnn
+    from tfdp.recipe.student import ModelFiles, student_and_teacher
+
+    shape = (32, 32, 3)
+    student = build_model("deit_tiny_distilled_patch16_224", shape, 3)
+    keras.utils.set_random_seed(3)
+    small_cnn(shape, 3).save_weights(tmp_path / "cnn.weights.h5")
+    weights = str(tmp_path / "cnn.weights.h5")
+    cfg = TrainConfig(model="deit_tiny_distilled_patch16_224", distillation_type="hard",
+                      teacher_model="cnn", teacher_path=weights)  # fmt: skip
+    model = student_and_teacher(cfg, student, shape, 3, ModelFiles())
+    keras.utils.set_random_seed(3)
+    for a, b in zip(model.teacher.weights, small_cnn(shape, 3).weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    deit = build_model("deit_tiny_patch16_224", shape, 3)
+    state = {k: np.full(s, 0.25, np.float32) for k, s in timm_shapes(deit).items()}
+    cfg.teacher_model, cfg.teacher_path = "deit_tiny_patch16_224", "deit.safetensors"
+    model = student_and_teacher(cfg, student, shape, 3, ModelFiles(teacher=state))
+    assert all((w.numpy() == 0.25).all() for w in model.teacher.trainable_weights)
+    cfg.teacher_model, cfg.teacher_path = "resnet", weights
+    with pytest.raises(ConfigError, match=r"^--teacher-model 'resnet': "):
+        student_and_teacher(cfg, student, shape, 3, ModelFiles())

@@ -85,6 +85,10 @@ def read_model_files(cfg: Any, *, fresh: bool) -> ModelFiles:
     return out
 
 
+#: The model builders' arguments as a teacher's options say them.
+_TEACHER_SAID = {"model": "--teacher-model", "input_shape": "the images' shape (--image-size)"}
+
+
 def _flagged(exc: Exception, flag: str) -> ConfigError:
     detail = " ".join(str(exc).split())
     return ConfigError(f"{flag}: {detail}")
@@ -115,8 +119,12 @@ def _load_teacher(cfg: Any, shape: Sequence[int], num_classes: int, files: Model
 
             teacher = build_model(ref, tuple(shape), num_classes)
             teacher.load_weights(path)
-    except ConfigError:
-        raise
+    except TfdpError as exc:  # the builders' and loaders' arguments, said as the options
+        if exc.argument not in _TEACHER_SAID:
+            raise
+        said = said_as(exc, {exc.argument: _TEACHER_SAID[exc.argument]})
+        said.argument = None
+        raise said from None
     except Exception as exc:  # Keras's errors of a file, a mismatched weights file, a factory
         raise _flagged(exc, flag) from None
     inputs = tuple(getattr(teacher, "input_shape", ())[1:])
