@@ -418,6 +418,8 @@ _MINIMAL_ARGS = {
     ("data", "convert"): ["SRC", "DST"],
     ("data", "inspect"): ["SRC"],
     ("launch",): ["--workers", "1", "--", "true"],
+    ("models", "import"): ["NAME", "--from", "F", "--out", "M.keras"],
+    ("models", "list"): [],
 }
 
 

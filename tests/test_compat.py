@@ -518,3 +518,63 @@ def test_decays_in_update_step_turns_kerass_own_weight_decay_off():
         out.append(float(w.numpy()[0, 0]))
         assert opt.weight_decay == opt.get_config()["weight_decay"] == 0.1
     assert out == [pytest.approx(2.0 - 2.0 * 0.1 * 0.5), 2.0]
+
+
+def test_hold_untracked_keeps_a_layer_out_of_weights_and_checkpoints(tmp_path):
+    """A model holding another (a distillation teacher): assigned the usual way Keras tracks it
+    (its weights, its checkpoint keys); through hold_untracked neither."""
+
+    class Holder(keras.Model):
+        def __init__(self, held, untracked):
+            super().__init__()
+            self.own = keras.layers.Dense(1, name="own")
+            self.own.build((None, 2))
+            if untracked:
+                _compat.hold_untracked(self, "teacher", held)
+            else:
+                self.teacher = held
+
+    for untracked in (False, True):
+        held = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3, name="held")])
+        holder = Holder(held, untracked)
+        assert holder.teacher is held
+        assert len(holder.weights) == (2 if untracked else 4)
+        path = tf.train.Checkpoint(model=holder).write(str(tmp_path / f"c{untracked}"))
+        keys = [k for k, _ in tf.train.list_variables(path) if k.startswith("model/teacher")]
+        assert bool(keys) is not untracked
+
+
+def test_keras_hubs_vit_layers_are_where_and_what_tfdp_models_builds_on():
+    from keras_hub import __version__ as version
+
+    from tfdp._compat.keras_hub import (
+        BLOCK_SUBLAYERS,
+        CHECKED_KERAS_HUB,
+        CONFIG_ONLY_KEYS,
+        vit_layers,
+    )
+
+    assert _major_minor(version) == CHECKED_KERAS_HUB
+    patches, distilled, block_type = vit_layers()
+    for cls, kwargs in [
+        (patches, {"image_size": (32, 32), "patch_size": (16, 16), "hidden_dim": 8}),
+        (distilled, {"image_size": (32, 32), "patch_size": (16, 16), "hidden_dim": 8}),
+        (block_type, {"num_heads": 2, "hidden_dim": 8, "mlp_dim": 16}),
+    ]:
+        layer = cls(**kwargs)
+        config = layer.get_config()
+        extra = CONFIG_ONLY_KEYS[cls.__name__]
+        assert set(extra) <= set(config)
+        with pytest.raises(TypeError, match="Unrecognized keyword arguments"):
+            cls.from_config(config)  # keras-hub's own config does not load back
+        cls.from_config({k: v for k, v in config.items() if k not in extra})
+    block = block_type(num_heads=2, hidden_dim=8, mlp_dim=16)
+    block.build((None, 5, 8))
+    assert all(isinstance(getattr(block, name), keras.layers.Layer) for name in BLOCK_SUBLAYERS)
+    # tfdp.models.weights finds the attention's weights by these paths inside a block
+    assert sorted(w.path.split("/", 1)[1] for w in block.weights) == sorted(
+        [f"mha/{n}/{k}" for n in ("query", "key", "value", "attention_output")
+         for k in ("kernel", "bias")]
+        + [f"{n}/{k}" for n in ("ln_1", "ln_2") for k in ("gamma", "beta")]
+        + [f"mlp/{n}/{k}" for n in ("dense_1", "dense_2") for k in ("kernel", "bias")]
+    )  # fmt: skip

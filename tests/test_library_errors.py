@@ -24,6 +24,17 @@ from tfdp.errors import (  # noqa: E402
     TfdpError,
 )
 from tfdp.input import DistributedInput  # noqa: E402
+from tfdp.models import (  # noqa: E402
+    Distiller,
+    DropPath,
+    ViTSpec,
+    distillation_loss,
+    drop_path_rates,
+    model_spec,
+    read_state_dict,
+    resample_pos_embed,
+    vision_transformer,
+)
 from tfdp.optim import TorchAdamW, TorchSGD  # noqa: E402
 from tfdp.random import as_seeds, fold_in, per_sample_uniform  # noqa: E402
 from tfdp.samplers import DistributedSampler, RepeatAugSampler  # noqa: E402
@@ -335,6 +346,49 @@ BAD_CALLS = {
         ConfigTypeError,
         "stages",
         r"batched augmentations \(callable with batched = True\)",
+    ),
+    "models name": (
+        lambda tmp: model_spec("deit_tiny"),
+        ConfigError,
+        "model",
+        r"did you mean 'deit_tiny_patch16_224'\?\): deit_base_distilled_patch16_224, ",
+    ),
+    "models input_shape": (
+        lambda tmp: vision_transformer("deit_tiny_patch16_224", (40, 40, 3), 3, init=False),
+        ConfigError,
+        "input_shape",
+        r"must be multiples of the patch size 16 \(e.g. 32\)",
+    ),
+    "models drop_path": (
+        lambda tmp: drop_path_rates(1.0, 12),
+        ConfigError,
+        "drop_path",
+        r"must be in \[0, 1\)",
+    ),
+    "drop path rate": (lambda tmp: DropPath(-0.1), ConfigError, "rate", r"must be in \[0, 1\)"),
+    "state dict path": (
+        lambda tmp: read_state_dict(tmp / "no.pth"),
+        DataError,
+        "path",
+        r"does not exist",
+    ),
+    "pos embed shape": (
+        lambda tmp: resample_pos_embed(np.zeros((1, 7, 2)), (2, 2)),
+        ConfigError,
+        "posemb",
+        r"must be \[1, 1 \+ h \* w, D\]",
+    ),
+    "distillation kind": (
+        lambda tmp: distillation_loss(lambda y, z: z, "none", 0.5, 1.0),
+        ConfigError,
+        "kind",
+        r"must be 'soft' or 'hard'",
+    ),
+    "distiller student": (
+        lambda tmp: Distiller(vision_transformer(ViTSpec("s", 8, 1, 2), (16, 16, 3), 2)),
+        ConfigError,
+        "student",
+        r"a distilled model \(deit_\*_distilled_patch16_224\)",
     ),
 }
 

@@ -24,6 +24,7 @@ SKIP = {
     "pip install -e '.[cpu]'": "scripts/setup.sh installs tfdp before the tests run",
     "pip install -e '.[gpu]'": "needs CUDA wheels; no GPU here",
     "pip install -e '.[cpu,plot]'": "scripts/setup.sh installs tfdp[dev], which holds both",
+    "pip install -e '.[cpu,models]'": "scripts/setup.sh --tests installs keras-hub (tfdp[models])",
     "pip install -e .": "scripts/setup.sh installs tfdp before the tests run",
 }
 

@@ -24,12 +24,18 @@ def skip_unless_available() -> None:
     reference_stack.ensure("torch", "torchvision", "timm")
 
 
-def call(function: str, *args: Any, timeout: float = 300, **kwargs: Any) -> Any:
-    """``timm_side.<function>(*args, **kwargs)`` run in a fresh interpreter; its result."""
+def call(
+    function: str, *args: Any, timeout: float = 300, side: str = "timm_side", **kwargs: Any
+) -> Any:
+    """``<side>.<function>(*args, **kwargs)`` run in a fresh interpreter; its result.
+
+    ``side`` names a module of tests/ written as timm_side.py is (its ``main``
+    reads the call pickled on stdin): timm_side, or timm_models_side.
+    """
     skip_unless_available()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(
-        [sys.executable, str(SIDE)],
+        [sys.executable, str(SIDE.with_name(f"{side}.py"))],
         input=pickle.dumps((function, args, kwargs)),
         capture_output=True,
         timeout=timeout,
@@ -38,7 +44,7 @@ def call(function: str, *args: Any, timeout: float = 300, **kwargs: Any) -> Any:
     )
     if proc.returncode != 0:
         raise AssertionError(
-            f"timm_side.{function} failed ({proc.returncode}):\n"
+            f"{side}.{function} failed ({proc.returncode}):\n"
             + proc.stderr.decode(errors="replace")[-3000:]
         )
     return pickle.loads(proc.stdout)

@@ -39,6 +39,11 @@ name                    value         what it keys
                                       Mixup or CutMix, the box) for that replica's batch
 ``FOLDER_SPLIT_TAG``    0x5EEDF01D    ``default_rng([seed, FOLDER_SPLIT_TAG])``: the held-out split
                                       of an image folder (the main job's ``held_out`` option)
+``TAG_DROP_PATH``       ``"DROP"``    :func:`drop_path_key`: ``round_keys(seed ^ TAG_DROP_PATH,
+                        0x44524F50    layer, 1)[0] >> 1``, the key of stochastic depth's ``layer``
+                                      (:class:`tfdp.models.DropPath`: a row's draw is the
+                                      uniform of ``[key, position]``, ``position`` packing the
+                                      forward call, the replica and the row)
 ======================  ============  ==============================================================
 
 Derivations: :func:`splitmix64` (SplitMix64 step), :func:`round_keys`
@@ -71,10 +76,12 @@ __all__ = [
     "MURMUR_N",
     "MURMUR_SALT_FOLD",
     "MURMUR_SALT_UNIFORM",
+    "TAG_DROP_PATH",
     "TAG_MIX",
     "TAG_PADDING",
     "TAG_SHUFFLE",
     "TAG_STREAM",
+    "drop_path_key",
     "epoch_seed_key",
     "fmix32",
     "fmix64",
@@ -102,6 +109,8 @@ MURMUR_SALT_UNIFORM = 0x9E37_79B9
 MURMUR_SALT_FOLD = 0x7F4A_7C15
 #: With ``seed`` the key of ``numpy.random.default_rng`` for an image folder's held-out split.
 FOLDER_SPLIT_TAG = 0x5EED_F01D
+#: "DROP": XORed into the seed for stochastic depth's per-layer keys (:func:`drop_path_key`).
+TAG_DROP_PATH = 0x4452_4F50
 
 #: MurmurHash3_x86_32's block constants and its finaliser's multipliers.
 MURMUR_C1 = 0xCC9E_2D51
@@ -221,3 +230,19 @@ def epoch_seed_key(seed: int, epoch: int) -> int:
         True
     """
     return round_keys(seed ^ AUGMENT_KEY_XOR, epoch, 1)[0] >> 1
+
+
+def drop_path_key(seed: int, layer: int) -> int:
+    """Stochastic depth's key for drop-path layer ``layer`` of a run seeded ``seed`` (63 bits).
+
+    A model's drop-path layers are numbered in order (block ``i``'s attention
+    branch ``2 i``, its MLP branch ``2 i + 1``); each draws, per training call,
+    one uniform per row from ``[key, position]`` (:mod:`tfdp.models.drop_path`).
+
+    Example:
+        >>> drop_path_key(0, 3) == drop_path_key(0, 3) != drop_path_key(0, 4)
+        True
+        >>> drop_path_key(0, 0) != drop_path_key(1, 0) and drop_path_key(5, 1) < 2**63
+        True
+    """
+    return round_keys(seed ^ TAG_DROP_PATH, layer, 1)[0] >> 1

@@ -5,7 +5,7 @@ Keras do not promise: an attribute with a leading underscore, the key format
 of object-based checkpoints, the path Keras gives its seed generators'
 variables, a ``tf.__internal__`` function, the thread-locality of a strategy
 scope, CPython's exit sequence. Each is one function here (in :mod:`.keras`,
-:mod:`.graph` or :mod:`.process`, by what it reaches into), and
+:mod:`.graph`, :mod:`.process` or :mod:`.keras_hub`, by what it reaches into), and
 ``tests/test_compat.py`` pins each to the versions it was checked on
 (:data:`CHECKED_VERSIONS`): after an upgrade, a failing test there says which
 reach to re-check, instead of a wrong number far away.
@@ -21,6 +21,13 @@ seed_generator_states         Keras ``SeedGenerator`` state variables have ``see
 backing_variable              ``KerasVariable.value`` is the backing ``tf.Variable``
 attach_optimizer              an attribute set with ``object.__setattr__`` on a Keras model is
                               not tracked (not in its checkpoints or saved weights)
+hold_untracked                likewise for any attribute of a Keras layer (a distillation
+                              teacher: neither trained, saved nor checkpointed with the student)
+vit_layers                    (:mod:`.keras_hub`, imported by its path: keras-hub is optional)
+                              keras-hub's ViT / DeiT layers, which ``keras_hub`` does not export
+                              (``keras_hub.src.models.vit`` / ``deit``), their sub-layers'
+                              attribute names, and the ``get_config`` keys their ``__init__``
+                              does not take
 supports_no_merge_call        ``tf.__internal__.distribute.strategy_supports_no_merge_call()``
 call_outside_strategy         a strategy scope (its variable creator) is thread-local: a fresh
                               thread creates plain host variables
@@ -95,6 +102,7 @@ from tfdp._compat.keras import (
     compiled_metrics_container,
     fit_step_overrides,
     gradients_reduced,
+    hold_untracked,
     optimizer_slot,
     seed_generator_states,
     weight_decay_applies,
@@ -128,6 +136,7 @@ __all__ = [
     "end_process",
     "fit_step_overrides",
     "gradients_reduced",
+    "hold_untracked",
     "in_coordinated_job",
     "lightly_optimized_map",
     "optimizer_slot",

@@ -25,6 +25,7 @@ __all__ = [
     "compiled_metrics_container",
     "fit_step_overrides",
     "gradients_reduced",
+    "hold_untracked",
     "optimizer_slot",
     "seed_generator_states",
     "weight_decay_applies",
@@ -154,6 +155,26 @@ def attach_optimizer(model: Any, optimizer: Any) -> None:
         []
     """
     object.__setattr__(model, "optimizer", optimizer)
+
+
+def hold_untracked(layer: Any, name: str, value: Any) -> None:
+    """Sets ``layer.<name> = value`` without Keras or TensorFlow tracking it.
+
+    A Keras layer tracks every layer, variable or model assigned to it: its
+    variables join the layer's ``variables`` / ``weights`` (trained, saved) and
+    the layer's checkpoints. Set with ``object.__setattr__`` (as
+    :func:`attach_optimizer` does) the value is a plain attribute: a model
+    holding a frozen teacher this way neither trains, saves nor checkpoints it.
+
+    Example:
+        >>> import keras
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> hold_untracked(model, "teacher", keras.Sequential([keras.Input((2,)),
+        ...                                                   keras.layers.Dense(3)]))
+        >>> model.teacher.output_shape, len(model.weights)
+        ((None, 3), 2)
+    """
+    object.__setattr__(layer, name, value)
 
 
 def seed_generator_states(model: Any) -> list[Any]:

@@ -11,6 +11,8 @@ command's module exposes ``add_parser(subparsers)`` and a handler:
 * :mod:`tfdp.cli.data` -- ``tfdp data convert | inspect`` (:mod:`tfdp.cli.convert`,
   :mod:`tfdp.cli.inspect`, :mod:`tfdp.cli.progress`);
 * :mod:`tfdp.cli.sampler` -- ``tfdp sampler``;
+* :mod:`tfdp.cli.models` -- ``tfdp models import | list`` (timm's / DeiT's weights into a
+  Keras model file);
 * :mod:`tfdp.cli.args` -- the parser class and converters every command shares;
 * :mod:`tfdp.cli.tf_log` -- TensorFlow's C++ records of a lost peer held back from
   ``tfdp train``'s stderr (a filter process);

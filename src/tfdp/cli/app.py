@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfdp._compat import end_process, prefer_bfc_cpu_allocator
-from tfdp.cli import data, evaluate, launch, plot, sampler, tf_start, train
+from tfdp.cli import data, evaluate, launch, models, plot, sampler, tf_start, train
 from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
 from tfdp.errors import TfdpError, user_message
 
@@ -55,7 +55,7 @@ def build_parser() -> Parser:
     parser = Parser(prog="tfdp", description="Synchronous data-parallel training for TF/Keras.")
     parser.add_argument("--version", action="version", version=f"tfdp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (train, evaluate, launch, plot, data, sampler):
+    for module in (train, evaluate, launch, plot, data, sampler, models):
         module.add_parser(sub)
     return parser
 

@@ -76,7 +76,6 @@ __all__ = [
     "EVAL_CROP_RATIO",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
-    "NORMALIZED_MODELS",
     "TRAIN_INTERPOLATIONS",
     "AugmentOptions",
     "augment_kind",
@@ -97,10 +96,6 @@ _AFFINE = ("bilinear", "bicubic", "nearest")
 #: and (times 255, rounded) RandAugment's fill colour.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-#: The models whose inputs are normalised with ImageNet's mean and std unless ``--mean`` /
-#: ``--std`` say otherwise (name prefixes: timm's DeiT and ViT models, which DeiT trains and
-#: evaluates normalised); the others' inputs stay in [0, 1] (:func:`default_normalization`).
-NORMALIZED_MODELS = ("deit_", "vit_")
 #: ``--eval-crop-ratio``'s default: DeiT's (224 of 256).
 EVAL_CROP_RATIO = 0.875
 #: No normalisation: ``(x - 0) / 1``, one value for every channel.
@@ -207,17 +202,24 @@ class AugmentOptions:
 def default_normalization(model: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The ``(mean, std)`` of a model's inputs when ``--mean`` / ``--std`` are not given.
 
-    ImageNet's (timm's ``IMAGENET_DEFAULT_MEAN`` / ``_STD``, DeiT's) for the
-    models :data:`NORMALIZED_MODELS` names; ``((0.0,), (1.0,))`` -- no
-    normalisation, the inputs in [0, 1] as tfdp's models have always had them
-    -- for every other model.
+    For timm's names (:data:`tfdp.models.names.MODELS`) timm's own, as its
+    ``train.py`` resolves them from the model's configuration: ImageNet's
+    (``IMAGENET_DEFAULT_MEAN`` / ``_STD``, DeiT's) for the ``deit_*`` models,
+    ``(0.5, 0.5, 0.5)`` / ``(0.5, 0.5, 0.5)`` for the ``vit_*`` ones (their
+    timm weights expect it); ``((0.0,), (1.0,))`` -- no normalisation, the
+    inputs in [0, 1] as tfdp's models have always had them -- for every other model.
 
     Example:
         >>> default_normalization("deit_tiny_patch16_224")[0], default_normalization("cnn")
         ((0.485, 0.456, 0.406), ((0.0,), (1.0,)))
+        >>> default_normalization("vit_tiny_patch16_224")[1]
+        (0.5, 0.5, 0.5)
     """
-    if model.strip().lower().startswith(NORMALIZED_MODELS):
-        return IMAGENET_MEAN, IMAGENET_STD
+    from tfdp.models.names import is_model_name, model_spec
+
+    if is_model_name(model.strip()):
+        spec = model_spec(model.strip())
+        return tuple(spec.mean), tuple(spec.std)
     return _IDENTITY
 
 
@@ -229,7 +231,7 @@ def resolve_normalization(cfg: Any) -> None:
 
     Example:
         >>> from tfdp.recipe.config import TrainConfig
-        >>> cfg = TrainConfig(model="vit_small_patch16_224", std=[0.5])
+        >>> cfg = TrainConfig(model="deit_small_patch16_224", std=[0.5])
         >>> cfg.mean, cfg.std
         ((0.485, 0.456, 0.406), (0.5,))
     """

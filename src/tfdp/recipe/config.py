@@ -35,6 +35,7 @@ from typing import Any
 from tfdp.errors import ConfigError, DataError
 from tfdp.recipe.augment_options import AugmentOptions, check_augment_options, resolve_normalization
 from tfdp.recipe.lr_rule import LrRuleOptions, check_lr_rule
+from tfdp.recipe.model_options import ModelOptions, check_model_options
 from tfdp.recipe.networks import check_model_module, check_model_ref
 from tfdp.recipe.options import option as _opt
 
@@ -162,7 +163,9 @@ class _JobOptions:
     )
     model: str = _opt(
         "cnn",
-        "'cnn', 'resnet', a keras.applications model ('resnet50', "
+        "'cnn', 'resnet', a ViT / DeiT model by timm's name (deit_{tiny,small,base}_patch16_224, "
+        "their _distilled_ variants, vit_{tiny,small,base}_patch16_224: tfdp[models]), a "
+        "keras.applications model ('resnet50', "
         "'keras.applications:EfficientNetB0': random weights, logits out) or 'module:function' "
         "returning a keras.Model of logits (called with input_shape= and num_classes= or "
         "classes=, as its signature names them; a module in the current folder is found)",
@@ -328,11 +331,12 @@ class _JobOptions:
 
 
 @dataclass
-class TrainConfig(AugmentOptions, LrRuleOptions, _JobOptions):
+class TrainConfig(AugmentOptions, ModelOptions, LrRuleOptions, _JobOptions):
     """Every option of the training job (flags, config files and ``config.json`` share it).
 
     The job's own options first, then the learning-rate rule
-    (:class:`tfdp.recipe.lr_rule.LrRuleOptions`), then DeiT's / timm's
+    (:class:`tfdp.recipe.lr_rule.LrRuleOptions`), then DeiT's model options
+    (:class:`tfdp.recipe.model_options.ModelOptions`), then DeiT's / timm's
     transform options (:class:`tfdp.recipe.augment_options.AugmentOptions`).
     ``mean`` / ``std`` not given take the model's values
     (:func:`tfdp.recipe.augment_options.resolve_normalization`), so the run's
@@ -507,6 +511,7 @@ def check_config(cfg: TrainConfig) -> None:
     _check_recipe(cfg)
     check_lr_rule(cfg)
     check_augment_options(cfg)
+    check_model_options(cfg)
     if not (math.isfinite(cfg.repeats) and cfg.repeats >= 1):
         raise ConfigError(f"--repeats must be a finite number >= 1, got {cfg.repeats}")
     if not 0 < cfg.eval_fraction < 1:

@@ -2,10 +2,11 @@
 
 This module owns :func:`build_optimizer` (the options' optimizer and
 learning-rate schedule), :func:`training_loss` (cross-entropy, label-smoothed,
-or soft-target under Mixup), :func:`job_metrics` (top-1, top-5) and
-:func:`training_metrics` (soft-target accuracy under Mixup),
+or soft-target under Mixup; DeiT's distillation loss around it),
+:func:`job_metrics` (top-1, top-5) and :func:`training_metrics` (soft-target
+accuracy under Mixup; on the class head when distilling),
 :func:`model_factory` (the seeded model builder the Trainer calls inside the
-strategy's scope), :func:`save_model` (the final
+strategy's scope: stochastic depth, ``--finetune``, the teacher), :func:`save_model` (the final
 ``model.keras`` of a run, written atomically) and
 :func:`weights_fingerprint` (a short hash that is equal on every worker of
 a healthy job).
@@ -23,7 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdp._util import replaced_atomically
+from tfdp.errors import TfdpError, said_as
 from tfdp.recipe.config import SGD_OPTIMIZERS, TrainConfig
+from tfdp.recipe.model_options import distilling
 
 __all__ = [
     "EVAL_METRICS",
@@ -36,6 +39,9 @@ __all__ = [
     "training_metrics",
     "weights_fingerprint",
 ]
+
+#: The model builders' arguments as the job's options say them.
+_SAID = {"input_shape": "the images' shape (--image-size)", "drop_path": "--drop-path"}
 
 #: The final model's file in the run directory (``keras.models.load_model`` reads it).
 MODEL_FILE = "model.keras"
@@ -55,8 +61,10 @@ def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -
     (``cfg.sched_on_updates``), one epoch late as DeiT's with
     ``cfg.sched_one_epoch_late``; ``constant``: ``cfg.lr``. Weight decay as
     timm applies it (decoupled for adamw, lion and Keras's, torch's L2 term
-    for adam and the SGDs), none for the one-dimensional weights of ``model``
-    (biases, normalisation: :func:`~tfdp.optim.decays`) when it is given.
+    for adam and the SGDs), none for timm's no-decay group of ``model`` when it
+    is given: its weights of one dimension (biases, normalisation:
+    :func:`~tfdp.optim.decays`), and a ViT / DeiT's biases, tokens and position
+    embeddings (:func:`tfdp.models.no_weight_decay`, timm's ``no_weight_decay()``).
     ``cfg.model_ema``: Keras's EMA of the trainable weights (``use_ema``,
     ``ema_momentum=cfg.model_ema_decay``), which lives in the optimizer's
     variables and so in its checkpoints.
@@ -77,7 +85,7 @@ def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -
     """
     import keras
 
-    from tfdp.optim import TimmCosine, TorchAdam, TorchAdamW, TorchSGD, decays
+    from tfdp.optim import TimmCosine, TorchAdam, TorchAdamW, TorchSGD
 
     lr: Any = cfg.lr
     if cfg.schedule == "cosine":
@@ -109,10 +117,25 @@ def build_optimizer(cfg: TrainConfig, steps_per_epoch: int, model: Any = None) -
     }
     opt = builders["sgd" if cfg.optimizer in SGD_OPTIMIZERS else cfg.optimizer]()
     if wd and model is not None:
-        opt.exclude_from_weight_decay(
-            var_list=[v for v in model.trainable_variables if not decays(v)]
-        )
+        opt.exclude_from_weight_decay(var_list=_no_decay(cfg, model))
     return opt
+
+
+def _no_decay(cfg: TrainConfig, model: Any) -> list[Any]:
+    """The weights timm's optimizer gives no decay (its ``param_groups_weight_decay``).
+
+    A ViT / DeiT's biases, tokens and position embeddings
+    (:func:`tfdp.models.no_weight_decay`), else the weights of one dimension.
+    """
+    from tfdp.models.names import is_model_name
+
+    if is_model_name(cfg.model):
+        from tfdp.models import no_weight_decay
+
+        return no_weight_decay(model)
+    from tfdp.optim import decays
+
+    return [v for v in model.trainable_variables if not decays(v)]
 
 
 def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
@@ -123,7 +146,10 @@ def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
     With ``--mixup`` / ``--cutmix`` the targets are Mixup's soft ones, already
     smoothed by ``s`` (timm's ``mixup_target``): the loss is then timm's
     ``SoftTargetCrossEntropy`` (:func:`tfdp.losses.soft_target_cross_entropy`),
-    as DeiT's, which smooths nothing again.
+    as DeiT's, which smooths nothing again. With ``--distillation-type`` soft
+    or hard that loss is DeiT's base criterion, on the class head, inside
+    DeiT's ``DistillationLoss`` (:func:`tfdp.models.distillation_loss`, per
+    example, over the :class:`~tfdp.models.Distiller`'s ``[B, 3, K]``).
 
     Example:
         >>> import numpy as np
@@ -133,7 +159,23 @@ def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
         0.62788
         >>> training_loss(TrainConfig(smoothing=0.1, cutmix=1.0), 4).name
         'soft_target_ce'
+        >>> training_loss(TrainConfig(model="deit_tiny_distilled_patch16_224",
+        ...     distillation_type="hard", teacher_model="t.keras"), 4).__name__
+        'deit_hard_distillation'
     """
+    base = _base_loss(cfg, num_classes)
+    if not distilling(cfg):
+        return base
+    from tfdp.models.distill import distillation_loss
+    from tfdp.train.evaluate import per_example_loss
+
+    return distillation_loss(
+        per_example_loss(base), cfg.distillation_type, cfg.distillation_alpha, cfg.distillation_tau
+    )
+
+
+def _base_loss(cfg: TrainConfig, num_classes: int) -> Any:
+    """:func:`training_loss` without distillation (DeiT's base criterion)."""
     from tfdp.recipe.augment_options import mixing
 
     if mixing(cfg):
@@ -169,6 +211,9 @@ def training_metrics(cfg: TrainConfig, num_classes: int) -> list[Any]:
     the plain accuracy it is not comparable with; no top-5. The held-out
     metrics stay :func:`job_metrics` on the plain labels.
 
+    When distilling, each reads the class head of the
+    :class:`~tfdp.models.Distiller`'s training output (:class:`tfdp.models.ClassHead`).
+
     Example:
         >>> [m.name for m in training_metrics(TrainConfig(mixup=0.8), 10)]
         ['soft_target_accuracy']
@@ -176,10 +221,16 @@ def training_metrics(cfg: TrainConfig, num_classes: int) -> list[Any]:
     from tfdp.recipe.augment_options import mixing
 
     if not mixing(cfg):
-        return job_metrics(num_classes)
-    from tfdp.losses import soft_target_accuracy
+        out = job_metrics(num_classes)
+    else:
+        from tfdp.losses import soft_target_accuracy
 
-    return [soft_target_accuracy(name="soft_target_accuracy")]
+        out = [soft_target_accuracy(name="soft_target_accuracy")]
+    if not distilling(cfg):
+        return out
+    from tfdp.models.distill import ClassHead
+
+    return [ClassHead(m) for m in out]
 
 
 def job_metrics(num_classes: int) -> list[Any]:
@@ -198,9 +249,15 @@ def job_metrics(num_classes: int) -> list[Any]:
 
 
 def model_factory(
-    cfg: TrainConfig, shape: tuple[int, int, int], num_classes: int
+    cfg: TrainConfig, shape: tuple[int, int, int], num_classes: int, files: Any = None
 ) -> Callable[[], Any]:
     """A function building ``cfg.model`` with weights seeded by ``cfg.seed``.
+
+    With ``--drop-path`` (its draws keyed by ``cfg.seed`` too); started from
+    ``files``' ``--finetune`` state dict; when distilling, the student and
+    ``files``' teacher in a :class:`~tfdp.models.Distiller` (without
+    ``files``: no teacher, for a checkpoint read back). See
+    :func:`tfdp.recipe.student.student_and_teacher`.
 
     Example:
         >>> model = model_factory(TrainConfig(), (8, 8, 1), 10)()
@@ -214,7 +271,21 @@ def model_factory(
         from tfdp.recipe.networks import build_model
 
         keras.utils.set_random_seed(cfg.seed)
-        return build_model(cfg.model, shape, num_classes)
+        try:
+            model = build_model(
+                cfg.model, shape, num_classes, drop_path=cfg.drop_path, seed=cfg.seed
+            )
+        except TfdpError as exc:  # the builders' arguments, said as the job's options
+            if exc.argument not in _SAID:
+                raise
+            said = said_as(exc, {exc.argument: _SAID[exc.argument]})
+            said.argument = None
+            raise said from None
+        if files is None and not distilling(cfg):
+            return model
+        from tfdp.recipe.student import student_and_teacher
+
+        return student_and_teacher(cfg, model, shape, num_classes, files)
 
     return build
 

@@ -1,10 +1,13 @@
 """Built-in models for the ``tfdp train`` command, and loading a user's model factory.
 
 This module owns the small CNN (digits-sized inputs), a ResNet-style network,
-and model references: ``"cnn"``, ``"resnet"``, a ``keras.applications`` name
-(``"resnet50"``, ``"keras.applications:EfficientNetB0"``) or
-``"module:function"`` (:func:`check_model_ref` checks one without importing
-Keras, so a bad reference is refused before TensorFlow loads;
+and model references: ``"cnn"``, ``"resnet"``, a ViT / DeiT model by timm's
+name (``"deit_tiny_patch16_224"``: :mod:`tfdp.models`, on keras-hub), a
+``keras.applications`` name (``"resnet50"``,
+``"keras.applications:EfficientNetB0"``) or ``"module:function"``
+(:func:`check_model_ref` checks one without importing Keras, so a bad
+reference -- or a ViT / DeiT model without the ``tfdp[models]`` extra -- is
+refused before TensorFlow loads;
 :func:`load_factory` resolves it; :func:`call_factory` calls it with
 keywords, its own errors reported as the user's model's).
 
@@ -16,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -25,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfdp.errors import ConfigError
+from tfdp.models.names import MODELS, is_model_name, model_spec, require_keras_hub
 
 if TYPE_CHECKING:
     import keras
@@ -146,41 +151,50 @@ def resnet(
 
 def _resolve(ref: str) -> str:
     """``ref`` with a bare ``keras.applications`` name (any case) spelt ``module:function``."""
-    if ref in BUILTIN_MODELS or ":" in ref:
+    if ref in BUILTIN_MODELS or ":" in ref or is_model_name(ref):
         return ref
     name = _APPLICATIONS_BY_LOWER.get(ref.lower())
     return f"{_APPLICATIONS_MODULE}:{name}" if name else ref
 
 
 def check_model_ref(ref: str) -> str:
-    """``ref`` if it names a built-in model, a ``keras.applications`` model or a factory.
+    """``ref`` if it names a built-in, ViT / DeiT or ``keras.applications`` model, or a factory.
 
     Cheap (imports nothing): it checks the form; :func:`load_factory`
     imports the module and finds the function. A ``keras.applications`` name
-    may be given bare, in any case (``"resnet50"``).
+    may be given bare, in any case (``"resnet50"``). A ViT / DeiT name
+    (:data:`tfdp.models.MODELS`) needs keras-hub, the ``tfdp[models]`` extra:
+    found (not imported) here.
 
     Raises:
-        ConfigError: naming the reference and the valid forms.
+        ConfigError: naming the reference and the valid forms (every ViT / DeiT
+            name, and the nearest known name), or the missing extra.
 
     Example:
         >>> check_model_ref("resnet"), check_model_ref("my_models:wide_resnet")
         ('resnet', 'my_models:wide_resnet')
-        >>> check_model_ref("efficientnetb0")
-        'efficientnetb0'
-        >>> check_model_ref("nosuch")
+        >>> check_model_ref("efficientnetb0"), check_model_ref("deit_tiny_patch16_224")
+        ('efficientnetb0', 'deit_tiny_patch16_224')
+        >>> check_model_ref("deit_tiny")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: model 'nosuch': expected 'cnn', 'resnet', a keras.applications name (resnet50, efficientnetb0, convnexttiny, ...) or 'module:function'
+        tfdp.errors.ConfigError: model 'deit_tiny': expected 'cnn', 'resnet', a ViT / DeiT name (deit_base_distilled_patch16_224, ..., vit_tiny_patch16_224; did you mean 'deit_tiny_patch16_224'?), a keras.applications name (resnet50, efficientnetb0, convnexttiny, ...) or 'module:function'
     """  # noqa: E501
     resolved = _resolve(ref)
     if resolved in BUILTIN_MODELS:
         return ref
+    if is_model_name(resolved):
+        require_keras_hub(ref)
+        return ref
     module_name, sep, attr = resolved.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
         names = ", ".join(map(repr, BUILTIN_MODELS))
+        close = difflib.get_close_matches(ref.lower(), [*MODELS, *_APPLICATIONS_BY_LOWER], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
-            f"model {ref!r}: expected {names}, a keras.applications name (resnet50, "
-            "efficientnetb0, convnexttiny, ...) or 'module:function'",
+            f"model {ref!r}: expected {names}, a ViT / DeiT name ({', '.join(MODELS)}{hint}), "
+            "a keras.applications name (resnet50, efficientnetb0, convnexttiny, ...) or "
+            "'module:function'",
             argument="model",
         )
     if module_name == _APPLICATIONS_MODULE and attr not in KERAS_APPLICATIONS:
@@ -222,7 +236,11 @@ def check_model_module(ref: str) -> None:
         tfdp.errors.ConfigError: model 'no_such_module_xyz:net': cannot import module 'no_such_module_xyz' (No module named 'no_such_module_xyz')
     """  # noqa: E501
     resolved = _resolve(check_model_ref(ref))
-    if resolved in BUILTIN_MODELS or resolved.startswith(_APPLICATIONS_MODULE + ":"):
+    if (
+        resolved in BUILTIN_MODELS
+        or is_model_name(resolved)
+        or resolved.startswith(_APPLICATIONS_MODULE + ":")
+    ):
         return
     _with_cwd_on_path()
     module_name = resolved.partition(":")[0]
@@ -277,7 +295,7 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
 
 
 def _factory_arguments(
-    fn: Callable[..., Any], input_shape: tuple[int, ...], num_classes: int
+    fn: Callable[..., Any], input_shape: tuple[int, ...], num_classes: int, drop_path: float = 0.0
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """How :func:`call_factory` calls ``fn``: keywords where its signature names them.
 
@@ -285,13 +303,26 @@ def _factory_arguments(
     ``keras.applications`` names it) when the signature has them (or takes
     ``**kwargs``), ``weights=None`` and ``classifier_activation=None`` when it
     has those; a factory naming neither gets ``(input_shape, num_classes)``
-    positionally.
+    positionally. A ``drop_path`` rate goes in as ``drop_path_rate=`` (timm's
+    name), which the signature must name (or take ``**kwargs``).
+
+    Raises:
+        ConfigError: a ``drop_path`` rate for a factory that takes none.
     """
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read
-        return (input_shape, num_classes), {}
+        params = {}
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if drop_path and "drop_path_rate" not in params and not var_kw:
+        name = getattr(fn, "__name__", repr(fn))
+        raise ConfigError(
+            f"drop_path {drop_path:g}: model factory {name} takes no drop_path_rate argument "
+            "(give it one, or leave drop_path 0)",
+            argument="drop_path",
+        )
+    if not params:
+        return (input_shape, num_classes), {}
     kwargs: dict[str, Any] = {}
     if "input_shape" in params or var_kw:
         kwargs["input_shape"] = input_shape
@@ -301,8 +332,11 @@ def _factory_arguments(
         kwargs["classes"] = num_classes
     elif var_kw:
         kwargs["num_classes"] = num_classes
+    if drop_path:
+        kwargs["drop_path_rate"] = drop_path
     if "input_shape" not in kwargs or not ({"num_classes", "classes"} & set(kwargs)):
-        return (input_shape, num_classes), {}
+        extra = {"drop_path_rate": drop_path} if drop_path else {}
+        return (input_shape, num_classes), extra
     if "weights" in params:
         kwargs["weights"] = None  # never a download: the run trains from its seeded weights
     if "classifier_activation" in params:
@@ -311,17 +345,22 @@ def _factory_arguments(
 
 
 def call_factory(
-    ref: str, fn: Callable[..., Any], input_shape: Sequence[int], num_classes: int
+    ref: str,
+    fn: Callable[..., Any],
+    input_shape: Sequence[int],
+    num_classes: int,
+    drop_path: float = 0.0,
 ) -> keras.Model:
     """Call model factory ``fn`` (named ``ref``) and check that it returns a Keras model.
 
     Keywords where its signature names them (see :func:`_factory_arguments`):
     ``keras.applications.ResNet50`` is called as ``ResNet50(input_shape=...,
     classes=..., weights=None, classifier_activation=None)``. The model must
-    output logits, one per class.
+    output logits, one per class. A ``drop_path`` rate (stochastic depth)
+    goes in as ``drop_path_rate=``.
 
     Raises:
-        ConfigError: the factory raised (its error, its type and the arguments
+        ConfigError: the factory takes no ``drop_path_rate`` for a rate, raised (its error, its type and the arguments
             given are in the message: the model is the user's to fix), returned
             no ``keras.Model``, or a model whose output is not ``num_classes`` wide.
 
@@ -337,7 +376,7 @@ def call_factory(
     import keras
 
     shape = tuple(int(d) for d in input_shape)
-    args, kwargs = _factory_arguments(fn, shape, num_classes)
+    args, kwargs = _factory_arguments(fn, shape, num_classes, drop_path)
     name = getattr(fn, "__name__", repr(fn))
     shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
     try:
@@ -362,17 +401,48 @@ def call_factory(
     return model
 
 
-def build_model(name: str, input_shape: Sequence[int], num_classes: int) -> keras.Model:
-    """Build ``"cnn"``, ``"resnet"``, a ``keras.applications`` model or a user's factory.
+def build_model(
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    *,
+    drop_path: float = 0.0,
+    seed: int = 0,
+) -> keras.Model:
+    """Build ``"cnn"``, ``"resnet"``, a ViT / DeiT, a ``keras.applications`` model or a factory.
+
+    A ViT / DeiT name (:data:`tfdp.models.MODELS`) is built by
+    :func:`tfdp.models.vision_transformer` with stochastic depth ``drop_path``
+    (its draws keyed by ``seed``: the run's); a factory gets ``drop_path`` as
+    ``drop_path_rate``; the other models have none.
+
+    Raises:
+        ConfigError: a bad reference, or a ``drop_path`` rate for a model without
+            stochastic depth, naming the argument.
 
     Example:
         >>> build_model("cnn", (8, 8, 1), 10).name
         'small_cnn'
         >>> build_model("keras.applications:MobileNet", (32, 32, 3), 5).output_shape
         (None, 5)
+        >>> build_model("vit_tiny_patch16_224", (32, 32, 3), 5, drop_path=0.1).output_shape
+        (None, 5)
     """
+    if is_model_name(name):
+        check_model_ref(name)  # the extra, named before keras-hub is imported
+        from tfdp.models.vit import vision_transformer
+
+        return vision_transformer(
+            model_spec(name), input_shape, num_classes, drop_path=drop_path, seed=seed
+        )
+    if drop_path and ":" not in _resolve(name):
+        raise ConfigError(
+            f"drop_path {drop_path:g}: model {name!r} has no stochastic depth (a ViT / DeiT "
+            "model or a factory taking drop_path_rate has)",
+            argument="drop_path",
+        )
     if name == "cnn":
         return small_cnn(input_shape, num_classes)
     if name == "resnet":
         return resnet(input_shape, num_classes)
-    return call_factory(name, load_factory(name), input_shape, num_classes)
+    return call_factory(name, load_factory(name), input_shape, num_classes, drop_path)

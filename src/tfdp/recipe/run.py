@@ -53,6 +53,7 @@ from tfdp.recipe.model import (
     training_metrics,
     weights_fingerprint,
 )
+from tfdp.recipe.model_options import check_model_files, distilling
 from tfdp.recipe.resume import (
     RUN_FORMAT,
     Resumed,
@@ -62,6 +63,13 @@ from tfdp.recipe.resume import (
     refuse_existing_run,
     resolve_resume,
     write_run_config,
+)
+from tfdp.recipe.student import (
+    ModelFiles,
+    check_teacher,
+    read_model_files,
+    start_notes,
+    teacher_record,
 )
 
 __all__ = [
@@ -232,6 +240,8 @@ def run_train(
         refuse_existing_run(run_dir)
     check_given(cfg, given)  # the run's optimizer is known now (a resume's may be its own)
     check_paths(cfg)
+    check_model_files(cfg, fresh=resumed is None)
+    files = read_model_files(cfg, fresh=resumed is None)  # before TensorFlow loads (torch's .pth)
     from tfdp.distribute import make_strategy, worker_info
 
     strategy = make_strategy(cfg.strategy, cpu_replicas=cfg.replicas)
@@ -250,7 +260,7 @@ def run_train(
             from tfdp.checkpoint import remove_interrupted_saves
 
             remove_interrupted_saves(os.path.join(run_dir, "checkpoints"))
-        return _train(cfg, run_dir, strategy, info, resumed, on_step, stop, say)
+        return _train(cfg, run_dir, strategy, info, resumed, files, on_step, stop, say)
     finally:
         if lock is not None:
             lock.release()
@@ -262,6 +272,7 @@ def _train(
     strategy: Any,
     info: Any,
     resumed: Resumed | None,
+    files: ModelFiles,
     on_step: Any,
     stop: StopRequest | None,
     say: Report,
@@ -311,8 +322,10 @@ def _train(
     if info.is_chief:
         os.makedirs(run_dir, exist_ok=True)
     rate = learning_rate(cfg)  # --lr under --lr-rule: the schedule's peak
-    trainer = _trainer(cfg, strategy, data, run_dir, resumed, train_in.steps_per_epoch)
+    trainer = _trainer(cfg, strategy, data, run_dir, resumed, train_in.steps_per_epoch, files)
+    teacher = teacher_record(cfg, trainer.model, weights_fingerprint)
     if resumed is not None:
+        check_teacher(teacher, resumed.history)  # the teacher is in no checkpoint: its hash
         trainer.restore(train_in)  # before config.json records the resume: it may be refused
         if cfg.schedule == "constant":  # a constant rate is an optimizer variable: restored too
             optimizer = trainer.optimizer
@@ -325,6 +338,7 @@ def _train(
         start = {"event": "start", "time": now(), "world_size": w, "format": RUN_FORMAT}
         start["steps_per_epoch"] = train_in.steps_per_epoch  # the learning-rate schedule's
         start["learning_rate"] = rate
+        start.update({"teacher": teacher} if teacher else {})
         write_run_config(run_dir, cfg, [start])
     normalized = normalization(cfg, data.shape[-1])
     if info.is_chief and resumed is None and normalized is not None:
@@ -346,6 +360,8 @@ def _train(
             f"{train_in.steps_per_epoch} steps/epoch, {_lr_words(cfg)}, run dir {run_dir}"
             + _compression_note(cfg),
         )
+        for note in start_notes(cfg, files, teacher):
+            say("info", note)
     if stop is not None:
         stop.attach(trainer.request_stop)
     from tfdp.recipe.best import BestModel
@@ -416,6 +432,7 @@ def _trainer(
     run_dir: str,
     resumed: Resumed | None,
     batches_per_epoch: int,
+    files: ModelFiles | None = None,
 ) -> Any:
     """The job's Trainer: its model, optimizer, loss, metrics, evaluation (EMA) and checkpoints.
 
@@ -434,13 +451,14 @@ def _trainer(
     batches = _first(resumed, "steps_per_epoch", batches_per_epoch)
     steps = -(-batches // cfg.accum_steps)
     built: dict[str, Any] = {}
-    make_model = model_factory(cfg, data.shape, data.num_classes)
+    make_model = model_factory(cfg, data.shape, data.num_classes, files)
 
     def model() -> Any:
         built["model"] = make_model()
         return built["model"]
 
-    metrics = training_metrics(cfg, data.num_classes)
+    with strategy.scope():  # sync-on-read accumulators: a worker's read sums every replica's
+        metrics = training_metrics(cfg, data.num_classes)
     options = trainer_options(cfg)
     scaled = dataclasses.replace(cfg, lr=learning_rate(cfg))  # the optimizer's --lr: the rule's
     parts = default_parts(
@@ -461,7 +479,7 @@ def _trainer(
         log_every=step_lines_every(cfg, sys.stdout),
     )
     step = parts.step
-    if cfg.smoothing or mixing(cfg):  # held out: plain cross-entropy and labels (timm's validate)
+    if cfg.smoothing or mixing(cfg) or distilling(cfg):  # held out: plain cross-entropy, labels
         parts.evaluator = Evaluator(
             strategy,
             step.model,
