@@ -35,7 +35,7 @@ alone (the run's ``DistributedInput``), to say where the time goes.
 Usage (on a shared machine: the load average is printed per round):
     python benchmarks/bench_deit.py --quick   # batch 16, 2 rounds of 2 steps (~2-3 min:
                                               # start-up and tracing a 12-block ViT dominate)
-    python benchmarks/bench_deit.py           # batch 32, 4 rounds of 4 steps, profile
+    python benchmarks/bench_deit.py           # batch 32, 6 rounds of 4 steps, profile (~6 min)
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -66,7 +66,7 @@ TIMM_SCRIPT = Path(__file__).resolve().parent / "_deit_timm_train.py"
 CONFIG = REPO / "examples" / "deit_tiny_imagenet.toml"
 MODEL = "deit_tiny_patch16_224"
 SIZE = 224
-FULL = {"images": 1200, "batch": 32, "rounds": 4, "warmup": 1, "window": 4, "profile": True}
+FULL = {"images": 1200, "batch": 32, "rounds": 6, "warmup": 1, "window": 4, "profile": True}
 QUICK = {"images": 600, "batch": 16, "rounds": 2, "warmup": 1, "window": 2, "profile": False}
 #: tfdp's images/s over timm's (issue 35).
 TARGET = 1.0

@@ -306,3 +306,30 @@ def test_a_teacher_by_name_gets_its_weights_from_teacher_path(tmp_path):
     cfg.teacher_model, cfg.teacher_path = "resnet", weights
     with pytest.raises(ConfigError, match=r"^--teacher-model 'resnet': "):
         student_and_teacher(cfg, student, shape, 3, ModelFiles())
+
+
+def test_a_factorys_vision_transformer_gets_timms_no_decay_set_as_a_named_one():
+    """A `module:function` factory returning tfdp's vision_transformer (a narrower ViT, as
+    benchmarks/bench_deit_parity.py trains) is exempt from decay where timm's optimizer
+    exempts it: tokens, position embeddings and the [heads, head_dim] attention biases too,
+    as the named models; a Distiller's student alike; other models: weights of one dimension."""
+    from tfdp.models import Distiller, ViTSpec, no_weight_decay, vision_transformer
+    from tfdp.recipe.config import TrainConfig
+    from tfdp.recipe.model import _no_decay
+    from tfdp.recipe.networks import small_cnn
+
+    factory = TrainConfig(model="my_models:vit")
+    for distilled in (False, True):
+        spec = ViTSpec("narrow", width=16, depth=1, heads=2, patch=8, distilled=distilled)
+        model = vision_transformer(spec, (16, 16, 3), 3)
+        exempt = {v.path for v in _no_decay(factory, model)}
+        assert exempt == {v.path for v in no_weight_decay(model)}
+        assert {p.rsplit("/", 1)[-1] for p in exempt} >= {"class_token", "bias"}
+        assert any(len(v.shape) == 2 and v.path in exempt for v in model.trainable_variables)
+    student = model
+    distiller = Distiller(student, small_cnn((16, 16, 3), 3, width=4))
+    assert {v.path for v in _no_decay(factory, distiller)} == {
+        v.path for v in no_weight_decay(student)
+    }
+    cnn = small_cnn((16, 16, 3), 3, width=4)
+    assert _no_decay(factory, cnn) == [v for v in cnn.trainable_variables if len(v.shape) == 1]
