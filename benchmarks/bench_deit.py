@@ -19,7 +19,10 @@ from the same folder of photo-like JPEGs (``tests/photos.py``, ImageNet's sizes,
 
 Threads: TensorFlow's defaults (intra-op and inter-op pools of ``os.cpu_count()`` threads, the
 input on tf.data's pool); torch ``set_num_threads(os.cpu_count())`` for the step and
-``os.cpu_count()`` DataLoader worker processes of one thread each (timm's ``--workers``).
+``os.cpu_count()`` DataLoader worker processes of one thread each (timm's ``--workers``), with
+``OMP_WAIT_POLICY=PASSIVE`` (torch's spinning OpenMP barriers stall on a shared machine:
+:data:`TIMM_THREADS`). timm runs twice: with its fused attention (torch's
+``scaled_dot_product_attention``, timm's default) and with ``TIMM_FUSED_ATTN=0``.
 
 How it measures. One run, the two sides alternating: tfdp trains, and its ``on_step`` hook
 (the loop is paused while it runs) asks timm's process for its steps in turn, so that only one
@@ -73,6 +76,11 @@ TARGET = 1.0
 #: timm's two attentions: torch's fused scaled_dot_product_attention (timm's default) and
 #: timm's own written out (TIMM_FUSED_ATTN=0), about 2x cheaper on this CPU.
 SIDES = {"timm": True, "timm_unfused": False}
+#: torch's OpenMP threads wait for each other by spinning (OMP_WAIT_POLICY=ACTIVE's way): on a
+#: machine whose cores other processes share, a barrier then waits for a descheduled thread
+#: (a small ViT's step measured 1.8 s with 2 threads, 0.15 s with 1, 0.17 s with 2 passive).
+#: timm's processes run with OMP_WAIT_POLICY=PASSIVE unless the environment sets it.
+TIMM_THREADS = "OMP_WAIT_POLICY=PASSIVE"
 
 
 class TimmTrainer(TimmLoader):
@@ -83,6 +91,7 @@ class TimmTrainer(TimmLoader):
 
     def __init__(self, root: Path, batch: int, threads: int, fused_attention: bool) -> None:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see TIMM_THREADS
         if not fused_attention:
             env["TIMM_FUSED_ATTN"] = "0"
         self.proc = subprocess.Popen(
