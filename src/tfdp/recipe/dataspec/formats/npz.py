@@ -45,8 +45,8 @@ class Npz:
     """``.npz`` arrays (see the module docstring); meets :class:`DataFormat`.
 
     Example:
-        >>> Npz().recognise("/no/such.npz")  # a file that exists
-        False
+        >>> Npz().recognise("/no/such.npz"), Npz().recognise("digits")  # an existing .npz file
+        (False, False)
     """
 
     name = "npz"
