@@ -303,7 +303,7 @@ def train(
             raise
         print(f"{PREFIX}: error: {exc}", file=sys.stderr, flush=True)
         return 3, {}
-    _print_outcome(result)
+    _print_outcome(result, cfg.model)
     # A stop by Ctrl-C / SIGTERM (or a peer's) saved a checkpoint: exit with the conventional
     # status so that a launcher or scheduler knows the job is unfinished and can restart it.
     reason = result.get("stop_reason")
@@ -339,7 +339,7 @@ def _diverged(exc: Exception) -> bool:
     return isinstance(exc, (NonFiniteError, NonFiniteCheckpointError))
 
 
-def _print_outcome(result: dict[str, Any]) -> None:
+def _print_outcome(result: dict[str, Any], model: str) -> None:
     if result["num_workers"] > 1:  # every worker: the proof that all hold the same weights
         _say(
             "info",
@@ -373,7 +373,11 @@ def _print_outcome(result: dict[str, Any]) -> None:
         also = f" (EMA weights: {ema:.4f})" if ema is not None else ""
         _say("info", f"done in {result['seconds']:.1f}s: held-out accuracy {accuracy:.4f}{also}")
     if result.get("model_path"):
-        _say("info", f"model saved to {result['model_path']} (keras.models.load_model reads it)")
+        from tfdp.models.names import is_model_name
+
+        # A ViT / DeiT's file names tfdp's layers: registered once tfdp.models.vit is imported.
+        reader = "tfdp.models.load_model" if is_model_name(model) else "keras.models.load_model"
+        _say("info", f"model saved to {result['model_path']} ({reader} reads it)")
 
 
 def run(args: argparse.Namespace) -> int:
