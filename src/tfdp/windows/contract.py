@@ -12,9 +12,11 @@ WindowPlan            ``windows(shapes)``, ``finish(window, j)``, ``output_spec(
 WindowSource          ``load_windows(indices, plan)``: a source that decodes only the window
                       each entry keeps (:class:`tfdp.sources.ImageFolderSource`); the loader
                       calls it
-EpochEntries          ``rank_entries(rank, epoch, start)``, ``finish_element(example, indices,
-                      positions, weights)``: the input layer's side
-                      (:class:`tfdp.DistributedInput`); the loader calls it
+EpochEntries          ``rank_entries(rank, epoch, start)``: the input layer's planned entries
+                      (:class:`tfdp.input.entries.EntryPlan`); the loader calls it
+ElementFinisher       ``finish_element(example, indices, positions, weights)``: the input
+                      layer's last touch of a loaded batch
+                      (:class:`tfdp.input.examples.ExamplePipeline`); the loader calls it
 ====================  ==========================================================================
 
 This module imports no TensorFlow.
@@ -34,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     import numpy as np
     import tensorflow as tf
 
-__all__ = ["EpochEntries", "WindowPlan", "WindowSource"]
+__all__ = ["ElementFinisher", "EpochEntries", "WindowPlan", "WindowSource"]
 
 
 class WindowPlan(Protocol):
@@ -91,21 +93,20 @@ class WindowSource(Protocol):
 
 @runtime_checkable
 class EpochEntries(Protocol):
-    """The input layer's side of the window loader: each rank's entries, and their last touch.
+    """The input layer's planned entries, as the window loader reads them.
 
     ``rank_entries(rank, epoch, start)`` gives the entries of global rank
     ``rank`` in ``epoch`` from entry ``start`` on, as four arrays of one
     length: file indices (int64), positions in the sampler's global list
     (int64), augmentation keys (int64: each entry's seed is ``[key,
-    position]``) and sample weights (float32). ``finish_element(example,
-    indices, positions, weights)`` turns a loaded batch into the element the
-    input yields (e.g. with the weights appended, or the ids).
+    position]``) and sample weights (float32).
 
     Example:
         >>> import numpy as np
         >>> from tfdp import DistributedInput
         >>> from tfdp.sources import ArraySource
-        >>> isinstance(DistributedInput(None, ArraySource(np.zeros(4)), batch_size=2), EpochEntries)
+        >>> inp = DistributedInput(None, ArraySource(np.zeros(4)), batch_size=2)
+        >>> isinstance(inp.plan, EpochEntries)
         True
     """
 
@@ -114,6 +115,24 @@ class EpochEntries(Protocol):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(indices, positions, keys, weights)`` of ``rank``'s ``epoch`` from ``start`` on."""
         ...
+
+
+@runtime_checkable
+class ElementFinisher(Protocol):
+    """The input layer's last touch of a loaded batch: the element the input yields.
+
+    ``finish_element(example, indices, positions, weights)`` turns a loaded
+    batch into the element the input yields (e.g. with the weights appended,
+    or the ids), inside the graph.
+
+    Example:
+        >>> import numpy as np
+        >>> from tfdp import DistributedInput
+        >>> from tfdp.sources import ArraySource
+        >>> inp = DistributedInput(None, ArraySource(np.zeros(4)), batch_size=2)
+        >>> isinstance(inp.examples, ElementFinisher)
+        True
+    """
 
     def finish_element(self, example: Any, indices: Any, positions: Any, weights: Any) -> Any:
         """The element the input yields for a loaded batch ``example`` (inside the graph)."""
