@@ -66,7 +66,9 @@ class _Stretched:
 
     def placements(self, xp: ArrayOps, shapes: Any, params: Any) -> Any:
         """Not planned: the output is the whole window (only a placed geometry has placements)."""
-        raise StateError(f"{type(self).__name__} stretches its whole window: it has no placements")
+        raise NotImplementedError(
+            f"{type(self).__name__} stretches its whole window: it has no placements"
+        )
 
 
 @dataclass(frozen=True)
