@@ -38,12 +38,12 @@ module                       owns
 ``crop``, ``shift``,         :class:`RandomCrop`, :class:`RandomShift`, :class:`RandomFlip`,
 ``flip``, ``brightness``     :class:`RandomBrightness` (data-moving stages keep the dtype)
 ``to_float``, ``normalize``  :class:`ToFloat`, :class:`Normalize` (deterministic, float32)
-``window``                   :class:`WindowAugmentation`: one window per image, planned from its
-                             shape and draws, then resized (float32)
+``window``                   :class:`WindowAugmentation`: one window per image, cut and resized
+                             (float32); where it lies is the stage's geometry
+                             (:mod:`tfdp.windows.geometry`)
 ``resized_crop``,            :class:`RandomResizedCrop`, :class:`CenterCrop`,
 ``center_crop``,             :class:`ResizeCenterCrop` (DeiT's held-out transform: torchvision's
-``resize_center_crop``       sampling, a placed window): the windows' planning only, in
-                             TensorFlow or NumPy alike
+``resize_center_crop``       sampling, a placed window): their arguments, draws and geometry
 ``_args``, ``_padded``,      shared argument checks; padded windows by gathers; the kernel and
 ``_fast``                    graph tricks that give the same values faster (the why is there)
 ===========================  ===================================================================
