@@ -75,8 +75,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tfdp._lazy import lazy_names
 
 #: Public name -> the module that owns it (imported on first use).
 _EXPORTS = {
@@ -106,15 +105,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdp.augment' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*__all__, *globals()})
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
