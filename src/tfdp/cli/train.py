@@ -284,10 +284,10 @@ def train(
         from tfdp.cli.tf_log import hold_back
 
         hold_back()
-    from tfdp.recipe.run import StopRequest, run_train
+    from tfdp.recipe.run import StopRelay, run_train
 
     reinstall: list[Callable[[], None]] = []
-    stop = StopRequest(on_attach=lambda: [f() for f in reinstall])
+    stop = StopRelay(on_attach=lambda: [f() for f in reinstall])
     try:
         with stop_on_signals(stop) as install:
             reinstall.append(install)

@@ -48,18 +48,15 @@ import tensorflow as tf
 
 from tfdp._compat.keras import hold_untracked
 from tfdp.errors import ConfigError
+from tfdp.models.names import DISTILLATION_TYPES
 
 __all__ = [
-    "DISTILLATION_TYPES",
     "ClassHead",
     "DistilledHeads",
     "Distiller",
     "distillation_loss",
     "distilled_heads",
 ]
-
-#: The distillation types that distil (DeiT's distillation_type; none trains without a teacher).
-DISTILLATION_TYPES = ("soft", "hard")
 
 
 @keras.saving.register_keras_serializable(package="tfdp")

@@ -54,7 +54,7 @@ from tfdp.recipe.model import (
 )
 from tfdp.recipe.options import RESUME_POLICIES
 from tfdp.recipe.resume import Resumed, resolve_resume
-from tfdp.recipe.run import Report, StopRequest, replicas_warning, run_evaluate, run_train
+from tfdp.recipe.run import Report, StopRelay, replicas_warning, run_evaluate, run_train
 
 __all__ = [
     "MODEL_FILE",
@@ -63,7 +63,7 @@ __all__ = [
     "JobData",
     "Report",
     "Resumed",
-    "StopRequest",
+    "StopRelay",
     "TrainConfig",
     "build_augment",
     "build_data",
