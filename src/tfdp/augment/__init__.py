@@ -85,6 +85,7 @@ _EXPORTS = {
     "CenterCrop": "tfdp.augment.center_crop",
     "ColorJitter": "tfdp.augment.color_jitter",
     "Compose": "tfdp.augment.compose",
+    "MixParams": "tfdp.augment.mixup",
     "Mixup": "tfdp.augment.mixup",
     "Normalize": "tfdp.augment.normalize",
     "PerExampleAugmentation": "tfdp.augment.contract",
@@ -100,6 +101,7 @@ _EXPORTS = {
     "WindowAugmentation": "tfdp.augment.window",
     "fold_in": "tfdp.random",
     "is_batched_augmentation": "tfdp.augment.contract",
+    "parse_rand_augment": "tfdp.augment.spec",
     "per_sample_uniform": "tfdp.random",
 }
 

@@ -59,8 +59,6 @@ from tfdp.checkpoint.trackables import float_variables
 from tfdp.distribute import resolver_role
 from tfdp.errors import CheckpointError, ConfigError, ConfigTypeError, StateError
 
-__all__ = ["CheckpointManager", "CheckpointWarning", "NonFiniteCheckpointError"]
-
 logger = logging.getLogger("tfdp.checkpoint")
 
 

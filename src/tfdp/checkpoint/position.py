@@ -27,8 +27,6 @@ import numpy as np
 from tfdp._util import config_diffs
 from tfdp.errors import ConfigError, ConfigTypeError, StateError
 
-__all__ = ["DataPosition", "check_count", "check_input_config", "input_config", "json_plain"]
-
 _FORMAT = "tfdp.DataPosition"
 _VERSION = 2  # sampler states with a global position; configs with global_batch_size
 # Configuration fields that follow the world size: an elastic resume lets them change (the

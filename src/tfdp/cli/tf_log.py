@@ -46,8 +46,6 @@ import select
 import subprocess
 import sys
 
-__all__ = ["PREAMBLE", "SOURCES", "STATUSES", "FaultLineFilter", "hold_back", "main"]
-
 #: The C++ files whose error records report a collective aborted by a lost peer.
 SOURCES = (
     "base_collective_executor.cc",

@@ -48,8 +48,6 @@ from tfdp.recipe.config import (
 )
 from tfdp.recipe.lr_rule import LrRuleOptions
 
-__all__ = ["add_parser", "run", "stop_on_signals", "train", "train_request"]
-
 PREFIX = "tfdp train"
 #: Exit status when another worker of a multi-worker job was lost (see PeerLostError).
 PEER_LOST_STATUS = 4

@@ -65,8 +65,6 @@ from tfdp.windows.contract import WindowSource
 from tfdp.windows.loader import WindowedBatches
 from tfdp.windows.plan import split_window
 
-__all__ = ["DistributedInput", "make_loader"]
-
 
 def make_loader(
     plan: EntryPlan, examples: ExamplePipeline, *, num_replicas: int, num_parallel_calls: int

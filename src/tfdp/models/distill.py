@@ -50,14 +50,6 @@ from tfdp._compat.keras import hold_untracked
 from tfdp.errors import ConfigError
 from tfdp.models.names import DISTILLATION_TYPES
 
-__all__ = [
-    "ClassHead",
-    "DistilledHeads",
-    "Distiller",
-    "distillation_loss",
-    "distilled_heads",
-]
-
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class DistilledHeads(keras.layers.Layer):

@@ -28,16 +28,6 @@ import numpy as np
 
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "EXTRA",
-    "MODELS",
-    "ViTSpec",
-    "drop_path_rates",
-    "is_model_name",
-    "model_spec",
-    "require_keras_hub",
-]
-
 #: The pip extra that installs keras-hub, on which the models are built.
 EXTRA = "pip install 'tfdp[models]'"
 #: The distillation types that distil (DeiT's distillation_type; none trains without a teacher).

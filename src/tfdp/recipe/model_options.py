@@ -49,14 +49,6 @@ from tfdp.models.weights import STATE_SUFFIXES
 from tfdp.recipe.networks import check_model_module, check_model_ref
 from tfdp.recipe.options import option
 
-__all__ = [
-    "ModelOptions",
-    "check_model_files",
-    "check_model_options",
-    "distilling",
-    "keras_teacher",
-]
-
 #: A Keras model file, which holds its weights.
 _KERAS_FILE = ".keras"
 #: Keras's weights files (``model.load_weights``).

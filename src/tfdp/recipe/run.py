@@ -72,15 +72,6 @@ from tfdp.recipe.student import (
     teacher_record,
 )
 
-__all__ = [
-    "Report",
-    "StopRelay",
-    "replicas_warning",
-    "run_evaluate",
-    "run_train",
-    "trainer_options",
-]
-
 #: ``report(level, message)``: ``level`` is ``"info"`` or ``"warning"``.
 Report = Callable[[str, str], None]
 _log = logging.getLogger("tfdp.recipe")

@@ -24,20 +24,6 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = [
-    "BMP",
-    "FORMAT_NAMES",
-    "GIF",
-    "JPEG",
-    "PNG",
-    "UNKNOWN",
-    "WEBP",
-    "decode",
-    "image_problem",
-    "sniff",
-    "to_channels",
-]
-
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
