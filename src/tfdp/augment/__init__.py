@@ -44,6 +44,15 @@ module                       owns
 ``resized_crop``,            :class:`RandomResizedCrop`, :class:`CenterCrop`,
 ``center_crop``,             :class:`ResizeCenterCrop` (DeiT's held-out transform: torchvision's
 ``resize_center_crop``       sampling, a placed window): their arguments, draws and geometry
+``rand_augment``,            timm's / DeiT's training stages, with PIL's 8-bit values:
+``color_jitter``,            :class:`RandAugment`, :class:`ColorJitter`, :class:`RandomErasing`,
+``random_erasing``,          :class:`Mixup` (CutMix too: a batch stage, each replica's batch;
+``mixup``                    :class:`MixParams`, its draws)
+``spec``                     their configuration, timm's RandAugment strings
+                             (:func:`parse_rand_augment`); pure Python
+``_rand_ops``,               RandAugment's ops (timm's tables), PIL's colour operations and
+``_pil_ops``, ``_affine``,   affine transform, a stage whose samples take different ops run
+``_each``                    one sample at a time
 ``_args``, ``_padded``,      shared argument checks; padded windows by gathers; the kernel and
 ``_fast``                    graph tricks that give the same values faster (the why is there)
 ===========================  ===================================================================
