@@ -32,7 +32,7 @@ def _functions(path: Path) -> list[str]:
 
 
 def test_no_helper_is_defined_twice():
-    # A package's lazy-import hooks (PEP 562 __getattr__ / __dir__) are its own, not helpers.
+    # A dunder function is its module's own hook (PEP 562 and the like), not a helper.
     counts = Counter(
         name for path in OWNED for name in _functions(path) if not name.startswith("__")
     )
@@ -185,7 +185,7 @@ def test_all_is_on_the_public_modules_only():
     assert sorted(with_all - listed) == [] and sorted(listed - with_all) == []
 
 
-def test_the_public_modules_are_the_rule_s():
+def test_the_public_modules_follow_the_rule():
     """The facade and every package that gathers names, the top-level modules, the contracts;
     nothing private."""
     modules, listed = _modules(), _listed_public()
