@@ -294,6 +294,7 @@ def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True, source=
     from tfdp import augment
     from tfdp.input import DistributedInput
     from tfdp.sources import ImageFolderSource
+    from tfdp.windows.loader import WindowedBatches
 
     streaming = source is not None
     source = ImageFolderSource(root) if source is None else source
@@ -312,7 +313,7 @@ def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True, source=
             ]
         ),
     )
-    assert (inp.window_loader is not None) == (windows and not streaming)
+    assert isinstance(inp.loader, WindowedBatches) == (windows and not streaming)
     return inp
 
 
@@ -572,6 +573,7 @@ def deit_input(strategy, root: Path):
     """DeiT's input in tfdp: Repeated Augmentation (3), the window path, DeiT's augmentation."""
     from tfdp.input import DistributedInput
     from tfdp.sources import ImageFolderSource
+    from tfdp.windows.loader import WindowedBatches
 
     source = ImageFolderSource(root)
     inp = DistributedInput(
@@ -582,7 +584,7 @@ def deit_input(strategy, root: Path):
         global_batch_size=GLOBAL_BATCH,
         augment=deit_augment(int(np.max(source.labels)) + 1),
     )
-    assert inp.window_loader is not None
+    assert isinstance(inp.loader, WindowedBatches)
     return inp
 
 

@@ -17,39 +17,40 @@ from typing import Any
 
 from tfdp.cli.args import int_at_least
 
-__all__ = ["add_parser", "run_convert", "run_inspect"]
-
 _NUM_CLASSES_HELP = (
     "number of classes, when some have no example (default: the class names, else the "
     "largest label + 1, and then every label below it must occur)"
 )
-_SRC_HELP = "'digits', a .npz file, an image folder, or TFRecord"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``tfdp data`` (with ``convert`` and ``inspect``) to a ``tfdp`` sub-command set."""
-    from tfdp.cli.convert import FORMATS
+    """Add ``tfdp data`` (with ``convert`` and ``inspect``) to a ``tfdp`` sub-command set.
 
+    The formats named in the help and ``--to``'s choices are the registered ones
+    (:data:`tfdp.recipe.dataspec.formats.FORMATS`).
+    """
+    from tfdp.cli.convert import default_destination
+    from tfdp.recipe.dataspec.formats import FORMATS, listed, writers
+
+    src_help = listed()
+    targets = [fmt.name for fmt in writers()]
     dp = subparsers.add_parser(
         "data",
-        help="convert or inspect data sets (digits, .npz, image folders, TFRecord)",
-        description="Data set tools. SRC is 'digits' (bundled), a .npz file (images "
-        "[N,H,W,C] uint8, labels [N]), an image folder root/<class>/<image>, or a TFRecord "
-        "directory (or manifest) written by tfdp data convert / write_tfrecords.",
+        help=f"convert or inspect data sets ({', '.join(fmt.name for fmt in FORMATS)})",
+        description=f"Data set tools. SRC is {src_help}.",
     )
     actions = dp.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     cp = actions.add_parser(
         "convert",
-        help="convert SRC to a .npz file, an image folder or TFRecord shards",
-        description="Convert SRC to DST. The format of DST is --to, else inferred: a .npz "
-        "name -> npz, anything else -> a directory of TFRecord shards (use --to folder for "
-        "an image folder DST/<class>/<index>.png). DST is written under a temporary name and "
+        help=f"convert SRC to another format ({', '.join(targets)})",
+        description="Convert SRC to DST. The format of DST is --to, else inferred: "
+        f"{default_destination()}. DST is written under a temporary name and "
         "renamed when complete; an existing non-empty DST is never overwritten. Progress is "
         "shown on stderr when it is a terminal.",
     )
-    cp.add_argument("src", metavar="SRC", help=_SRC_HELP)
+    cp.add_argument("src", metavar="SRC", help=src_help)
     cp.add_argument("dst", metavar="DST", help="output .npz file or directory")
-    cp.add_argument("--to", choices=FORMATS, default=None, help="output format (default: from DST)")
+    cp.add_argument("--to", choices=targets, default=None, help="output format (default: from DST)")
     cp.add_argument(
         "--shards",
         type=int_at_least(1),
@@ -78,7 +79,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "when the labels are known without decoding: digits, .npz, image folders), image "
         "shape and dtype, and a few examples (index, label, shape, min/max pixel).",
     )
-    ip.add_argument("src", metavar="SRC", help=_SRC_HELP)
+    ip.add_argument("src", metavar="SRC", help=src_help)
     ip.add_argument(
         "--examples",
         type=int_at_least(0),

@@ -48,8 +48,6 @@ from tfdp.recipe.config import (
 )
 from tfdp.recipe.lr_rule import LrRuleOptions
 
-__all__ = ["add_parser", "run", "stop_on_signals", "train", "train_request"]
-
 PREFIX = "tfdp train"
 #: Exit status when another worker of a multi-worker job was lost (see PeerLostError).
 PEER_LOST_STATUS = 4
@@ -284,10 +282,10 @@ def train(
         from tfdp.cli.tf_log import hold_back
 
         hold_back()
-    from tfdp.recipe.run import StopRequest, run_train
+    from tfdp.recipe.run import StopRelay, run_train
 
     reinstall: list[Callable[[], None]] = []
-    stop = StopRequest(on_attach=lambda: [f() for f in reinstall])
+    stop = StopRelay(on_attach=lambda: [f() for f in reinstall])
     try:
         with stop_on_signals(stop) as install:
             reinstall.append(install)
@@ -303,7 +301,7 @@ def train(
             raise
         print(f"{PREFIX}: error: {exc}", file=sys.stderr, flush=True)
         return 3, {}
-    _print_outcome(result)
+    _print_outcome(result, cfg.model)
     # A stop by Ctrl-C / SIGTERM (or a peer's) saved a checkpoint: exit with the conventional
     # status so that a launcher or scheduler knows the job is unfinished and can restart it.
     reason = result.get("stop_reason")
@@ -339,7 +337,7 @@ def _diverged(exc: Exception) -> bool:
     return isinstance(exc, (NonFiniteError, NonFiniteCheckpointError))
 
 
-def _print_outcome(result: dict[str, Any]) -> None:
+def _print_outcome(result: dict[str, Any], model: str) -> None:
     if result["num_workers"] > 1:  # every worker: the proof that all hold the same weights
         _say(
             "info",
@@ -373,7 +371,11 @@ def _print_outcome(result: dict[str, Any]) -> None:
         also = f" (EMA weights: {ema:.4f})" if ema is not None else ""
         _say("info", f"done in {result['seconds']:.1f}s: held-out accuracy {accuracy:.4f}{also}")
     if result.get("model_path"):
-        _say("info", f"model saved to {result['model_path']} (keras.models.load_model reads it)")
+        from tfdp.models.names import is_model_name
+
+        # A ViT / DeiT's file names tfdp's layers: registered once tfdp.models.vit is imported.
+        reader = "tfdp.models.load_model" if is_model_name(model) else "keras.models.load_model"
+        _say("info", f"model saved to {result['model_path']} ({reader} reads it)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,12 +9,13 @@ This module owns how :class:`tfdp.recipe.config.TrainConfig` becomes data:
 and by ``tfdp evaluate``); :func:`check_one_step` refuses a batch no epoch
 can fill.
 
-Held-out data when ``eval_data`` is not given (deterministic: every run,
-resume and ``tfdp evaluate`` gets the same split): the digits' fixed split;
-a ``.npz`` file: a seeded random ``eval_fraction`` of its examples; an image
-folder: a seeded ``eval_fraction`` of each class's files; TFRecord shards:
-the last ``ceil(eval_fraction * F)`` of the ``F`` shards by name, read into
-memory for exact evaluation.
+Held-out data when ``eval_data`` is not given is its format's split
+(:meth:`tfdp.recipe.dataspec.contract.DataFormat.split`; deterministic: every
+run, resume and ``tfdp evaluate`` gets the same split): the digits' fixed
+split; a ``.npz`` file: a seeded random ``eval_fraction`` of its examples; an
+image folder: a seeded ``eval_fraction`` of each class's files; TFRecord
+shards: the last ``ceil(eval_fraction * F)`` of the ``F`` shards by name, read
+into memory for exact evaluation.
 
 Example:
     >>> data = build_data(TrainConfig())
@@ -24,8 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,16 +32,6 @@ from typing import Any
 
 from tfdp.errors import ConfigError, DataError, TfdpError, said_as
 from tfdp.recipe.config import TrainConfig
-from tfdp.seeding import FOLDER_SPLIT_TAG
-
-__all__ = [
-    "JobData",
-    "build_augment",
-    "build_data",
-    "check_one_step",
-    "data_errors",
-    "eval_input",
-]
 
 
 @contextmanager
@@ -114,82 +103,14 @@ class JobData:
     streaming: bool = False
 
 
-def _split_arrays(source: Any, fraction: float, seed: int) -> tuple[Any, Any]:
-    import numpy as np
-
-    from tfdp.sources import ArraySource
-
-    x, y = source.numpy()
-    order = np.random.default_rng(seed).permutation(len(y))
-    cut = max(1, round(len(y) * fraction))
-    return ArraySource((x[order[cut:]], y[order[cut:]])), ArraySource(
-        (x[order[:cut]], y[order[:cut]])
-    )
-
-
-def _split_folder(source: Any, fraction: float, seed: int, spec: str) -> tuple[Any, Any]:
-    """A seeded split of each class's files: ``round(fraction * n)`` held out, at least one.
-
-    A class of one file stays in training; every class keeps at least one training file.
-    """
-    import numpy as np
-
-    rng = np.random.default_rng([seed, FOLDER_SPLIT_TAG])
-    train_idx: list[Any] = []
-    eval_idx: list[Any] = []
-    labels = np.asarray(source.labels)
-    for k in range(len(source.classes)):
-        files = np.flatnonzero(labels == k)
-        files = files[rng.permutation(len(files))]
-        held = min(len(files) - 1, max(1, round(len(files) * fraction)))
-        eval_idx.append(files[:held])
-        train_idx.append(files[held:])
-    held_out = np.sort(np.concatenate(eval_idx))
-    if not len(held_out):
-        raise DataError(
-            f"--data {spec!r}: too few files to hold any out for evaluation (every class has one "
-            "file); give --eval-data"
-        )
-    return source.subset(np.sort(np.concatenate(train_idx))), source.subset(held_out)
-
-
-def _split_shards(data: Any, fraction: float, image_size: int | None, spec: str) -> tuple[Any, Any]:
-    """The last ``ceil(fraction * F)`` shards by name held out (in memory), the rest streamed."""
-    from tfdp.recipe.dataspec import in_memory
-    from tfdp.sources import ArraySource, TFRecordSource
-
-    files = sorted(data.stream.files, key=os.path.basename)
-    held = math.ceil(fraction * len(files))
-    if len(files) < 2 or held >= len(files):
-        raise DataError(
-            f"--data {spec!r} has {len(files)} TFRecord shard(s): holding out the last "
-            f"ceil({fraction:g} * {len(files)}) = {held} for evaluation would leave "
-            f"{len(files) - held} to train on. Write more shards (tfdp data convert --shards N), "
-            "lower --eval-fraction, or give --eval-data"
-        )
-    train_files, eval_files = files[:-held], files[-held:]
-    if None in data.image_shape[:2] and image_size is None:
-        raise DataError(
-            f"--data {spec!r} holds images of varying size: give --image-size S to resize them"
-        )
-    with data_errors():
-        images, labels = in_memory(data, eval_files, image_size)
-    return TFRecordSource(train_files), ArraySource((images, labels))
-
-
-def _random_access(data: Any, image_size: int | None, spec: str, what: str) -> Any:
-    """A random-access source for held-out ``data`` (TFRecord: read into memory)."""
-    from tfdp.recipe.dataspec import in_memory
-    from tfdp.sources import ArraySource
-
-    if data.source is not None:
-        return data.source
-    if None in data.image_shape[:2] and image_size is None:
-        raise DataError(
-            f"{what} {spec!r} holds images of varying size: give --image-size S to resize them"
-        )
-    with data_errors():
-        return ArraySource(in_memory(data, None, image_size))
+#: How the job says the arguments a format's held-out split names.
+_SPLIT_WORDS = {
+    "spec": "--data",
+    "eval_fraction": "--eval-fraction",
+    "eval_data": "--eval-data",
+    "image_size": "--image-size S",
+    "num_shards": "tfdp data convert --shards N",
+}
 
 
 def build_data(cfg: TrainConfig) -> JobData:
@@ -202,26 +123,13 @@ def build_data(cfg: TrainConfig) -> JobData:
     Raises:
         DataError: naming the option, the file and what is wrong.
     """
+    from tfdp.recipe.dataspec import random_access
+    from tfdp.recipe.dataspec.formats import format_named
+
     on_error = "skip" if cfg.on_bad_file == "skip" else "raise"
     common = {"on_bad_file": on_error}
-    if cfg.data == "digits" and not cfg.eval_data:
-        from tfdp.recipe.digits import DIGITS_HELD_OUT, load_digits
-        from tfdp.sources import ArraySource
-
-        if cfg.num_classes not in (None, 10):
-            raise DataError(f"--num-classes {cfg.num_classes}: the digits have 10 classes")
-        (x, y), (xt, yt) = load_digits()
-        side = cfg.image_size or 8  # --image-size: resized by the augmentation (build_augment)
-        return JobData(
-            ArraySource((x, y)),
-            ArraySource((xt, yt)),
-            (side, side, 1),
-            10,
-            1 / 16,
-            1 / 16,
-            f"the digits' fixed held-out split of {DIGITS_HELD_OUT}",
-        )
     train = _open(cfg.data, "--data", num_classes=cfg.num_classes, read_all_labels=True, **common)
+    fmt = format_named(train.kind)
     notes = list(train.notes)
     k = int(train.num_classes)
     if cfg.eval_data:
@@ -229,7 +137,7 @@ def build_data(cfg: TrainConfig) -> JobData:
             cfg.eval_data,
             "--eval-data",
             num_classes=k,
-            channels=train.channels if train.kind == "folder" else None,
+            channels=train.channels if fmt.channels_chosen else None,
             read_all_labels=True,
             class_names=train.classes,
             **common,
@@ -241,22 +149,18 @@ def build_data(cfg: TrainConfig) -> JobData:
                 f"{cfg.data!r} {train.channels}-channel ones"
             )
         train_src = train.source if train.source is not None else train.stream
-        eval_src = _random_access(evals, cfg.image_size, cfg.eval_data, "--eval-data")
+        with data_errors(spec="--eval-data", image_size="--image-size S"):
+            eval_src = random_access(evals, cfg.image_size)
         eval_scale = evals.scale
         held_out = f"--eval-data {cfg.eval_data}"
-    elif train.kind in ("npz", "digits"):
-        train_src, eval_src = _split_arrays(train.source, cfg.eval_fraction, cfg.seed)
-        eval_scale = train.scale
-        held_out = f"a seeded {cfg.eval_fraction:g} of the examples (--eval-fraction)"
-    elif train.kind == "folder":
-        train_src, eval_src = _split_folder(train.source, cfg.eval_fraction, cfg.seed, cfg.data)
-        eval_scale = train.scale
-        held_out = f"a seeded {cfg.eval_fraction:g} of each class's files (--eval-fraction)"
     else:
-        train_src, eval_src = _split_shards(train, cfg.eval_fraction, cfg.image_size, cfg.data)
+        with data_errors(**_SPLIT_WORDS):
+            part = fmt.split(
+                train, eval_fraction=cfg.eval_fraction, seed=cfg.seed, image_size=cfg.image_size
+            )
+        train_src, eval_src = part.train, part.eval
         eval_scale = train.scale
-        n = len(train.stream.files) - len(train_src.files)
-        held_out = f"the last {n} of {len(train.stream.files)} shards (--eval-fraction)"
+        held_out = part.how + (" (--eval-fraction)" if part.by_fraction else "")
     shape = tuple(train.image_shape)
     if cfg.image_size:
         shape = (cfg.image_size, cfg.image_size, train.channels)

@@ -2,9 +2,11 @@
 
 This module owns what a data spec means and what the data must hold, for
 every path that reads one (``tfdp train``, ``tfdp evaluate``, ``tfdp data
-inspect`` and ``tfdp data convert``): :func:`open_source` decides the kind of
-a spec and opens it into an :class:`OpenedData`, and :func:`check_labels` /
-:func:`check_images` are the one validation of labels and pixels.
+inspect`` and ``tfdp data convert``): :func:`open_source` finds the format of
+a spec in the one registry of data formats
+(:data:`tfdp.recipe.dataspec.formats.FORMATS`) and opens it into an
+:class:`OpenedData`, and :func:`check_labels` / :func:`check_images` are the
+one validation of labels and pixels.
 
 The rules (errors name the file, the key and the offending values):
 
@@ -31,9 +33,12 @@ It speaks the library's words: an error names the Python argument at fault
 caller says it in its own (:func:`tfdp.errors.said_as`: ``--data``, ``SRC``).
 Importing this module loads no TensorFlow; opening a spec does.
 
-The package holds one module per concern: ``checks`` (labels, pixels,
-class names), ``opened`` (:class:`OpenedData`), ``arrays`` (digits, ``.npz``),
-``folder`` (image folders) and ``shards`` (TFRecord).
+The package holds one module per concern: ``contract`` (what a data format
+is: :class:`~tfdp.recipe.dataspec.contract.DataFormat`), ``formats/`` (one
+module per format, and their registry), ``checks`` (labels, pixels, class
+names), ``opened`` (:class:`OpenedData`), ``arrays`` (what formats of arrays
+share), ``shards`` (reading a stream of records: labels, into memory) and
+``writing`` (what writers of directories share).
 
 Example:
     >>> data = open_source("digits")
@@ -43,18 +48,16 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
-from tfdp._names import MANIFEST_SUFFIX
-from tfdp.errors import ConfigError, DataError
-from tfdp.recipe.dataspec.arrays import open_digits, open_npz
+from tfdp.errors import ConfigError
 from tfdp.recipe.dataspec.checks import check_class_names, check_images, check_labels
-from tfdp.recipe.dataspec.folder import open_folder
+from tfdp.recipe.dataspec.contract import OpenRequest
+from tfdp.recipe.dataspec.formats import find_format
 from tfdp.recipe.dataspec.opened import OpenedData, RecordLayout
 from tfdp.recipe.dataspec.shards import (
     in_memory,
-    open_tfrecord,
+    random_access,
     read_error,
     read_labels,
     resize_uint8,
@@ -68,6 +71,7 @@ __all__ = [
     "check_labels",
     "in_memory",
     "open_source",
+    "random_access",
     "read_error",
     "read_labels",
     "resize_uint8",
@@ -86,10 +90,11 @@ def open_source(
 ) -> OpenedData:
     """Open a data spec: ``"digits"``, a .npz file, an image folder, or TFRecord shards.
 
-    TFRecord shards are given as their directory, their manifest
-    (``*.manifest.json``), one of their files or a glob of some of them
-    (then the classes are not taken from the manifest's counts, which cover
-    all files).
+    The first registered format that recognises ``spec`` opens it
+    (:func:`tfdp.recipe.dataspec.formats.find_format`). TFRecord shards are
+    given as their directory, their manifest (``*.manifest.json``), one of
+    their files or a glob of some of them (then the classes are not taken
+    from the manifest's counts, which cover all files).
 
     Args:
         spec: What to open.
@@ -124,39 +129,14 @@ def open_source(
         raise ConfigError(
             f"on_bad_file must be 'raise' or 'skip', got {on_bad_file!r}", argument="on_bad_file"
         )
-    if spec == "digits":
-        data = open_digits()
-        check_class_names("the digits", data.classes, class_names)
-        if num_classes is not None and num_classes != 10:
-            raise DataError(f"the digits have 10 classes, but {num_classes} are expected")
-        return data
-    tf_args = (num_classes, require_all_classes, read_all_labels, class_names)
-    path = os.path.expanduser(spec)
-    if any(c in spec for c in "*?[") and not os.path.exists(path):
-        return open_tfrecord(spec, *tf_args)
-    if not os.path.exists(path):
-        raise DataError(
-            f"spec {spec!r} does not exist (give 'digits', a .npz file, an image folder, or the "
-            "directory / manifest / glob of TFRecord shards written by write_tfrecords)",
-            argument="spec",
-        )
-    if os.path.isfile(path):
-        if path.endswith(".npz"):
-            return open_npz(path, num_classes, require_all_classes, class_names)
-        if path.endswith((MANIFEST_SUFFIX, ".tfrecord", ".tfrec")):
-            return open_tfrecord(path, *tf_args)
-        raise DataError(
-            f"spec {spec!r}: not a .npz file, a TFRecord file or a TFRecord manifest "
-            f"(*{MANIFEST_SUFFIX})",
-            argument="spec",
-        )
-    entries = os.listdir(path)
-    if any(n.endswith(MANIFEST_SUFFIX) for n in entries):
-        return open_tfrecord(path, *tf_args)
-    if any(n.endswith((".tfrecord", ".tfrec")) for n in entries):
-        raise DataError(
-            f"spec {spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp reads "
-            "shards written by write_tfrecords",
-            argument="spec",
-        )
-    return open_folder(path, channels, on_bad_file, num_classes, class_names)
+    request = OpenRequest(
+        num_classes=num_classes,
+        channels=channels,
+        on_bad_file=on_bad_file,
+        require_all_classes=require_all_classes,
+        read_all_labels=read_all_labels,
+        class_names=class_names,
+    )
+    data = find_format(spec).open(spec, request)
+    data.spec = spec
+    return data

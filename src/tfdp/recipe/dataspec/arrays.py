@@ -1,39 +1,30 @@
-"""Opening arrays: the bundled digits and ``.npz`` files (images and labels, checked).
+"""Data held as arrays in memory, whatever file they came from: opened, and split by a seed.
+
+This module owns what the formats of arrays (the bundled digits, ``.npz``
+files) share: :func:`arrays_data`, the :class:`OpenedData` of checked images
+and labels, and :func:`split_arrays`, the seeded held-out split of an
+:class:`~tfdp.sources.ArraySource`.
 
 Example:
-    >>> open_digits().image_shape
-    (8, 8, 1)
+    >>> import numpy as np
+    >>> data = arrays_data("npz", "x.npz", np.zeros((4, 2, 2, 1), np.uint8), np.arange(4), None,
+    ...                    1 / 255, num_classes=4)
+    >>> train, held = split_arrays(data.source, 0.25, seed=0)
+    >>> train.num_examples, held.num_examples
+    (3, 1)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from typing import Any
 
 import numpy as np
 
-from tfdp.errors import DataError
-from tfdp.recipe.dataspec.checks import check_class_names, check_images, check_labels
 from tfdp.recipe.dataspec.opened import OpenedData
 
-__all__ = ["open_digits", "open_npz"]
 
-_IMAGE_KEYS = ("images", "x", "image")
-_LABEL_KEYS = ("labels", "y", "label")
-
-
-def open_digits() -> OpenedData:
-    """The bundled UCI digits, all 1,797 (levels 0..16: scale 1/16), 10 named classes."""
-    from tfdp.recipe.digits import load_digits
-
-    images, labels = load_digits("all")
-    return _arrays(
-        "digits", "bundled UCI digits", images, labels, [str(k) for k in range(10)], 1 / 16
-    )
-
-
-def _arrays(
-    kind: Literal["digits", "npz"],
+def arrays_data(
+    kind: str,
     where: str,
     images: np.ndarray,
     labels: np.ndarray,
@@ -42,10 +33,16 @@ def _arrays(
     *,
     num_classes: int | None = None,
     notes: list[str] | None = None,
+    root: str | None = None,
 ) -> OpenedData:
+    """The :class:`OpenedData` of checked ``images`` ``[N, H, W, C]`` and int64 ``labels``.
+
+    ``num_classes`` defaults to ``len(classes)``; the source is an
+    :class:`~tfdp.sources.ArraySource` of ``(images, labels)``.
+    """
     from tfdp.sources import ArraySource
 
-    data = OpenedData(
+    return OpenedData(
         kind=kind,
         where=where,
         num_examples=len(images),
@@ -57,67 +54,21 @@ def _arrays(
         labels=labels,
         source=ArraySource((images, labels)),
         notes=list(notes or []),
+        root=root,
     )
-    if kind == "digits":
-        data.details.append("pixel levels: 0..16 (not 0..255)")
-    return data
 
 
-def open_npz(
-    path: str,
-    num_classes: int | None,
-    require_all: bool,
-    class_names: Sequence[str] | None,
-) -> OpenedData:
-    """A ``.npz`` of ``images`` (or ``x``) and ``labels`` (or ``y``), and ``classes`` if named.
+def split_arrays(source: Any, fraction: float, seed: int) -> tuple[Any, Any]:
+    """``(train, held out)``: a seeded ``round(fraction * N)`` examples held out, at least one.
 
-    The arguments are :func:`tfdp.recipe.dataspec.open_source`'s
-    (``require_all``: ``require_all_classes``); the checks are
-    :func:`~tfdp.recipe.dataspec.checks.check_images` /
-    :func:`~tfdp.recipe.dataspec.checks.check_labels`'.
+    The order is ``numpy.random.default_rng(seed).permutation(N)``: its first
+    part is held out, the rest trained on, each in that order.
     """
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-    except OSError as err:
-        raise DataError(f"{path}: cannot be read ({err.strerror})") from None
-    if head not in (b"PK\x03\x04", b"PK\x05\x06"):  # a zip archive (05 06: an empty one)
-        raise DataError(
-            f"{path}: not a .npz file (a .npz is a zip archive of arrays, as numpy.savez writes; "
-            f"this file starts with {head!r})"
-        )
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            keys = set(npz.files)
-            xk = next((k for k in _IMAGE_KEYS if k in keys), None)
-            yk = next((k for k in _LABEL_KEYS if k in keys), None)
-            found = xk is not None and yk is not None
-            if found:
-                images, labels = npz[xk], npz[yk]
-                classes = npz["classes"] if "classes" in keys else None
-    except Exception as err:  # zipfile.BadZipFile, pickled objects, OSError, ...
-        raise DataError(f"{path}: not a readable .npz file ({type(err).__name__}: {err})") from None
-    if not found:
-        raise DataError(
-            f"{path}: a .npz data set holds arrays 'images' (or 'x') and 'labels' (or 'y'); "
-            f"it has {sorted(keys)}"
-        )
-    names = None
-    if classes is not None:
-        names = [str(c) for c in np.asarray(classes).reshape(-1).tolist()]
-        check_class_names(f"{path} (key 'classes')", names, class_names)
-    x, scale, notes = check_images(images, path, xk)
-    y, k, label_notes = check_labels(
-        labels,
-        path,
-        yk,
-        classes=names,
-        num_classes=num_classes,
-        require_all_classes=require_all,
+    from tfdp.sources import ArraySource
+
+    x, y = source.numpy()
+    order = np.random.default_rng(seed).permutation(len(y))
+    cut = max(1, round(len(y) * fraction))
+    return ArraySource((x[order[cut:]], y[order[cut:]])), ArraySource(
+        (x[order[:cut]], y[order[:cut]])
     )
-    if len(x) != len(y):
-        raise DataError(
-            f"{path}: {len(x)} images (key {xk!r}) but {len(y)} labels (key {yk!r}): "
-            "one label per image"
-        )
-    return _arrays("npz", path, x, y, names, scale, num_classes=k, notes=notes + label_notes)

@@ -3,7 +3,8 @@
 This module owns the description every command reads of an opened data set
 (kind, size, image shape, pixel scale, classes, labels) and its two ways to
 the examples: a random-access source (arrays, image folders) or a stream of
-TFRecord shards with the layout of their examples.
+TFRecord shards with the layout of their examples. Each data format
+(:mod:`tfdp.recipe.dataspec.formats`) opens its data into one.
 
 Example:
     >>> data = OpenedData("npz", "x.npz", 3, (8, 8, 1), "uint8", 1 / 255, 2)
@@ -15,15 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from tfdp.sources.base import RandomAccessSource
     from tfdp.sources.tfrecord import TFRecordSource
-
-__all__ = ["OpenedData", "RecordLayout"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,8 @@ class OpenedData:
     """One opened, checked data set, whatever its kind.
 
     Attributes:
-        kind: ``"digits"``, ``"npz"``, ``"folder"`` or ``"tfrecord"``.
+        kind: The name of its format (``"digits"``, ``"npz"``, ``"folder"``,
+            ``"tfrecord"``: :func:`tfdp.recipe.dataspec.formats.format_named`).
         where: The file, folder or manifest opened.
         num_examples: Examples it holds.
         image_shape: Of one image, ``(H, W, C)``; ``None`` where sizes vary.
@@ -82,9 +82,12 @@ class OpenedData:
         sample_sizes: Image sizes ``(H, W)`` seen in a sample of a folder's files.
         notes: What was converted or is suspicious (``"warning: ..."``), one line each.
         details: More description lines (for ``tfdp data inspect``).
+        root: The file or folder holding the data (None: bundled with tfdp).
+        spec: The spec it was opened from, as given (for messages; set by
+            :func:`tfdp.recipe.dataspec.open_source`).
     """
 
-    kind: Literal["digits", "npz", "folder", "tfrecord"]
+    kind: str
     where: str
     num_examples: int
     image_shape: tuple[int | None, ...]
@@ -100,6 +103,8 @@ class OpenedData:
     sample_sizes: list[tuple[int, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     details: list[str] = field(default_factory=list)
+    root: str | None = None
+    spec: str = ""
 
     @property
     def channels(self) -> int:
