@@ -317,10 +317,10 @@ def _median(rows: list[dict], key: str) -> float:
 
 def measure(cfg: dict, root: Path, batch: int, timms: dict[str, TimmTrainer]) -> dict:
     """The alternating rounds, then (``cfg["profile"]``) each part alone; the headlines."""
-    from tfdp.recipe.run import StopRequest, run_train
+    from tfdp.recipe.run import StopRelay, run_train
 
     tcfg = tfdp_config(root, batch, tempfile.mkdtemp(prefix="tfdp_bench_deit_"))
-    stop = StopRequest()
+    stop = StopRelay()
     alternation = Alternation(timms, cfg, batch, stop)
     result = run_train(
         tcfg, on_step=alternation, stop=stop,
