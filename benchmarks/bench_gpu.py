@@ -35,7 +35,7 @@ folder of 64 small JPEGs): to check the script, not to measure.
 Usage:
     python benchmarks/bench_gpu.py              # per GPU: DeiT-S batch 128, ResNet-50 256
     python benchmarks/bench_gpu.py --quick      # one round of 10 steps, no XLA variants
-    python benchmarks/bench_gpu.py --cpu-smoke  # the code paths on a CPU (minutes)
+    python benchmarks/bench_gpu.py --cpu-smoke  # the code paths on a CPU (~6 min: XLA compiles)
 
 The headline figures come last, one ``name: value`` per line.
 """
