@@ -1,7 +1,9 @@
 """tfdp._compat: each private TensorFlow / Keras reach, checked against the real libraries.
 
 Every test here exercises one reach on the installed TensorFlow and Keras. When one fails
-after an upgrade, re-check that reach (and then CHECKED_VERSIONS).
+after an upgrade, re-check that reach (and then CHECKED_VERSIONS). Each speed trick
+(tfdp._compat.fast) is tested on and off (``TFDP_SPEED_TRICKS``): the trick's reach, and its
+public-API fallback giving the same values.
 """
 
 from __future__ import annotations
@@ -17,9 +19,19 @@ keras = pytest.importorskip("keras")
 from pathlib import Path  # noqa: E402
 
 from tfdp import _compat  # noqa: E402
-from tfdp._compat import CHECKED_VERSIONS  # noqa: E402
+from tfdp._compat import CHECKED_VERSIONS, SPEED_TRICKS_ENV  # noqa: E402
+from tfdp._compat.fast import TRICKS, trick_on, tricks_on  # noqa: E402
+from tfdp.errors import ConfigError  # noqa: E402
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tfdp"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "tfdp"
+
+
+@pytest.fixture(params=["on", "off"])
+def tricks(request, monkeypatch) -> bool:
+    """Each speed trick on (the default) and off (its fallback): True when on."""
+    monkeypatch.setenv(SPEED_TRICKS_ENV, "1" if request.param == "on" else "0")
+    return request.param == "on"
 
 
 def _major_minor(version: str) -> str:
@@ -106,9 +118,10 @@ def test_call_outside_strategy_creates_plain_host_variables_and_reraises():
         _compat.call_outside_strategy(lambda: {}["boom"])
 
 
-def test_release_in_background_destroys_iterators_on_its_own_thread():
+def test_release_in_background_destroys_iterators_on_its_own_thread(tricks):
     """Iterators handed over die on the release thread, where TensorFlow's teardown may wait
-    (tf.data's autotuning thread missing the cancellation), not on the caller's."""
+    (tf.data's autotuning thread missing the cancellation), not on the caller's; off, they die
+    on the caller's thread before the call returns."""
     import queue
     import threading
     import weakref
@@ -122,9 +135,12 @@ def test_release_in_background_destroys_iterators_on_its_own_thread():
     del it
     _compat.release_in_background(held)
     assert held == []
+    if not tricks:  # the fallback: destroyed by the caller, in the call
+        assert died.qsize() == 2
     # A bound for liveness only (TensorFlow's teardown may wait up to a minute per iterator).
     names = [died.get(timeout=300), died.get(timeout=300)]
-    assert names == [_compat.RELEASE_THREAD_NAME] * 2 != [threading.current_thread().name] * 2
+    here = threading.current_thread().name
+    assert names == [_compat.RELEASE_THREAD_NAME if tricks else here] * 2
 
 
 END_PROCESS = """
@@ -144,21 +160,25 @@ _compat.end_process(5)
 
 
 def test_end_process_joins_threads_runs_atexit_flushes_and_skips_the_release_wait():
-    """In a fresh process: the interpreter's exit sequence, minus the wait for a release."""
+    """In a fresh process: the interpreter's exit sequence, minus the wait for a release; with
+    the trick off (the release kept on), ``sys.exit``: the wait happens (the guard can fail)."""
+    import os
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-c", END_PROCESS], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
-    assert run.returncode == 5, run.stderr
+    def run(switch: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, SPEED_TRICKS_ENV: switch}
+        return subprocess.run([sys.executable, "-c", END_PROCESS], capture_output=True,
+                              text=True, env=env, timeout=120)  # fmt: skip
+
+    done = run("1")
+    assert done.returncode == 5, done.stderr
     # The thread finished before the atexit handlers ran; the buffered write was not lost; the
     # object being released (its __del__ takes 2 s) was abandoned, not waited for.
-    assert run.stdout.split() == ["UNFLUSHED", "THREAD", "ATEXIT"], run.stdout
-    # The same script ending with sys.exit waits for the release (the guard can fail).
-    waited = END_PROCESS.replace("_compat.end_process(5)", "sys.exit(5)")
-    run = subprocess.run([sys.executable, "-c", waited], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
-    assert run.returncode == 5 and "RELEASED" in run.stdout.split(), run.stdout
+    assert done.stdout.split() == ["UNFLUSHED", "THREAD", "ATEXIT"], done.stdout
+    waited = run("release_in_background")  # end_process off: the interpreter's exit
+    assert waited.returncode == 5, waited.stderr
+    assert waited.stdout.split() == ["UNFLUSHED", "THREAD", "ATEXIT", "RELEASED"], waited.stdout
 
 
 def test_close_failed_reduce_pools_closes_the_pool_a_failed_eager_all_reduce_left_open():
@@ -205,6 +225,65 @@ def test_no_private_reach_outside_compat_in_the_modules_it_serves():
     assert found == []
 
 
+def test_speed_tricks_live_in_compat_fast_alone():
+    """What the speed tricks reach into appears in no module of src/ but tfdp/_compat/fast/'s
+    (its table aside): the switch turns every one off; and one module reads the switch."""
+    tricky = re.compile(
+        r"_call_flat|raw_ops\.(Empty|InplaceUpdate)|experimental_ints_on_device"
+        r"|function_call_options|threading\._shutdown|_run_exitfuncs|os\._exit\("
+        r"|TF_CPU_ALLOCATOR_USE_BFC"
+    )
+    fast = SRC / "_compat" / "fast"
+    outside = [f for f in SRC.rglob("*.py") if fast not in f.parents]
+    outside.remove(SRC / "_compat" / "__init__.py")  # the table of what each trick reaches
+    found = [
+        f"{f.relative_to(SRC)}:{i}"
+        for f in outside
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if tricky.search(line)
+    ]
+    assert found == []
+    read = re.compile(rf'(\.get\(|\[)\s*(SPEED_TRICKS_ENV|"{SPEED_TRICKS_ENV}")')
+    readers = [f.relative_to(SRC).as_posix() for f in SRC.rglob("*.py")
+               if any(read.search(line) for line in f.read_text().splitlines()
+                      if ">>>" not in line)]  # fmt: skip
+    assert readers == ["_compat/fast/switch.py"]
+
+
+def test_the_switch_takes_1_0_or_the_tricks_to_keep():
+    assert tricks_on({}) == tricks_on({SPEED_TRICKS_ENV: "1"}) == frozenset(TRICKS)
+    assert tricks_on({SPEED_TRICKS_ENV: "0"}) == frozenset()
+    assert tricks_on({SPEED_TRICKS_ENV: " bound_call , end_process "}) == {
+        "bound_call",
+        "end_process",
+    }
+    assert trick_on("rows_in_place", {SPEED_TRICKS_ENV: "bound_call"}) is False
+    for bad in ("yes", "bound_call,warp_drive", ","):
+        with pytest.raises(ConfigError, match=SPEED_TRICKS_ENV) as caught:
+            tricks_on({SPEED_TRICKS_ENV: bad})
+        assert all(name in str(caught.value) for name in TRICKS)
+    # every trick is in the package's table, with its fallback, and in the guide
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    for name in TRICKS:
+        assert f"(``{name}``)" in " ".join(_compat.__doc__.split()), name
+        assert f"`{name}`" in guide, name
+
+
+def test_a_bad_switch_is_bad_input_to_the_command():
+    """``tfdp`` says what the variable takes (exit 2, one line) and exits the plain way."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, SPEED_TRICKS_ENV: "fast", "PYTHONPATH": str(ROOT / "src")}
+    argv = ["sampler", "--num-examples", "4", "--replicas", "2"]
+    run = subprocess.run([sys.executable, "-m", "tfdp", *argv], capture_output=True, text=True,
+                         env=env, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "", (run.stdout, run.stderr)
+    assert run.stderr.startswith(f"tfdp: error: {SPEED_TRICKS_ENV} must be 1"), run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+
+
 def test_attach_optimizer_is_read_by_callbacks_and_not_checkpointed(tmp_path):
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     optimizer = keras.optimizers.Adam(0.5)
@@ -225,8 +304,23 @@ def test_attach_optimizer_is_read_by_callbacks_and_not_checkpointed(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_bound_call_runs_the_traced_function_on_the_same_distributed_iterator(mirrored_of):
-    """What ``tf.function`` runs per call after its trace look-up, on a distributed iterator."""
+class _Counted:
+    """A ``tf.function``'s stand-in that counts the calls made through ``__call__``."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def get_concrete_function(self, *args):
+        return self.fn.get_concrete_function(*args)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fn(*args)
+
+
+def test_bound_call_runs_the_traced_function_on_the_same_distributed_iterator(mirrored_of, tricks):
+    """What ``tf.function`` runs per call after its trace look-up, on a distributed iterator;
+    off, each call is ``fn(*args)`` (the look-up included). The values are the same."""
     strategy = mirrored_of(2)
     ds = tf.data.Dataset.range(40).batch(4)
     iterator = iter(strategy.experimental_distribute_dataset(ds))
@@ -237,10 +331,12 @@ def test_bound_call_runs_the_traced_function_on_the_same_distributed_iterator(mi
         return strategy.reduce("SUM", out, axis=None)
 
     scale = tf.constant(10, tf.int64)
-    bound = _compat.bound_call(step, iterator, scale)
+    counted = _Counted(step)
+    bound = _compat.bound_call(counted, iterator, scale)
     got = [int(bound()), int(step(iterator, scale)), int(bound()), int(bound())]
     assert got == [10 * sum(range(4 * i, 4 * i + 4)) for i in range(4)]  # one stream, in order
     assert step.experimental_get_tracing_count() == 1  # the same trace
+    assert counted.calls == (0 if tricks else 3)  # on: no call through tf.function's __call__
     tf.config.run_functions_eagerly(True)
     try:
         assert int(_compat.bound_call(step, iterator, scale)()) == 10 * sum(range(16, 20))
@@ -284,9 +380,10 @@ def test_gradients_reduced_hands_the_optimizer_summed_gradients(mirrored_of):
     assert "_all_reduce_sum_gradients" not in vars(opt)
 
 
-def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_rewrites():
+def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_rewrites(tricks):
     """The map's function carries the attribute that makes tf.data skip Grappler; its call of
-    ``fn`` carries the light configuration; the values are ``Dataset.map``'s, in order."""
+    ``fn`` carries the light configuration; the values are ``Dataset.map``'s, in order. Off, it
+    is ``Dataset.map`` itself."""
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
@@ -301,8 +398,12 @@ def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_
         tuple(map(float, v)) for v in want
     ]
     assert light.element_spec == ds.map(fn).element_spec
-
     definition = light._functions()[0].function.function_def
+    if not tricks:  # the fallback: tf.data's own map, fully optimised by each iterator
+        assert "experimental_ints_on_device" not in definition.attr
+        assert isinstance(light, type(ds.map(fn, tf.data.AUTOTUNE)))
+        return
+
     assert definition.attr["experimental_ints_on_device"].b  # tf.data: no multi-device, no Grappler
     calls = ("PartitionedCall", "StatefulPartitionedCall")
     (call,) = [n for n in definition.node_def if n.op in calls]
@@ -321,13 +422,17 @@ def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_
     ).graph_options.rewrite_options.disable_tfg_optimizer
 
 
-def test_rows_in_place_write_into_the_batch_itself_in_a_parallel_loop():
+def test_rows_in_place_write_into_the_batch_itself_in_a_parallel_loop(tricks):
     """Each write's result is the batch's own buffer (InplaceUpdate aliases its input), and a
-    ``tf.while_loop`` with iterations in flight, traced, gives the rows of a stack."""
+    ``tf.while_loop`` with iterations in flight, traced, gives the rows of a stack; off, the
+    rows go into a TensorArray, stacked: the same values."""
     rows = _compat.RowsInPlace(3, [2], tf.float32)
     first = rows.write(rows.batch, 1, tf.constant([4.0, 5.0]))
-    assert first.numpy()[1].tolist() == [4.0, 5.0]
-    assert rows.batch.numpy()[1].tolist() == [4.0, 5.0]  # the same memory: no copy was made
+    assert rows.stacked(first).numpy()[1].tolist() == [4.0, 5.0]
+    if tricks:
+        assert rows.batch.numpy()[1].tolist() == [4.0, 5.0]  # the same memory: no copy was made
+    else:
+        assert isinstance(rows.batch, tf.TensorArray)
 
     @tf.function(autograph=False)
     def filled(n):
@@ -337,13 +442,18 @@ def test_rows_in_place_write_into_the_batch_itself_in_a_parallel_loop():
             row = tf.image.resize(tf.fill([5, 7, 3], tf.cast(j, tf.float32)), [8, 8])
             return j + 1, rows.write(batch, j, row * 2.0)
 
-        return tf.while_loop(lambda j, _: j < n, body, (0, rows.batch), parallel_iterations=4)[1]
+        loop = tf.while_loop(lambda j, _: j < n, body, (0, rows.batch), parallel_iterations=4)
+        return rows.stacked(loop[1])
 
-    got = filled(tf.constant(50)).numpy()
+    got = filled(tf.constant(50))
+    ops = {op.type for op in filled.get_concrete_function(tf.constant(50)).graph.get_operations()}
+    ops |= {n.op for f in filled.get_concrete_function(tf.constant(50)).graph.as_graph_def()
+            .library.function for n in f.node_def}  # fmt: skip
+    assert ("InplaceUpdate" in ops) is tricks
     want = tf.stack(
         [tf.image.resize(tf.fill([5, 7, 3], float(j)), [8, 8]) * 2.0 for j in range(50)]
     )
-    np.testing.assert_array_equal(got, want.numpy())
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
 def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradients(mirrored_of):
@@ -486,6 +596,10 @@ def test_prefer_bfc_cpu_allocator_gives_tf_an_allocator_that_keeps_freed_memory(
         )
     assert out["bfc"]["STATS"] == "True" and out["malloc"]["STATS"] == "False", out
     assert float(out["bfc"]["PAGES"]) < 2.0 < 8.0 < float(out["malloc"]["PAGES"]), out
+    # The trick off in the environment of the process to come: TensorFlow's own allocator.
+    env = {SPEED_TRICKS_ENV: "end_process,bound_call"}
+    prefer_bfc_cpu_allocator(env)
+    assert env == {SPEED_TRICKS_ENV: "end_process,bound_call"}
 
 
 def test_weight_decay_applies_reads_exclusions_on_a_replicas_component(mirrored_of):
@@ -578,3 +692,42 @@ def test_keras_hubs_vit_layers_are_where_and_what_tfdp_models_builds_on():
         + [f"{n}/{k}" for n in ("ln_1", "ln_2") for k in ("gamma", "beta")]
         + [f"mlp/{n}/{k}" for n in ("dense_1", "dense_2") for k in ("kernel", "bias")]
     )  # fmt: skip
+
+
+def test_the_window_path_with_mixup_gives_the_same_batches_with_the_tricks_off(
+    tmp_path, monkeypatch
+):
+    """Where the tricks are used (the window loader's and the batch stages' lightly optimised
+    maps, the decoded windows and Mixup's batch written in place), each input built and read
+    with the switch on and off: the same batches, bit for bit; the graphs hold the tricks' ops
+    on, none off."""
+    from tensorflow.core.framework import graph_pb2
+
+    from photos import write_folder
+    from tfdp import augment
+    from tfdp.input import DistributedInput
+    from tfdp.sources import ImageFolderSource
+
+    root = write_folder(tmp_path / "photos", 12, classes=3, sizes=((30, 40), (41, 33)), seed=8)
+    runs = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(SPEED_TRICKS_ENV, switch)
+        stages = [augment.RandomResizedCrop(16), augment.RandomFlip(), augment.ToFloat(1.0),
+                  augment.Mixup(0.8, 1.0, num_classes=3)]  # fmt: skip
+        inp = DistributedInput(None, ImageFolderSource(root), sampler="repeat_aug",
+                               sampler_options={"num_repeats": 2, "selected_round": 0},
+                               batch_size=4, augment=augment.Compose(stages), seed=3)  # fmt: skip
+        assert inp.window_loader is not None
+        ds = inp.epoch(1)
+        graph = graph_pb2.GraphDef.FromString(ds._as_serialized_graph().numpy())
+        functions = graph.library.function
+        in_place = sum(n.op == "InplaceUpdate" for f in functions for n in f.node_def)
+        light = sum(f.attr["experimental_ints_on_device"].b for f in functions)
+        assert (in_place >= 3 and light >= 1) if switch == "1" else in_place == light == 0
+        runs[switch] = [[t.numpy() for t in tf.nest.flatten(batch)] for batch in ds]
+    assert len(runs["1"]) == 3
+    for on, off in zip(runs["1"], runs["0"], strict=True):
+        for a, b in zip(on, off, strict=True):
+            np.testing.assert_array_equal(a, b)
+    targets = np.concatenate([batch[1] for batch in runs["1"]])
+    assert (targets.max(1) < 0.99).any()  # Mixup mixed: its rows were written

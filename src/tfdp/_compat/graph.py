@@ -1,7 +1,6 @@
-"""Private TensorFlow reaches in graphs and calls (see :mod:`tfdp._compat`).
+"""Private TensorFlow reaches in graphs and threads, for correctness (see :mod:`tfdp._compat`).
 
-Merge-free all-reduce, scope-free threads, bound ``tf.function`` calls, lightly optimised
-tf.data maps, rows written in place.
+Whether a strategy all-reduces without a merge call, and a thread outside a strategy's scope.
 
 Example:
     >>> call_outside_strategy(lambda: 6 * 7)
@@ -11,17 +10,10 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = [
-    "RowsInPlace",
-    "bound_call",
-    "call_outside_strategy",
-    "lightly_optimized_map",
-    "supports_no_merge_call",
-]
+__all__ = ["call_outside_strategy", "supports_no_merge_call"]
 
 T = TypeVar("T")
 
@@ -64,184 +56,3 @@ def call_outside_strategy(fn: Callable[[], T]) -> T:
     if "error" in result:
         raise result["error"]
     return result["value"]
-
-
-def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:
-    """A call of the ``tf.function`` ``fn`` on ``args``, bound once: ``() -> fn(*args)``.
-
-    ``fn(*args)`` looks its trace up on every call: it computes the trace type
-    of every argument, which for a distributed iterator means building its
-    whole type spec in Python (about as long as a small training step on a
-    CPU). The arguments of a training loop's call never change (the same
-    iterator, the same step count), so this looks the trace up and flattens
-    the arguments once, and each call then runs what ``fn(*args)`` runs after
-    its look-up (TensorFlow's ``tracing_compilation.call_function``): the
-    concrete function on the flat inputs and the current captures. The
-    arguments are kept alive with the call. Under
-    ``tf.config.run_functions_eagerly(True)`` it is plainly ``fn(*args)``.
-
-    Example:
-        >>> import tensorflow as tf
-        >>> it = iter(tf.data.Dataset.range(5))
-        >>> step = tf.function(lambda iterator: next(iterator) * 10)
-        >>> call = bound_call(step, it)
-        >>> [int(call()) for _ in range(3)]
-        [0, 10, 20]
-    """
-    import tensorflow as tf
-
-    if tf.config.functions_run_eagerly():
-        return lambda: fn(*args)
-    concrete = fn.get_concrete_function(*args)
-    function_type = concrete.function_type
-    flat = function_type.unpack_inputs(function_type.bind(*args))
-    call_flat = concrete._call_flat
-
-    def call() -> Any:
-        return call_flat(flat, captured_inputs=concrete.captured_inputs)
-
-    call.args = args  # type: ignore[attr-defined]  # the arguments live as long as the call
-    return call
-
-
-#: Grappler's passes kept for a :func:`lightly_optimized_map`'s function, one round: inlining
-#: the calls, then dropping the Identity / NoOp nodes and control edges that inlining leaves.
-_LIGHT_PASSES = ("function_optimization", "dependency_optimization")
-
-
-@contextmanager
-def _calls_optimized_lightly() -> Iterator[None]:
-    """Function calls traced inside have Grappler run only :data:`_LIGHT_PASSES` on the callee."""
-    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    before = ctx.function_call_options
-    config = config_pb2.ConfigProto.FromString(before.config_proto_serialized)
-    rewrites = config.graph_options.rewrite_options
-    toggle = rewriter_config_pb2.RewriterConfig
-    for field in rewrites.DESCRIPTOR.fields:
-        if field.enum_type is not None and field.enum_type.name == "Toggle":
-            setattr(rewrites, field.name, toggle.ON if field.name in _LIGHT_PASSES else toggle.OFF)
-    rewrites.disable_tfg_optimizer = True
-    rewrites.memory_optimization = toggle.NO_MEM_OPT
-    rewrites.meta_optimizer_iterations = toggle.ONE
-    ctx.function_call_options = context.FunctionCallOptions(
-        executor_type=before.executor_type, config_proto=config
-    )
-    try:
-        yield
-    finally:
-        ctx.function_call_options = before
-
-
-def lightly_optimized_map(
-    dataset: Any, fn: Any, num_parallel_calls: int, deterministic: bool = True
-) -> Any:
-    """``dataset.map(fn, num_parallel_calls, deterministic)``, optimised lightly by each iterator.
-
-    Every new iterator of a ``tf.data`` map instantiates the map's function
-    as a multi-device function and runs the whole of Grappler over it: for a
-    large function (tfdp's chunk loader, about 800 nodes once its calls are
-    inlined) some 150 ms per iterator, most of it passes that do not speed it
-    up (the MLIR ``tfg`` passes, the memory optimiser's static memory
-    inference, arithmetic rewrites). Here the map's own function is a thin
-    call of ``fn`` (a ``tf.function``), marked ``experimental_ints_on_device``
-    -- as tf.data marks its own prefetch-to-device functions -- so that
-    tf.data instantiates it on the iterator's device alone, without Grappler;
-    the call instantiates ``fn`` when it first runs, with only Grappler's
-    function inlining and dependency optimiser, one round (which keep its
-    speed). The values are the map's.
-
-    Args:
-        dataset: The input dataset.
-        fn: A ``tf.function`` taking an element's components (as ``Dataset.map``
-            passes them).
-        num_parallel_calls: As for ``Dataset.map`` (``tf.data.AUTOTUNE``; ``None``: one call
-            at a time).
-        deterministic: As for ``Dataset.map``.
-
-    Example:
-        >>> import tensorflow as tf
-        >>> double = tf.function(lambda x: x * 2, autograph=False)
-        >>> ds = lightly_optimized_map(tf.data.Dataset.range(4), double, tf.data.AUTOTUNE)
-        >>> [int(v) for v in ds]
-        [0, 2, 4, 6]
-    """
-    import tensorflow as tf
-    from tensorflow.python.data.ops import dataset_ops, structured_function
-    from tensorflow.python.ops import gen_dataset_ops
-
-    from tfdp._autograph import plain
-
-    class _LightMapDataset(dataset_ops.UnaryDataset):
-        def __init__(self) -> None:
-            self._name = None
-            with _calls_optimized_lightly():
-                self._map_func = structured_function.StructuredFunctionWrapper(
-                    plain(fn),
-                    "Dataset.map()",
-                    dataset=dataset,
-                    defun_kwargs={"experimental_ints_on_device": True},
-                )
-            variant = gen_dataset_ops.parallel_map_dataset_v2(
-                dataset._variant_tensor,
-                self._map_func.function.captured_inputs,
-                f=self._map_func.function,
-                num_parallel_calls=tf.convert_to_tensor(num_parallel_calls or 1, tf.int64),
-                deterministic="true" if deterministic else "false",
-                preserve_cardinality=True,
-                **self._common_args,
-            )
-            super().__init__(dataset, variant)
-
-        def _functions(self) -> list[Any]:
-            return [self._map_func]
-
-        @property
-        def element_spec(self) -> Any:
-            return self._map_func.output_structure
-
-    return _LightMapDataset()
-
-
-class RowsInPlace:
-    """A batch ``[n, *row_shape]`` filled row by row in its own memory: no stack, no copy.
-
-    What a loop that makes ``n`` rows one at a time would otherwise gather in
-    a ``tf.TensorArray`` and ``stack`` (every row kept alive as a tensor of its
-    own, then all copied into the batch). Here the batch is allocated once,
-    uninitialised (``tf.raw_ops.Empty(init=False)``), and each row is written
-    into it where it belongs (``tf.raw_ops.InplaceUpdate``, whose output is its
-    input's buffer), so a row's tensor is freed as soon as it is written and
-    its memory reused by the next row. For a batch of 224x224 float images
-    that halved the page faults (and the system time) of tfdp's window path
-    (bench_images). The values are those of a stack either way: if a
-    TensorFlow version copied instead, only the speed would change. Every row
-    must be written before the batch is read, and the batch threaded through
-    the writes (each write's result is the next write's ``batch``).
-
-    Example:
-        >>> import tensorflow as tf
-        >>> rows = RowsInPlace(2, [3], tf.float32)
-        >>> batch = rows.write(rows.batch, 1, tf.constant([4.0, 5.0, 6.0]))
-        >>> batch = rows.write(batch, 0, tf.constant([1.0, 2.0, 3.0]))
-        >>> batch.numpy().tolist()
-        [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
-    """
-
-    def __init__(self, n: Any, row_shape: Any, dtype: Any) -> None:
-        import tensorflow as tf
-
-        shape = tf.concat([tf.reshape(tf.cast(n, tf.int32), [1]), tf.cast(row_shape, tf.int32)], 0)
-        #: The batch to thread through :meth:`write`.
-        self.batch = tf.raw_ops.Empty(shape=shape, dtype=dtype, init=False)
-
-    @staticmethod
-    def write(batch: Any, j: Any, row: Any) -> Any:
-        """``batch`` with row ``j`` set to ``row``, written in ``batch``'s memory."""
-        import tensorflow as tf
-
-        return tf.raw_ops.InplaceUpdate(
-            x=batch, i=tf.reshape(tf.cast(j, tf.int32), [1]), v=row[tf.newaxis]
-        )

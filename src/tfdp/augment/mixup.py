@@ -214,6 +214,7 @@ def _mix_batch(images: tf.Tensor, params: MixParams) -> tf.Tensor:
             return i + 1, out.write(batch, i, one(images[i], images[n - 1 - i]))
 
         _, batch = tf.while_loop(lambda i, _: i < n, body, (tf.constant(0), out.batch))
+        batch = out.stacked(batch)
         batch.set_shape(images.shape)
         return batch
 

@@ -107,13 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     quiet_tf()  # before TensorFlow loads
     tf_start.install()  # its first import held to that level too
-    prefer_bfc_cpu_allocator(os.environ)  # likewise (the input's batches: no page faults)
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
     try:
+        # Before TensorFlow loads too (the input's batches: no page faults); a bad
+        # TFDP_SPEED_TRICKS is said here, as bad input.
+        prefer_bfc_cpu_allocator(os.environ)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return status

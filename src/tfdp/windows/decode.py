@@ -288,7 +288,7 @@ def decode_windows(
         out = _loop(
             n, lambda j, batch: rows.write(batch, j, finished(j)), rows.batch, PARALLEL_DECODES
         )
-        return out, ok
+        return rows.stacked(out), ok
     out = _loop(
         n,
         lambda j, ta: ta.write(j, finished(j)),
