@@ -50,12 +50,7 @@ def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:
     import tensorflow as tf
 
     if not trick_on("bound_call") or tf.config.functions_run_eagerly():
-
-        def plain() -> Any:
-            return fn(*args)
-
-        plain.args = args  # type: ignore[attr-defined]
-        return plain
+        return lambda: fn(*args)
     concrete = fn.get_concrete_function(*args)
     function_type = concrete.function_type
     flat = function_type.unpack_inputs(function_type.bind(*args))
