@@ -44,6 +44,7 @@ def held_out_inputs(strategy, root: Path, batch: int) -> dict:
     from tfdp import augment
     from tfdp.input import DistributedInput
     from tfdp.sources import ImageFolderSource
+    from tfdp.windows.loader import WindowedBatches
 
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     out = {}
@@ -55,7 +56,7 @@ def held_out_inputs(strategy, root: Path, batch: int) -> dict:
             global_batch_size=batch,
             augment=augment.Compose([crop, augment.ToFloat(), augment.Normalize(mean, std)]),
         )
-        assert inp.window_loader is not None
+        assert isinstance(inp.loader, WindowedBatches)
         out[name] = inp
     return out
 

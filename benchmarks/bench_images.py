@@ -297,6 +297,7 @@ def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True, source=
     from tfdp import augment
     from tfdp.input import DistributedInput
     from tfdp.sources import ImageFolderSource
+    from tfdp.windows.loader import WindowedBatches
 
     streaming = source is not None
     source = ImageFolderSource(root) if source is None else source
@@ -315,7 +316,7 @@ def tfdp_input(strategy, root: Path, sampler: str, windows: bool = True, source=
             ]
         ),
     )
-    assert (inp.window_loader is not None) == (windows and not streaming)
+    assert isinstance(inp.loader, WindowedBatches) == (windows and not streaming)
     return inp
 
 
@@ -578,6 +579,7 @@ def deit_input(strategy, root: Path):
     """DeiT's input in tfdp: Repeated Augmentation (3), the window path, DeiT's augmentation."""
     from tfdp.input import DistributedInput
     from tfdp.sources import ImageFolderSource
+    from tfdp.windows.loader import WindowedBatches
 
     source = ImageFolderSource(root)
     inp = DistributedInput(
@@ -588,7 +590,7 @@ def deit_input(strategy, root: Path):
         global_batch_size=GLOBAL_BATCH,
         augment=deit_augment(int(np.max(source.labels)) + 1),
     )
-    assert inp.window_loader is not None
+    assert isinstance(inp.loader, WindowedBatches)
     return inp
 
 

@@ -55,7 +55,7 @@ PLANTS = [
     ),
     Plant(
         "eval-padding-counted",
-        "input/pipeline.py",
+        "input/entries.py",
         "weight = sampler.mask(int(start)).astype(np.float32)",
         "weight = np.ones(idx.shape, np.float32)",
         "evaluation counts the padded duplicates (weight 1 instead of the mask)",

@@ -661,6 +661,35 @@ def test_a_window_stage_of_ones_own_plans_in_the_graph():
     assert boxes.tolist() == [[0, 0, 4, 4], [0, 0, 3, 4]]
 
 
+def test_a_window_stage_of_ones_own_with_a_geometry_plans_on_the_host_as_in_the_graph():
+    class CornerWindows:  # a tfdp.windows.contract.WindowGeometry: the top-left 4 x 4 at most
+        placed = False
+
+        def windows(self, xp, shapes, params):
+            shapes = xp.cast(shapes, xp.int32)
+            zero = shapes[:, 0] * 0
+            corner = [xp.minimum(shapes[:, 0], 4), xp.minimum(shapes[:, 1], 4)]
+            return xp.stack([zero, zero, *corner], axis=1)
+
+        def placements(self, xp, shapes, params):
+            raise AssertionError("a stretched window has no placements")
+
+    class Corner(augment.WindowAugmentation):
+        def __init__(self, size):
+            super().__init__(size)
+            self.geometry = CornerWindows()
+
+    stage = Corner(4)
+    assert stage.plans_on_host and not stage.placed and repr(stage).startswith("Corner(size=")
+    shapes = tf.constant([[10, 12], [3, 9]])
+    host = split_window(stage).request(seeds_for(range(2)), on_host=True).windows(shapes)
+    graph = split_window(stage).request(seeds_for(range(2))).windows(shapes)
+    assert host.numpy().tolist() == graph.numpy().tolist() == [[0, 0, 4, 4], [0, 0, 3, 4]]
+    images = tf.reshape(tf.range(2 * 6 * 6, dtype=tf.float32), [2, 6, 6, 1])
+    np.testing.assert_array_equal(stage(images, seeds_for(range(2))), images[:, :4, :4])
+    assert "geometry" not in repr(augment.ResizeCenterCrop(224))  # the stage's arguments only
+
+
 def test_a_window_stage_of_ones_own_with_host_windows_plans_on_the_host():
     class Corner(augment.WindowAugmentation):
         def windows(self, shapes, params):

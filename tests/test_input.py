@@ -528,6 +528,50 @@ def test_stream_refuses_what_needs_random_access(stream_sources):
 # -- bad input -------------------------------------------------------------------------------
 
 
+def test_one_factory_picks_the_loader_and_every_loader_loads_the_plans_entries(
+    mirrored_of, stream_sources, tmp_path
+):
+    """make_loader: a stream -> StreamBatches, a window source under a window stage ->
+    WindowedBatches, any other random-access source -> IndexedBatches (a window stage on arrays
+    too); each meets the Loader Protocol, and each rank receives its planned entries in order."""
+    from tfdp import augment
+    from tfdp.input.loader import Loader
+    from tfdp.sources import ImageFolderSource
+
+    for c in "ab":
+        (tmp_path / c).mkdir()
+        for i in range(5):
+            jpeg = tf.io.encode_jpeg(tf.fill([6 + i, 7, 3], tf.constant(40 * i, tf.uint8)))
+            tf.io.write_file(str(tmp_path / c / f"{i}.jpg"), jpeg)
+    crop = augment.RandomResizedCrop(4)
+    cases = {
+        "StreamBatches": (stream_sources[8], None),
+        "WindowedBatches": (ImageFolderSource(tmp_path), crop),
+        "IndexedBatches": (_source(10, image=True), crop),
+    }
+    strategy = mirrored_of(2)
+    for kind, (source, aug) in cases.items():
+        inp = DistributedInput(
+            strategy,
+            source,
+            sampler="repeat_aug",
+            sampler_options={"selected_round": 0},
+            batch_size=2,
+            augment=aug,
+            return_ids=True,
+        )
+        assert type(inp.loader).__name__ == kind and isinstance(inp.loader, Loader)
+        rows = inp.steps_per_epoch * inp.batch_size
+        for rank in (0, 1):
+            entries = inp.plan.rank_entries(rank, 1, 0)
+            got = [ids for _, ids in inp.rank_dataset(rank, first_epoch=1)]
+            for key, want in (("index", entries.indices), ("position", entries.positions)):
+                assert np.concatenate([i[key] for i in got]).tolist() == want[:rows].tolist()
+        worker = [ids["index"].numpy().tolist() for _, ids in inp.worker_dataset(None, 1)]
+        by_rank = [[b["index"].numpy().tolist() for _, b in inp.rank_dataset(r, 1)] for r in (0, 1)]
+        assert worker == [batch for step in zip(*by_rank, strict=True) for batch in step]
+
+
 def test_fewer_examples_than_replicas(mirrored4):
     with pytest.raises(ValueError, match="fewer than the 4 replicas"):
         DistributedInput(mirrored4, _source(3), batch_size=1)

@@ -67,7 +67,7 @@ def test_shared_stream_equals_the_ranks_own_streams(
     local = replicas // workers
     worker = workers - 1
     ranks = [worker * local + j for j in range(local)]
-    assert inp.streams.shared(ranks, 1, epochs, start) is not None  # the path taken
+    assert inp.loader.shared(ranks, 1, epochs, start) is not None  # the path taken
     ctx = tf.distribute.InputContext(workers, worker, replicas)
     got = _numpy(inp.worker_dataset(ctx, first_epoch=1, num_epochs=epochs, start_step=start))
     own = [_numpy(inp.rank_dataset(r, 1, epochs, start)) for r in ranks]
@@ -85,7 +85,7 @@ def test_one_rank_or_unequal_ranks_read_rank_by_rank(shards, mirrored_of):
         batch_size=2,
         augment=_augment(False),
     )
-    assert inp.streams.shared([0], 0, 1, 0) is None
+    assert inp.loader.shared([0], 0, 1, 0) is None
     decoded = DistributedInput(
         mirrored_of(2),
         TFRecordSource(shards),
@@ -94,7 +94,7 @@ def test_one_rank_or_unequal_ranks_read_rank_by_rank(shards, mirrored_of):
         batch_size=2,
         augment=_augment(False),
     )  # records decoded one by one: nothing shared
-    assert decoded.streams.shared([0, 1], 0, 1, 0) is None
+    assert decoded.loader.shared([0, 1], 0, 1, 0) is None
     assert step_rows([(np.arange(4), np.arange(4)), (np.arange(3), np.arange(3))], 2) is None
 
 

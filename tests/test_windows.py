@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from photos import encode, photo, write_folder
 from tfdp import augment
 from tfdp.input import DistributedInput
+from tfdp.input.indexed import IndexedBatches
 from tfdp.seeding import epoch_seed_key
 from tfdp.sources import ImageFolderSource
 from tfdp.windows.contract import WindowSource
-from tfdp.windows.loader import chunk_slots
+from tfdp.windows.loader import WindowedBatches, chunk_slots
 from tfdp.windows.plan import split_window
 
 SIZES = ((45, 60), (60, 45), (33, 50), (50, 33), (37, 50), (40, 52))
@@ -96,7 +97,8 @@ def _assert_same(a, b) -> None:
 def _pair(strategy, source, **kwargs):
     windowed = DistributedInput(strategy, source, **kwargs)
     plain = DistributedInput(strategy, _NoWindows(source), **kwargs)
-    assert windowed.window_loader is not None and plain.window_loader is None
+    assert isinstance(windowed.loader, WindowedBatches)
+    assert not isinstance(plain.loader, WindowedBatches)
     return windowed, plain
 
 
@@ -160,9 +162,9 @@ def test_steps_of_several_chunks_with_batch_stages_equal_the_per_example_path(
         return_ids=True,
         seed=5,
     )
-    windowed.window_loader.chunk_entries = 4
-    assert windowed.window_loader._functions((0, 1)).per_step == 3
-    assert windowed.window_loader.pipeline.batch_stages
+    windowed.loader.chunk_entries = 4
+    assert windowed.loader._functions((0, 1)).per_step == 3
+    assert windowed.loader.pipeline.batch_stages
     got, want = _elements(mirrored2, windowed.epoch(1)), _elements(mirrored2, plain.epoch(1))
     assert len(got) == len(want) == windowed.steps_per_epoch == (1 if drop_remainder else 2)
     _assert_same(got, want)
@@ -268,14 +270,14 @@ def test_a_new_epochs_dataset_reuses_the_traced_stream_functions(folder):
         None, ImageFolderSource(folder), batch_size=4, augment=_train_augment(64), seed=2
     )
     first = [x.numpy() for x, _ in inp.rank_dataset(0, 0).take(2)]
-    fns = inp.window_loader._functions((0,))
+    fns = inp.loader._functions((0,))
     for epoch in (1, 2, 0):
         again = [x.numpy() for x, _ in inp.rank_dataset(0, epoch).take(2)]
-    assert inp.window_loader._functions((0,)) is fns
+    assert inp.loader._functions((0,)) is fns
     for fn in (fns.epoch_rows, fns.load, fns.emit):
         assert fn.experimental_get_tracing_count() == 1
     _assert_same(again, first)  # epoch 0 again: the same batches
-    loader = inp.window_loader._load_chunk.get_concrete_function().graph.as_graph_def()
+    loader = inp.loader._load_chunk.get_concrete_function().graph.as_graph_def()
     nodes = [*loader.node, *(n for f in loader.library.function for n in f.node_def)]
     biggest = max(n.ByteSize() for n in nodes if n.op == "Const")
     assert biggest < 16 * 1024  # no whole-image constant: every iterator would copy it
@@ -437,7 +439,7 @@ def test_window_source_protocol_and_plain_sources(folder):
         batch_size=4,
         augment=_train_augment(),
     )
-    assert inp.window_loader is None
+    assert isinstance(inp.loader, IndexedBatches)
     assert next(iter(inp.epoch(0))).shape == (4, 16, 16, 3)
 
 

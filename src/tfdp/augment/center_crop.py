@@ -1,26 +1,23 @@
-"""CenterCrop: the centred window of DeiT's and timm's evaluation transform, planned per image.
+"""CenterCrop: the centred window of DeiT's and timm's evaluation transform, resized.
 
-Planning only (deterministic): the window of each image from its shape; the
+The stage's arguments (deterministic: no draws); the window of each image from
+its shape is its geometry, :class:`tfdp.windows.geometry.CentredWindows`; the
 cut and the resize are :class:`~tfdp.augment.WindowAugmentation`'s.
 
 Example:
-    >>> import numpy as np
+    >>> import tensorflow as tf
     >>> crop = CenterCrop(8, crop_fraction=1.0)
-    >>> crop.host_windows(np.array([[10, 20]]), np.zeros([1, 0])).tolist()
-    [[0, 5, 10, 10]]
+    >>> crop(tf.zeros([1, 10, 20, 3], tf.uint8), [[0, 0]]).shape
+    TensorShape([1, 8, 8, 3])
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import tensorflow as tf
-
-from tfdp._arrays import ArrayOps
 from tfdp.augment.window import WindowAugmentation
 from tfdp.errors import ConfigError
-
-__all__ = ["CenterCrop"]
+from tfdp.windows.geometry import CentredWindows
 
 
 class CenterCrop(WindowAugmentation):
@@ -72,21 +69,4 @@ class CenterCrop(WindowAugmentation):
         ):
             raise ConfigError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
         self.crop_fraction = float(crop_fraction)
-
-    def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
-        """The centred windows ``[N, 4]`` for images of ``shapes`` ``[N, 2]``."""
-        return super().windows(shapes, params)
-
-    def _windows(self, xp: ArrayOps, shapes: Any, params: Any) -> Any:
-        shapes = xp.cast(shapes, xp.int32)
-        heights, widths = shapes[:, 0], shapes[:, 1]
-        shorter = xp.cast(xp.minimum(heights, widths), xp.float64)
-        per_out = shorter * self.crop_fraction / min(self.size)  # image pixels per output pixel
-        win_h = xp.minimum(xp.cast(xp.round(per_out * self.size[0]), xp.int32), heights)
-        win_w = xp.minimum(xp.cast(xp.round(per_out * self.size[1]), xp.int32), widths)
-        win_h, win_w = xp.maximum(win_h, 1), xp.maximum(win_w, 1)
-
-        def centred(total: Any, part: Any) -> Any:
-            return xp.cast(xp.round(xp.cast(total - part, xp.float64) / 2), xp.int32)
-
-        return xp.stack([centred(heights, win_h), centred(widths, win_w), win_h, win_w], axis=1)
+        self.geometry = CentredWindows(self.size, self.crop_fraction)

@@ -1,8 +1,9 @@
-"""RandomResizedCrop: torchvision's random area and aspect-ratio box, planned per sample.
+"""RandomResizedCrop: torchvision's random area and aspect-ratio box, resized.
 
-Planning only: the box of each sample from its image's shape and its
-draws, in TensorFlow or NumPy alike (:class:`tfdp._arrays.ArrayOps`); the
-cut and the resize are :class:`~tfdp.augment.WindowAugmentation`'s.
+The stage's arguments and draws (``4 * attempts`` uniforms per sample); the
+box of each sample from its image's shape and its draws is its geometry,
+:class:`tfdp.windows.geometry.RandomAreaWindows` (TensorFlow or NumPy alike);
+the cut and the resize are :class:`~tfdp.augment.WindowAugmentation`'s.
 
 Example:
     >>> import numpy as np
@@ -13,17 +14,14 @@ Example:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import tensorflow as tf
 
-from tfdp._arrays import ArrayOps
 from tfdp.augment.window import WindowAugmentation
 from tfdp.errors import ConfigError
 from tfdp.random import as_seeds
-
-__all__ = ["RandomResizedCrop"]
+from tfdp.windows.geometry import RandomAreaWindows
 
 
 class RandomResizedCrop(WindowAugmentation):
@@ -86,65 +84,11 @@ class RandomResizedCrop(WindowAugmentation):
         self.scale = (scale_lo, scale_hi)
         self.ratio = (ratio_lo, ratio_hi)
         self.attempts = attempts
+        self.geometry = RandomAreaWindows(self.scale, self.ratio, attempts)
 
     def draw_count(self) -> int:
         """``4 * attempts`` uniforms: area, log ratio, top, left of each attempt."""
         return 4 * self.attempts
-
-    def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
-        """Boxes as torchvision draws them, for images of ``shapes`` ``[N, 2]``, from ``params``.
-
-        Example:
-            >>> import tensorflow as tf
-            >>> rrc = RandomResizedCrop(8)
-            >>> seeds = tf.constant([[0, 0], [0, 1]], tf.int64)
-            >>> boxes = rrc.windows(tf.constant([[20, 30], [40, 10]]), rrc.draw(seeds))
-            >>> top, left, h, w = tf.unstack(boxes, axis=1)
-            >>> bool(tf.reduce_all((top + h <= [20, 40]) & (left + w <= [30, 10])))
-            True
-        """
-        return super().windows(shapes, params)
-
-    def _windows(self, xp: ArrayOps, shapes: Any, params: Any) -> Any:
-        n = self.attempts
-        shapes = xp.cast(shapes, xp.int32)
-        height_i, width_i = shapes[:, 0], shapes[:, 1]
-        # Attempt k uses draws 4k..4k+3: area fraction, log ratio, top, left. Float64 keeps
-        # the rounding of the box size away from 1-ulp differences between exp()
-        # implementations (vectorised or scalar, TensorFlow's or NumPy's): a box changes only
-        # if sqrt(area * ratio) falls within ~1e-13 of a half pixel.
-        u = xp.reshape(xp.cast(params, xp.float64), [-1, n, 4])
-        height_f = xp.cast(height_i, xp.float64)
-        width_f = xp.cast(width_i, xp.float64)
-        heights, widths = height_f[:, None], width_f[:, None]
-        log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        area = heights * widths * (self.scale[0] + u[..., 0] * (self.scale[1] - self.scale[0]))
-        aspect = xp.exp(log_lo + u[..., 1] * (log_hi - log_lo))
-        crop_w = xp.round(xp.sqrt(area * aspect))
-        crop_h = xp.round(xp.sqrt(area / aspect))
-        fits = (crop_w > 0) & (crop_w <= widths) & (crop_h > 0) & (crop_h <= heights)
-        top = xp.floor(u[..., 2] * (heights - crop_h + 1))
-        left = xp.floor(u[..., 3] * (widths - crop_w + 1))
-        # First attempt that fits (argmax does not promise the first of ties).
-        first = xp.first_true(fits, n)
-        found = first < n
-        pick = xp.minimum(first, n - 1)
-        crop_h, crop_w, top, left = (
-            xp.cast(xp.pick(v, pick), xp.int32) for v in (crop_h, crop_w, top, left)
-        )
-        # torchvision's fallback: whole image, aspect ratio clamped into `ratio`, centred.
-        in_ratio = width_f / height_f
-        fallback_w = xp.where(in_ratio > self.ratio[1], xp.round(height_f * self.ratio[1]), width_f)
-        fallback_h = xp.where(in_ratio < self.ratio[0], xp.round(width_f / self.ratio[0]), height_f)
-        # At least one pixel: torchvision's fallback gives an empty box (and fails) only
-        # when an extreme ratio rounds a tiny image's side to 0.
-        fallback_w = xp.maximum(xp.cast(fallback_w, xp.int32), 1)
-        fallback_h = xp.maximum(xp.cast(fallback_h, xp.int32), 1)
-        crop_h = xp.where(found, xp.minimum(crop_h, height_i), fallback_h)
-        crop_w = xp.where(found, xp.minimum(crop_w, width_i), fallback_w)
-        top = xp.where(found, xp.minimum(top, height_i - crop_h), (height_i - fallback_h) // 2)
-        left = xp.where(found, xp.minimum(left, width_i - crop_w), (width_i - fallback_w) // 2)
-        return xp.stack([top, left, crop_h, crop_w], axis=1)
 
     def crop_boxes(
         self, seeds: Any, height: int | tf.Tensor, width: int | tf.Tensor

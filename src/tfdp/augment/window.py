@@ -1,14 +1,17 @@
 """WindowAugmentation: the base of the stages that cut one window per image and resize it.
 
-This module owns the contract of a window stage (plan every sample's window
-from the image's shape and the sample's draws, before any pixel is decoded;
-then resize each window on its own) and its application to a batch of
-decoded images, or of encoded ones (then only each window is decoded:
-:func:`tfdp.windows.decode.encoded_windows`). The stages themselves --
-:class:`~tfdp.augment.RandomResizedCrop`, :class:`~tfdp.augment.CenterCrop`,
-:class:`~tfdp.augment.ResizeCenterCrop` -- only plan. A window-decoding
-source plans with the same stage (:mod:`tfdp.windows`), so the window path and
-the plain batched path give bit-identical results.
+This module owns a window stage's augmentation side: its resize (each window
+on its own, :meth:`WindowAugmentation.resize`) and its application to a batch
+of decoded images, or of encoded ones (then only each window is decoded:
+:func:`tfdp.windows.decode.encoded_windows`). Where each sample's window lies
+-- planned from the image's shape and the sample's draws, before any pixel is
+decoded -- and how the stage's output maps onto it is the stage's geometry
+(:class:`tfdp.windows.contract.WindowGeometry`, :mod:`tfdp.windows.geometry`).
+The stages themselves -- :class:`~tfdp.augment.RandomResizedCrop`,
+:class:`~tfdp.augment.CenterCrop`, :class:`~tfdp.augment.ResizeCenterCrop` --
+check their arguments, say what they draw and hold their geometry. A
+window-decoding source plans with the same geometry (:mod:`tfdp.windows`), so
+the window path and the plain batched path give bit-identical results.
 
 Example:
     >>> import tensorflow as tf
@@ -19,19 +22,18 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
 
-from tfdp._arrays import NUMPY, TENSORFLOW, ArrayOps
+from tfdp._arrays import NUMPY, TENSORFLOW
 from tfdp.augment import _fast
 from tfdp.augment._args import pair
 from tfdp.augment.base import Augmentation
 from tfdp.errors import ConfigError
+from tfdp.windows.contract import WindowGeometry
 from tfdp.windows.decode import encoded_windows
-
-__all__ = ["INTERPOLATIONS", "WindowAugmentation"]
 
 #: The resize methods of a window stage: ``tf.image.resize``'s names, and timm's ``lanczos``
 #: (``lanczos3``, PIL's) and ``box`` (``area``: the mean over each output pixel's footprint).
@@ -53,7 +55,9 @@ class WindowAugmentation(Augmentation):
 
     * :meth:`windows` plans every sample's window from the image's shape and
       the sample's drawn parameters alone (vectorised over samples), before
-      any pixel is decoded;
+      any pixel is decoded: the stage's :attr:`geometry`
+      (:mod:`tfdp.windows.geometry`), in TensorFlow or, by
+      :meth:`host_windows`, NumPy;
     * :meth:`resize` turns one window's pixels into the output, sample by sample.
 
     ``apply`` on a batch is exactly that: plan, slice each window, resize
@@ -63,9 +67,15 @@ class WindowAugmentation(Augmentation):
     A stage whose output is not the whole window stretched to ``size`` --
     one that resamples a region with sub-pixel bounds, the window being the
     pixels its filter reads (:class:`~tfdp.augment.ResizeCenterCrop`) -- is
-    *placed* (:attr:`placed`): it plans a :meth:`placements` row per sample
-    too, the scale and translation that :meth:`resize` applies to the window
-    (``ScaleAndTranslate``'s, antialiased ``bicubic`` or ``bilinear``).
+    *placed* (:attr:`placed`, its geometry's): it plans a :meth:`placements`
+    row per sample too, the scale and translation that :meth:`resize`
+    applies to the window (``ScaleAndTranslate``'s, antialiased ``bicubic``
+    or ``bilinear``).
+
+    A stage of one's own sets :attr:`geometry` (any
+    :class:`~tfdp.windows.contract.WindowGeometry`), or overrides
+    :meth:`windows` -- then planned in the graph only, unless it overrides
+    :meth:`host_windows` too.
 
     The resize is ``tf.image.resize`` of the window alone (half-pixel
     centres, as torchvision and TF Model Garden; pixels outside the window
@@ -86,8 +96,7 @@ class WindowAugmentation(Augmentation):
     """
 
     accepts_encoded: ClassVar[bool] = True
-    #: Whether the stage plans a placement of its output in each window (:meth:`placements`).
-    placed: ClassVar[bool] = False
+    _geometry: WindowGeometry | None = None  # see geometry
 
     def __init__(
         self,
@@ -108,22 +117,59 @@ class WindowAugmentation(Augmentation):
         self.interpolation = interpolation
         self.antialias = bool(antialias)
 
+    @property
+    def geometry(self) -> WindowGeometry | None:
+        """Which pixels of each image the stage reads, and how they map to its output.
+
+        A :class:`tfdp.windows.contract.WindowGeometry` (tfdp's:
+        :mod:`tfdp.windows.geometry`), set by the stage; None for a stage of
+        one's own that overrides :meth:`windows` instead.
+
+        Example:
+            >>> from tfdp.augment import CenterCrop
+            >>> CenterCrop(224).geometry
+            CentredWindows(size=(224, 224), crop_fraction=0.875)
+        """
+        return self._geometry
+
+    @geometry.setter
+    def geometry(self, geometry: WindowGeometry) -> None:
+        self._geometry = geometry
+
+    @property
+    def placed(self) -> bool:
+        """Whether the stage plans a placement of its output in each window (:meth:`placements`).
+
+        Example:
+            >>> from tfdp.augment import CenterCrop, ResizeCenterCrop
+            >>> CenterCrop(224).placed, ResizeCenterCrop(224).placed
+            (False, True)
+        """
+        return self.geometry is not None and self.geometry.placed
+
     def windows(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` of images of ``shapes``.
 
         Args:
             shapes: int32 ``[N, 2]``, each image's ``(height, width)``.
             params: The drawn parameters of the ``N`` samples (:meth:`draw`).
+
+        Example:
+            >>> import tensorflow as tf
+            >>> from tfdp.augment import CenterCrop
+            >>> crop = CenterCrop(224)
+            >>> crop.windows(tf.constant([[375, 500]]), tf.zeros([1, 0])).numpy().tolist()
+            [[24, 86, 328, 328]]
         """
-        return self._windows(TENSORFLOW, shapes, params)
+        return self._geometry_of().windows(TENSORFLOW, shapes, params)
 
     def host_windows(self, shapes: np.ndarray, params: np.ndarray) -> np.ndarray:
         """:meth:`windows` computed by NumPy: for a loader that plans its windows on the host.
 
-        The built-in stages compute both with one implementation. A stage of
-        one's own that overrides :meth:`windows` alone is planned in the
-        graph (:attr:`plans_on_host` is False); it may override this method
-        too, returning the same int32 ``[N, 4]`` windows.
+        The stage's geometry computes both with one implementation. A stage of
+        one's own that overrides :meth:`windows` alone is planned in the graph
+        (:attr:`plans_on_host` is False); it may override this method too,
+        returning the same int32 ``[N, 4]`` windows.
 
         Example:
             >>> import numpy as np
@@ -132,7 +178,7 @@ class WindowAugmentation(Augmentation):
             >>> crop.host_windows(np.array([[375, 500]]), np.zeros([1, 0], np.float32)).tolist()
             [[24, 86, 328, 328]]
         """
-        out = self._windows(NUMPY, np.asarray(shapes), np.asarray(params))
+        out = self._geometry_of().windows(NUMPY, np.asarray(shapes), np.asarray(params))
         return np.ascontiguousarray(out, dtype=np.int32)
 
     @property
@@ -144,15 +190,10 @@ class WindowAugmentation(Augmentation):
             >>> RandomResizedCrop(224).plans_on_host
             True
         """
-        cls = type(self)
         return (
-            cls._windows is not WindowAugmentation._windows
-            or cls.host_windows is not WindowAugmentation.host_windows
+            self.geometry is not None
+            or type(self).host_windows is not WindowAugmentation.host_windows
         )
-
-    def _windows(self, xp: ArrayOps, shapes: Any, params: Any) -> Any:
-        """The windows of :meth:`windows`, in the array library ``xp`` (TensorFlow or NumPy)."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither windows nor _windows")
 
     def placements(self, shapes: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """A placed stage's output in each window: float32 ``[N, 4]`` for :meth:`resize`.
@@ -171,16 +212,21 @@ class WindowAugmentation(Augmentation):
             >>> crop.placements(tf.constant([[8, 8]]), tf.zeros([1, 0])).numpy().tolist()
             [[0.5, 0.5, 0.0, 0.0]]
         """
-        return self._placements(TENSORFLOW, shapes, params)
+        return self._geometry_of().placements(TENSORFLOW, shapes, params)
 
     def host_placements(self, shapes: np.ndarray, params: np.ndarray) -> np.ndarray:
         """:meth:`placements` computed by NumPy (a loader that plans on the host)."""
-        out = self._placements(NUMPY, np.asarray(shapes), np.asarray(params))
+        out = self._geometry_of().placements(NUMPY, np.asarray(shapes), np.asarray(params))
         return np.ascontiguousarray(out, dtype=np.float32)
 
-    def _placements(self, xp: ArrayOps, shapes: Any, params: Any) -> Any:
-        """The placements of :meth:`placements`, in ``xp`` (a placed stage implements it)."""
-        raise NotImplementedError(f"{type(self).__name__} is not a placed window stage")
+    def _geometry_of(self) -> WindowGeometry:
+        geometry = self.geometry
+        if geometry is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no geometry: a window stage sets one "
+                "(tfdp.windows.geometry) or overrides windows"
+            )
+        return geometry
 
     def resize(self, window: tf.Tensor, placement: tf.Tensor | None = None) -> tf.Tensor:
         """Resize one window ``[h, w, C]`` (any real dtype) to float32 ``[size_h, size_w, C]``.

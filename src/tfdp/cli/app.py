@@ -27,8 +27,6 @@ from tfdp.cli import data, evaluate, launch, models, plot, sampler, tf_start, tr
 from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
 from tfdp.errors import TfdpError, user_message
 
-__all__ = ["BAD_INPUT", "build_parser", "main", "run"]
-
 #: Exceptions reported as bad input (exit 2). OSErrors about a named path (a file that does not
 #: exist, a directory that cannot be written) are the user's to fix too.
 BAD_INPUT: tuple[type[BaseException], ...] = (

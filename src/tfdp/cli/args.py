@@ -29,18 +29,6 @@ from typing import Any
 
 from tfdp.errors import TfdpError, said_as
 
-__all__ = [
-    "DefaultsHelpFormatter",
-    "MissingExtraError",
-    "Parser",
-    "in_flags",
-    "int_at_least",
-    "port",
-    "quiet_tf",
-    "require",
-    "seconds",
-]
-
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Help that shows every option's default as the parser holds it: ``(default: X)``.

@@ -17,8 +17,6 @@ from typing import Any
 
 from tfdp.cli.args import int_at_least
 
-__all__ = ["add_parser", "run_convert", "run_inspect"]
-
 _NUM_CLASSES_HELP = (
     "number of classes, when some have no example (default: the class names, else the "
     "largest label + 1, and then every label below it must occur)"

@@ -17,8 +17,6 @@ from tfdp.errors import ConfigError, DataError
 from tfdp.recipe.data import data_errors
 from tfdp.recipe.dataspec import OpenedData, open_source, read_error
 
-__all__ = ["inspect_data"]
-
 _MAX_CLASSES_SHOWN = 30
 
 

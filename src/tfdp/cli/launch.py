@@ -38,8 +38,6 @@ from tfdp.launch import (
     parse_nnodes,
 )
 
-__all__ = ["add_arguments", "add_parser", "main", "resume_command", "run"]
-
 _DESCRIPTION = """\
 Run COMMAND as N tf.distribute workers on this node (default 1; TF_CONFIG set for
 MultiWorkerMirroredStrategy), print their output as '[worker i] ...', and stop

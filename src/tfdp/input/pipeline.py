@@ -1,13 +1,20 @@
-"""The per-replica pipelines of :class:`DistributedInput`: one rank's ids -> batches, interleaved.
+"""The per-replica input of a strategy: :class:`DistributedInput`, and the one loader it takes.
 
 This module owns :class:`DistributedInput`, the one entry point that turns a
 source, a sampler configuration, a batch size and an augmentation into a
 ``tf.distribute.DistributedDataset`` in which the replica of global rank ``r``
-receives exactly ``sampler(rank=r).indices()``, in order, batch after batch.
+receives exactly ``sampler(rank=r).indices()``, in order, batch after batch,
+and :func:`make_loader`, the one factory that picks the back-end loading them.
 
-How: for every local replica the worker builds an index-driven pipeline
-(sampler indices -> batch -> gather/load -> seeded augmentation), and the
-worker's dataset interleaves them round-robin. In
+How: the input plans every rank's entries once (:class:`tfdp.input.entries.EntryPlan`:
+the sampler's indices and positions, the epoch's augmentation key, the weights)
+and hands the plan to one loader (:class:`tfdp.input.loader.Loader`): a
+random-access source's per-rank pipelines (:mod:`tfdp.input.indexed`), a
+stream (:mod:`tfdp.input.streams`), or the window loader
+(:mod:`tfdp.windows.loader`: a source that decodes windows, e.g. a JPEG image
+folder, under an augmentation that starts by cutting one -- each file read and
+decoded once per chunk of a step, over its windows only). A worker's dataset
+holds its local replicas' batches round-robin: in
 ``distribute_datasets_from_function``'s default PER_WORKER mode, element
 ``k`` of a worker's dataset goes to its local replica ``k mod L``, so local
 replica ``j`` of worker ``w`` -- global rank ``w * L + j`` -- gets its own
@@ -24,12 +31,6 @@ a run resumed mid-epoch gets identical ones.
 Its configuration (batch size, sampler) is checked by :mod:`tfdp.input.config`;
 the workers' agreement on a user ``permutation=`` is :mod:`tfdp.input.agreement`.
 
-A source that decodes windows (:class:`tfdp.windows.contract.WindowSource`,
-e.g. a JPEG image folder) with an augmentation that starts by cutting one
-is loaded by the window loader instead (:func:`tfdp.windows.loader.window_loader`
-says when): the same elements, but each file is read and decoded once per
-chunk of a step, over its windows only.
-
 Example:
     >>> import numpy as np, tensorflow as tf
     >>> from tfdp.sources import ArraySource
@@ -44,36 +45,75 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
-from tfdp._autograph import plain
-from tfdp._compat import lightly_optimized_map
-from tfdp._util import deterministic_unsharded
-from tfdp.augment.contract import is_batched_augmentation
-from tfdp.elastic import epoch_plan, plan_steps
+from tfdp.elastic import epoch_plan
 from tfdp.errors import ConfigError, ConfigTypeError
 from tfdp.input.agreement import PermutationAgreement
-from tfdp.input.config import (
-    SamplerSpec,
-    resolve_batch_size,
-    resolve_sampler,
-    stream_index_sampler,
-)
+from tfdp.input.config import SamplerSpec, resolve_batch_size, resolve_sampler
+from tfdp.input.entries import EntryPlan
 from tfdp.input.examples import ExamplePipeline
+from tfdp.input.indexed import IndexedBatches
+from tfdp.input.loader import Loader
 from tfdp.input.streams import StreamBatches
 from tfdp.samplers import DistributedEvalSampler, Sampler
-from tfdp.seeding import epoch_seed_key
-from tfdp.sources.base import BatchSource, RandomAccessSource, StreamingSource
-from tfdp.windows.loader import window_loader
+from tfdp.sources.base import RandomAccessSource, StreamingSource
+from tfdp.windows.contract import WindowSource
+from tfdp.windows.loader import WindowedBatches
+from tfdp.windows.plan import split_window
 
-__all__ = ["DistributedInput"]
 
-_INF_EPOCHS = 2**62
+def make_loader(
+    plan: EntryPlan, examples: ExamplePipeline, *, num_replicas: int, num_parallel_calls: int
+) -> Loader:
+    """The one loader of an input's plan: its source and augmentation pick the back-end.
+
+    A streaming source (:class:`tfdp.sources.base.StreamingSource`) is read
+    by :class:`~tfdp.input.streams.StreamBatches`; a random-access source
+    that decodes windows (:class:`tfdp.windows.contract.WindowSource`) under
+    an augmentation that starts with a window stage
+    (:func:`tfdp.windows.plan.split_window`) by
+    :class:`~tfdp.windows.loader.WindowedBatches`; any other random-access
+    source by :class:`~tfdp.input.indexed.IndexedBatches`. Each gives the
+    same elements for the plan's entries.
+
+    Args:
+        plan: The input's planned entries (:class:`~tfdp.input.entries.EntryPlan`).
+        examples: What happens to the loaded examples; it holds the source and
+            the augmentation (:class:`~tfdp.input.examples.ExamplePipeline`).
+        num_replicas: The world size (a stream's lanes depend on it).
+        num_parallel_calls: Parallelism of the loaders' maps.
+
+    Example:
+        >>> import numpy as np
+        >>> from tfdp import augment
+        >>> from tfdp.sources import ArraySource
+        >>> inp = DistributedInput(None, ArraySource(np.zeros((4, 8, 8, 3))), batch_size=2,
+        ...                        augment=augment.RandomResizedCrop(4))
+        >>> loader = make_loader(inp.plan, inp.examples, num_replicas=1, num_parallel_calls=1)
+        >>> type(loader).__name__  # arrays: nothing to decode, no window path
+        'IndexedBatches'
+    """
+    source = examples.source
+    if isinstance(source, StreamingSource):
+        return StreamBatches(
+            plan, examples, num_replicas=num_replicas, num_parallel_calls=num_parallel_calls
+        )
+    windows = split_window(examples.augment) if isinstance(source, WindowSource) else None
+    if windows is not None:
+        return WindowedBatches(
+            source,
+            windows,
+            plan,
+            examples,
+            batch_size=plan.batch_size,
+            drop_remainder=plan.drop_remainder,
+            num_parallel_calls=num_parallel_calls,
+        )
+    return IndexedBatches(plan, examples, num_parallel_calls=num_parallel_calls)
 
 
 class DistributedInput:
@@ -169,9 +209,6 @@ class DistributedInput:
                 f"tfdp.sources.base; got {type(source).__name__}",
                 argument="source",
             )
-        # Elastic resume (see resume_from): epoch -> the rank-0 sampler of another world size
-        # whose global list that epoch deals over this input's ranks.
-        self._plans: dict[int, Sampler] = {}
         self._agreement = PermutationAgreement(self.strategy)
         # A stream is indexed by its position in the epoch's stream (see
         # tfdp.sources.TFRecordSource): the samplers run on the stream's length.
@@ -198,19 +235,16 @@ class DistributedInput:
         is_eval = isinstance(self.sampler, DistributedEvalSampler)
         self.drop_remainder = (not is_eval) if drop_remainder is None else bool(drop_remainder)
         self.with_weights = is_eval if with_weights is None else bool(with_weights)
-        # A stream's samplers pick stream indices (refused here for a sampler that cannot).
-        stream_sampler = stream_index_sampler(self.sampler) if self.streaming else None
-        per_rank = len(self.sampler)
-        if self.drop_remainder:
-            self.steps_per_epoch = per_rank // self.batch_size
-        else:
-            self.steps_per_epoch = math.ceil(per_rank / self.batch_size)
-        if self.steps_per_epoch < 1:
-            raise ConfigError(
-                f"batch_size={self.batch_size} per replica gives no full step per epoch: each "
-                f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
-                "drop_remainder=False"
-            )
+        #: Every rank's entries, epoch by epoch, and their seeds (tfdp.input.entries): planned
+        #: once, what every loader loads.
+        self.plan = EntryPlan(
+            self.sampler,
+            batch_size=self.batch_size,
+            drop_remainder=self.drop_remainder,
+            seed=self.seed,
+            streaming=self.streaming,
+        )
+        self.steps_per_epoch = self.plan.steps_per_epoch
         #: What happens to loaded examples (augmentation, batch stages, weights, ids).
         self.examples = ExamplePipeline(
             source,
@@ -221,25 +255,11 @@ class DistributedInput:
             return_ids=self.return_ids,
             num_parallel_calls=num_parallel_calls,
         )
-        #: A streaming source's batches (tfdp.input.streams), else None.
-        self.streams: StreamBatches | None = None
-        if self.streaming:
-            self.streams = StreamBatches(
-                source,
-                stream_sampler,
-                self.examples,
-                num_replicas=self.num_replicas,
-                seed=self.seed,
-                shuffle=self.sampler.shuffle,  # type: ignore[attr-defined]
-                num_parallel_calls=num_parallel_calls,
-            )
-        #: The window loader when the window path applies (tfdp.windows), else None.
-        self.window_loader = window_loader(
-            source,
-            augment,
-            self,
-            batch_size=self.batch_size,
-            drop_remainder=self.drop_remainder,
+        #: The back-end that loads the plan's entries (tfdp.input.loader.Loader; make_loader).
+        self.loader = make_loader(
+            self.plan,
+            self.examples,
+            num_replicas=self.num_replicas,
             num_parallel_calls=num_parallel_calls,
         )
 
@@ -262,8 +282,15 @@ class DistributedInput:
             >>> inp.epoch_steps(1), inp.rank_sampler(0, 1).positions(3 * 8, 3 * 8 + 2).tolist()
             (8, [24, 25])
         """
-        plan = epoch_plan(self, state, step)
-        self._plans = {} if plan is None else {plan.epoch: plan}
+        plan = epoch_plan(
+            self.sampler,
+            state,
+            step,
+            global_batch_size=self.global_batch_size,
+            drop_remainder=self.drop_remainder,
+            stream=self.source if self.streaming else None,
+        )
+        self.plan.follow(plan)
 
     def epoch_steps(self, epoch: int) -> int:
         """Steps (global batches) of ``epoch``: ``steps_per_epoch``, or an elastic epoch's plan's.
@@ -274,10 +301,7 @@ class DistributedInput:
             >>> DistributedInput(None, ArraySource(np.arange(10)), batch_size=5).epoch_steps(3)
             2
         """
-        plan = self._plans.get(int(epoch))
-        if plan is None:
-            return self.steps_per_epoch
-        return plan_steps(plan, self.global_batch_size, self.drop_remainder)
+        return self.plan.epoch_steps(epoch)
 
     def rank_sampler(self, rank: int, epoch: int) -> Sampler:
         """The sampler of global rank ``rank`` at ``epoch`` (dealing a plan in an elastic epoch).
@@ -289,12 +313,7 @@ class DistributedInput:
             >>> inp.rank_sampler(0, 2).epoch
             2
         """
-        sampler = self.sampler.with_rank(rank)
-        sampler.set_epoch(int(epoch))
-        plan = self._plans.get(int(epoch))
-        if plan is not None:
-            sampler.follow(plan)
-        return sampler
+        return self.plan.rank_sampler(rank, epoch)
 
     # -- a user permutation, the same on every worker ------------------------------------
     def check_permutation_agreement(self, epoch: int) -> None:
@@ -320,98 +339,7 @@ class DistributedInput:
         """
         self._agreement.check(self.sampler, epoch)
 
-    # -- per-rank pipelines -----------------------------------------------------
-    def rank_entries(self, rank: int, epoch: int, start: int) -> tuple[np.ndarray, ...]:
-        """Global rank ``rank``'s entries of ``epoch`` from entry ``start`` on.
-
-        Returns ``(indices, positions, keys, weights)``: the example indices
-        (int64), their positions in the sampler's global list (int64), the
-        augmentation keys (int64; an entry's seed is ``[key, position]``) and
-        the sample weights (float32: the evaluation sampler's mask, else 1).
-
-        Example:
-            >>> import numpy as np
-            >>> from tfdp.sources import ArraySource
-            >>> src = ArraySource(np.arange(6))
-            >>> inp = DistributedInput(None, src, sampler="eval", batch_size=4)
-            >>> idx, pos, key, weight = inp.rank_entries(0, 0, 2)
-            >>> idx.tolist(), pos.tolist(), weight.tolist()
-            ([2, 3, 4, 5, 0, 1], [2, 3, 4, 5, 6, 7], [1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
-        """
-        sampler = self.rank_sampler(rank, int(epoch))
-        stop = None  # an elastic epoch: every rank's share of the plan's whole steps
-        if sampler.plan is not None and self.drop_remainder:
-            stop = self.epoch_steps(int(epoch)) * self.batch_size
-        idx = sampler.indices(int(start), stop)
-        pos = sampler.positions(int(start), stop)
-        if isinstance(sampler, DistributedEvalSampler):
-            weight = sampler.mask(int(start)).astype(np.float32)
-        else:
-            weight = np.ones(idx.shape, np.float32)
-        key = np.full(idx.shape, epoch_seed_key(self.seed, int(epoch)), np.int64)
-        return idx, pos, key, weight
-
-    def _index_dataset(
-        self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
-    ) -> tf.data.Dataset:
-        """Epoch after epoch of this rank's batches; each epoch batched on its own."""
-        start = start_step * self.batch_size
-        batched = isinstance(self.source, BatchSource) and (
-            self.augment is None or is_batched_augmentation(self.augment)
-        )
-
-        rows = self.batch_size if self.drop_remainder else None  # the batches' static size
-        vector, scalar = tf.TensorSpec([rows], tf.int64), tf.TensorSpec([], tf.int64)
-        ex = self.examples
-        load_batch = ex.traced(
-            "load_batch", ex.load_batch, [vector] * 3 + [tf.TensorSpec([rows], tf.float32)]
-        )
-        scalars = [scalar] * 3 + [tf.TensorSpec([], tf.float32)]
-        load_one = ex.traced("load_one", ex.load_one, scalars)
-
-        def per_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
-            first = tf.cast(tf.equal(epoch, first_epoch), tf.int64) * start
-            arrays = tf.numpy_function(
-                lambda e, s: self.rank_entries(rank, int(e), int(s)),
-                [epoch, first],
-                [tf.int64, tf.int64, tf.int64, tf.float32],
-                stateful=False,
-            )
-            for a in arrays:
-                a.set_shape([None])
-            if batched:
-                # Batch the index arrays by a reshape (one slice per batch, not per example).
-                b = self.batch_size
-                full = tf.shape(arrays[0], out_type=tf.int64)[0] // b * b
-                ds = tf.data.Dataset.from_tensor_slices(
-                    tuple(tf.reshape(a[:full], [-1, b]) for a in arrays)
-                )
-                if not self.drop_remainder:  # the last, partial batch
-                    tail = tf.data.Dataset.from_tensor_slices(tuple(a[full:] for a in arrays))
-                    ds = ds.concatenate(tail.batch(b))
-                return lightly_optimized_map(ds, load_batch, self.num_parallel_calls)
-            ds = tf.data.Dataset.from_tensor_slices(tuple(arrays))
-            ds = lightly_optimized_map(ds, load_one, self.num_parallel_calls)
-            return self.examples.batched(ds, traced=True)
-
-        last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
-        return tf.data.Dataset.range(first_epoch, last).flat_map(plain(per_epoch))
-
-    def finish_element(self, example: Any, idx: Any, pos: Any, weight: Any) -> Any:
-        """The element this input yields for a loaded ``example``: its weight and ids added.
-
-        See :meth:`tfdp.input.examples.ExamplePipeline.finish_element`.
-
-        Example:
-            >>> import numpy as np
-            >>> from tfdp.sources import ArraySource
-            >>> inp = DistributedInput(None, ArraySource(np.arange(4)), batch_size=2,
-            ...                        with_weights=True, return_ids=True)
-            >>> inp.finish_element((10, 20), 1, 5, 0.5)
-            ((10, 20, 0.5), {'index': 1, 'position': 5})
-        """
-        return self.examples.finish_element(example, idx, pos, weight)
-
+    # -- the loader's datasets --------------------------------------------------
     def _check_start_step(self, start_step: int, epoch: int | None = None) -> None:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
         if start_step < 0 or start_step > steps:
@@ -444,13 +372,7 @@ class DistributedInput:
                 f"rank must be in [0, {self.num_replicas}), got {rank}", argument="rank"
             )
         self._check_start_step(start_step, first_epoch)
-        if self.streaming:
-            ds = self.streams.rank(rank, first_epoch, num_epochs, start_step)
-        elif self.window_loader is not None:
-            ds = self.window_loader.dataset([rank], first_epoch, num_epochs, start_step)
-        else:
-            ds = self._index_dataset(rank, first_epoch, num_epochs, start_step)
-        return deterministic_unsharded(ds)
+        return self.loader.rank(rank, first_epoch, num_epochs, start_step)
 
     def worker_dataset(
         self,
@@ -463,7 +385,10 @@ class DistributedInput:
 
         Element ``k`` is for local replica ``k mod L``, which is how
         ``distribute_datasets_from_function`` deals a worker's elements in
-        PER_WORKER mode.
+        PER_WORKER mode; how the ranks' batches are read is the loader's
+        (:meth:`tfdp.input.loader.Loader.worker`: one read per file per chunk
+        on the window path, one stream per worker for a stream augmented batch
+        by batch).
         """
         if input_context is None:
             worker, workers = 0, 1
@@ -471,21 +396,8 @@ class DistributedInput:
             worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
         local = self.num_replicas // workers
         ranks = [worker * local + j for j in range(local)]
-        if self.window_loader is not None:  # all local ranks together: one read per file per chunk
-            self._check_start_step(start_step, first_epoch)
-            ds = self.window_loader.dataset(ranks, first_epoch, num_epochs, start_step)
-            return deterministic_unsharded(ds).prefetch(tf.data.AUTOTUNE)
-        if self.streaming:  # every local rank's step read and augmented as one, if it applies
-            self._check_start_step(start_step, first_epoch)
-            shared = self.streams.shared(ranks, first_epoch, num_epochs, start_step)
-            if shared is not None:
-                return shared.prefetch(tf.data.AUTOTUNE)
-        parts = [self.rank_dataset(r, first_epoch, num_epochs, start_step) for r in ranks]
-        if len(parts) == 1:
-            ds = parts[0]
-        else:
-            choice = tf.data.Dataset.range(local).repeat()
-            ds = tf.data.Dataset.choose_from_datasets(parts, choice, stop_on_empty_dataset=True)
+        self._check_start_step(start_step, first_epoch)
+        ds = self.loader.worker(ranks, first_epoch, num_epochs, start_step)
         return ds.prefetch(tf.data.AUTOTUNE)
 
     # -- distributed datasets ---------------------------------------------------

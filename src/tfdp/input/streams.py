@@ -1,15 +1,16 @@
 """A streaming source's batches: a rank's own, or a worker's local ranks' read as one.
 
-This module owns how :class:`tfdp.DistributedInput` reads a streaming source
-(:class:`tfdp.sources.TFRecordSource`): :class:`StreamBatches` builds epoch
-after epoch of stream entries (the sampler picks stream indices, the source
-shuffles), rank by rank (:meth:`StreamBatches.rank`) or -- when the records
-are augmented batch by batch (JPEG records kept encoded, a window stage
-first) -- for all the local ranks of a worker at once
-(:meth:`StreamBatches.shared`): :func:`step_rows` lays the ranks' entries out
-step by step, every rank's batch of a step together in stream order, one
-stream reads them, a step's rows are augmented as one batch and dealt back to
-the ranks' batches (:meth:`tfdp.input.examples.ExamplePipeline.stream_step`).
+This module owns :class:`StreamBatches`, the loader (:class:`tfdp.input.loader.Loader`)
+of a streaming source (:class:`tfdp.sources.TFRecordSource`): epoch after epoch
+of the stream of the plan's entries (:class:`tfdp.input.entries.EntryPlan`: the
+sampler picks stream indices, the source shuffles), rank by rank
+(:meth:`StreamBatches.rank`) or -- when the records are augmented batch by batch
+(JPEG records kept encoded, a window stage first) -- for all the local ranks of
+a worker at once (:meth:`StreamBatches.shared`): :func:`step_rows` lays the
+ranks' entries out step by step, every rank's batch of a step together in
+stream order, one stream reads them, a step's rows are augmented as one batch
+and dealt back to the ranks' batches
+(:meth:`tfdp.input.examples.ExamplePipeline.stream_step`).
 
 Why: under Repeated Augmentation a sample's copies go to several ranks. Read
 rank by rank, each copy of an image is decoded in its rank's batch; read as
@@ -42,11 +43,9 @@ from tfdp._autograph import plain
 from tfdp._util import deterministic_unsharded
 from tfdp.errors import ConfigError
 from tfdp.input.config import same_stream_indices_every_epoch
+from tfdp.input.entries import EntryPlan
 from tfdp.input.examples import ExamplePipeline
-from tfdp.samplers import Sampler
-from tfdp.seeding import epoch_seed_key
-
-__all__ = ["StreamBatches", "step_rows"]
+from tfdp.input.loader import round_robin
 
 _INF_EPOCHS = 2**62
 
@@ -104,13 +103,11 @@ class StreamBatches:
     """Epoch after epoch of a streaming source's batches, per rank or per worker.
 
     Args:
-        source: The streaming source (``stream(indices, ...)``).
-        sampler: The input's sampler with the identity permutation (it picks
-            stream indices, :func:`tfdp.input.config.stream_index_sampler`).
-        examples: What happens to the records (:class:`ExamplePipeline`).
+        plan: The input's entries (:class:`tfdp.input.entries.EntryPlan`, a
+            streaming one: its entries are stream indices).
+        examples: What happens to the records (:class:`ExamplePipeline`,
+            which holds the source and the augmentation).
         num_replicas: The world size (fixes the stream's lanes).
-        seed: Keys the stream's shuffle and the augmentation.
-        shuffle: Whether the source shuffles files and blocks.
         num_parallel_calls: Parallelism of the augmentation maps.
 
     Example:
@@ -119,25 +116,25 @@ class StreamBatches:
         >>> from tfdp.sources import TFRecordSource, write_tfrecords
         >>> files = write_tfrecords(np.arange(8), tempfile.mkdtemp(), num_shards=2)
         >>> inp = DistributedInput(None, TFRecordSource(files), batch_size=4)
-        >>> [x.shape.as_list() for x in inp.streams.rank(0, 0, 1, 0)]
+        >>> [x.shape.as_list() for x in inp.loader.rank(0, 0, 1, 0)]
         [[4], [4]]
     """
 
     def __init__(
         self,
-        source: Any,
-        sampler: Sampler,
+        plan: EntryPlan,
         examples: ExamplePipeline,
         *,
         num_replicas: int,
-        seed: int,
-        shuffle: bool,
         num_parallel_calls: int,
     ) -> None:
-        self.source, self.sampler, self.examples = source, sampler, examples
-        self.num_replicas, self.seed, self.shuffle = num_replicas, seed, shuffle
+        self.plan, self.examples = plan, examples
+        self.source = examples.source
+        self.num_replicas = num_replicas
         self.num_parallel_calls = num_parallel_calls
-        self.batch_size, self.drop_remainder = examples.batch_size, examples.drop_remainder
+        self.batch_size, self.drop_remainder = plan.batch_size, plan.drop_remainder
+        #: Whether the source shuffles files and blocks (the sampler's ``shuffle``).
+        self.shuffle = bool(plan.sampler.shuffle)  # type: ignore[attr-defined]
 
     def rank(
         self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
@@ -149,11 +146,11 @@ class StreamBatches:
         lanes open (a stream's epoch starts by reading a shuffle block of every
         lane it reads), so a new epoch inside one dataset does not stall it.
         """
-        sampler = self.sampler.with_rank(rank)
+        plan = self.plan
 
         def arrays(epoch: int, start: int) -> tuple[np.ndarray, ...]:
-            sampler.set_epoch(epoch)
-            return sampler.indices(start), sampler.positions(start)
+            entries = plan.rank_entries(rank, epoch, start)
+            return entries.indices, entries.positions
 
         ds = self._epochs(arrays, first_epoch, num_epochs, start_step)
         if self.examples.augments_stream_batches():
@@ -162,7 +159,16 @@ class StreamBatches:
             spec, ex = ds.element_spec, self.examples
             batch = ex.traced(f"stream_batch {spec}", ex.stream_batch, list(spec))
             ds = ds.map(batch, num_parallel_calls=self.num_parallel_calls, deterministic=True)
-        return ds
+        return deterministic_unsharded(ds)
+
+    def worker(
+        self, ranks: Sequence[int], first_epoch: int, num_epochs: int | None, start_step: int
+    ) -> tf.data.Dataset:
+        """The local ``ranks``' batches: read as one (:meth:`shared`) or their own interleaved."""
+        shared = self.shared(list(ranks), first_epoch, num_epochs, start_step)
+        if shared is not None:
+            return shared
+        return round_robin([self.rank(r, first_epoch, num_epochs, start_step) for r in ranks])
 
     def shared(
         self, ranks: list[int], first_epoch: int, num_epochs: int | None, start_step: int
@@ -178,22 +184,19 @@ class StreamBatches:
         batch by batch, a partial last batch kept, or ranks with different
         numbers of steps.
         """
-        ex = self.examples
+        ex, plan = self.examples, self.plan
         if len(ranks) < 2 or not self.drop_remainder or not ex.augments_stream_batches():
             return None
-        samplers = [self.sampler.with_rank(r) for r in ranks]
         shared: dict[tuple[int, int], Any] = {}
 
         def arrays(epoch: int, start: int) -> tuple[np.ndarray, ...]:
             if (epoch, start) not in shared:
-                for s in samplers:
-                    s.set_epoch(epoch)
-                per_rank = [(s.indices(start), s.positions(start)) for s in samplers]
+                per_rank = [plan.rank_entries(r, epoch, start)[:2] for r in ranks]
                 shared[(epoch, start)] = step_rows(per_rank, self.batch_size)
             return shared[(epoch, start)]
 
         epochs = [first_epoch]
-        if not same_stream_indices_every_epoch(samplers[0]) and num_epochs is not None:
+        if not same_stream_indices_every_epoch(plan.index_sampler) and num_epochs is not None:
             epochs = list(range(first_epoch, first_epoch + num_epochs))
         if (
             any(arrays(e, 0) is None for e in epochs)
@@ -222,7 +225,7 @@ class StreamBatches:
         rows: int | None = None,
     ) -> tf.data.Dataset:
         """Epoch after epoch of the stream entries ``arrays(epoch, start)`` (see _epoch)."""
-        sampler = self.sampler
+        sampler = self.plan.index_sampler
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs
         if same_stream_indices_every_epoch(sampler):  # built once, the epoch a tensor
             every = arrays(first_epoch, 0)
@@ -262,13 +265,12 @@ class StreamBatches:
         examples = self.source.stream(
             idx,
             num_replicas=self.num_replicas,
-            seed=self.seed,
+            seed=self.plan.seed,
             epoch=epoch,
             shuffle=self.shuffle,
         )
-        seed = self.seed
         key = tf.numpy_function(
-            lambda e: np.int64(epoch_seed_key(seed, int(e))),
+            self.plan.epoch_key,
             [tf.cast(epoch, tf.int64)],
             tf.int64,
             stateful=False,

@@ -33,15 +33,6 @@ from typing import Any
 from tfdp.errors import ConfigError, DataError, TfdpError, said_as
 from tfdp.recipe.config import TrainConfig
 
-__all__ = [
-    "JobData",
-    "build_augment",
-    "build_data",
-    "check_one_step",
-    "data_errors",
-    "eval_input",
-]
-
 
 @contextmanager
 def data_errors(**names: str) -> Iterator[None]:

@@ -52,18 +52,9 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tfdp._compat import RowsInPlace
-from tfdp.windows.contract import WindowPlan
+from tfdp.windows.contract import WindowPlan, WindowStage
+from tfdp.windows.geometry import StageWindows
 from tfdp.windows.parallelism import PARALLEL_DECODES
-
-__all__ = [
-    "Decoded",
-    "complete_jpegs",
-    "decode_windows",
-    "encoded_request",
-    "encoded_windows",
-    "jpeg_window",
-    "read_files",
-]
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _JPEG_EOI = b"\xff\xd9"
@@ -298,35 +289,18 @@ def decode_windows(
     return out.stack(), ok
 
 
-class _StageWindows:
-    """A :class:`WindowPlan` of one window stage with its drawn parameters (no later stages)."""
-
-    def __init__(self, stage: Any, params: tf.Tensor, channels: int) -> None:
-        self.stage, self.params, self.channels = stage, params, channels
-        self.placements: tf.Tensor | None = None
-
-    def windows(self, shapes: tf.Tensor) -> tf.Tensor:
-        if self.stage.placed:  # planned with the windows, for finish
-            self.placements = self.stage.placements(shapes, self.params)
-        return self.stage.windows(shapes, self.params)
-
-    def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
-        if self.placements is None:  # (a stage of one's own may take the window alone)
-            return self.stage.resize(window)
-        return self.stage.resize(window, self.placements[j])
-
-    def output_spec(self, window: tf.TensorSpec) -> tf.TensorSpec:
-        return tf.TensorSpec([*self.stage.size, self.channels], tf.float32)
-
-
-def encoded_windows(data: tf.Tensor, stage: Any, params: tf.Tensor, channels: int = 3) -> tf.Tensor:
+def encoded_windows(
+    data: tf.Tensor, stage: WindowStage, params: tf.Tensor, channels: int = 3
+) -> tf.Tensor:
     """A window stage applied to encoded images ``data`` (string ``[B]``): windows decoded alone.
 
     What :class:`tfdp.augment.WindowAugmentation` does with a batch of
     encoded images (e.g. JPEG records kept encoded,
     ``TFRecordSource(images="encoded")``): JPEGs have only their window
     decoded, other formats are decoded whole; images are decoded to
-    ``channels`` channels. Bit-identical to the stage on the decoded images.
+    ``channels`` channels. The stage's plan is a
+    :class:`tfdp.windows.geometry.StageWindows` planned in the graph.
+    Bit-identical to the stage on the decoded images.
 
     Example:
         >>> import tensorflow as tf
@@ -337,7 +311,7 @@ def encoded_windows(data: tf.Tensor, stage: Any, params: tf.Tensor, channels: in
         >>> encoded_windows(data, rrc, rrc.draw(seeds)).shape
         TensorShape([2, 8, 8, 3])
     """
-    return encoded_request(data, _StageWindows(stage, params, channels), channels)
+    return encoded_request(data, StageWindows(stage, params), channels)
 
 
 def encoded_request(data: tf.Tensor, request: WindowPlan, channels: int = 3) -> tf.Tensor:

@@ -1,13 +1,15 @@
 """The window loader: a worker's replicas' batches, loaded by windows in chunks.
 
-This module owns :class:`WindowedBatches` and :func:`window_loader`, the one
-factory :class:`tfdp.DistributedInput` calls: it returns the loader when the
-source can decode windows (:class:`tfdp.windows.contract.WindowSource`, e.g.
-a JPEG image folder) and the augmentation starts with a window stage
+This module owns :class:`WindowedBatches`, the loader of
+:class:`tfdp.DistributedInput` (a :class:`tfdp.input.loader.Loader`) for a
+source that can decode windows (:class:`tfdp.windows.contract.WindowSource`,
+e.g. a JPEG image folder) under an augmentation that starts with a window stage
 (:func:`tfdp.windows.plan.split_window`: :class:`~tfdp.augment.RandomResizedCrop`,
-:class:`~tfdp.augment.CenterCrop`), else None (the input's per-rank path).
-The loader knows the input layer through
-:class:`tfdp.windows.contract.EpochEntries` only.
+:class:`~tfdp.augment.CenterCrop`, :class:`~tfdp.augment.ResizeCenterCrop`);
+:func:`tfdp.input.pipeline.make_loader` picks it. It lives here, beside the
+window plan and the decoding it drives, and knows the input layer through
+:class:`tfdp.windows.contract.EpochEntries` (the planned entries) and
+:class:`tfdp.windows.contract.ElementFinisher` (their last touch) only.
 
 How a step of a worker with ``L`` local replicas and ``B`` examples per
 replica is loaded: the step's ``L * B`` entries are cut into chunks of ``k``
@@ -47,7 +49,7 @@ Example:
     ...                          tf.io.encode_jpeg(tf.zeros([30, 40, 3], tf.uint8)))
     >>> inp = DistributedInput(None, ImageFolderSource(root), batch_size=2,
     ...                        augment=augment.RandomResizedCrop(8))
-    >>> type(inp.window_loader).__name__
+    >>> type(inp.loader).__name__
     'WindowedBatches'
     >>> [tuple(x.shape) for x, y in inp.epoch(0)]
     [(2, 8, 8, 3), (2, 8, 8, 3), (2, 8, 8, 3)]
@@ -63,13 +65,11 @@ import tensorflow as tf
 
 from tfdp._autograph import plain
 from tfdp._compat import lightly_optimized_map
+from tfdp._util import deterministic_unsharded
 from tfdp.random import sample_seeds
-from tfdp.sources.base import StreamingSource
-from tfdp.windows.contract import EpochEntries, WindowSource
+from tfdp.windows.contract import ElementFinisher, EpochEntries, WindowSource
 from tfdp.windows.parallelism import CHUNK_ENTRIES, INITIAL_CHUNK_CALLS
-from tfdp.windows.plan import WindowPipeline, split_window
-
-__all__ = ["WindowedBatches", "chunk_slots", "window_loader"]
+from tfdp.windows.plan import WindowPipeline
 
 _INF_EPOCHS = 2**62
 
@@ -103,13 +103,15 @@ def chunk_slots(batch_size: int, replicas: int, target: int = CHUNK_ENTRIES) -> 
 class WindowedBatches:
     """Per-replica batches of a window-decoding source, loaded in chunks across replicas.
 
-    Made by :func:`window_loader` (which says when the window path applies).
+    Made by :func:`tfdp.input.pipeline.make_loader` (which says when the window path applies).
 
     Args:
         source: A :class:`tfdp.windows.contract.WindowSource`.
         pipeline: The augmentation split by :func:`tfdp.windows.plan.split_window`.
-        entries: The input layer's side (:class:`tfdp.windows.contract.EpochEntries`):
-            each rank's entries of an epoch, and each element's last touch.
+        entries: Each rank's planned entries of an epoch
+            (:class:`tfdp.windows.contract.EpochEntries`).
+        elements: Each loaded batch's last touch into the element the input
+            yields (:class:`tfdp.windows.contract.ElementFinisher`).
         batch_size: Examples per replica per step.
         drop_remainder: Drop the last partial batch of an epoch.
         num_parallel_calls: Parallelism of the chunk map.
@@ -121,6 +123,7 @@ class WindowedBatches:
         source: WindowSource,
         pipeline: WindowPipeline,
         entries: EpochEntries,
+        elements: ElementFinisher,
         *,
         batch_size: int,
         drop_remainder: bool,
@@ -130,7 +133,7 @@ class WindowedBatches:
         self.source = source
         self.chunk_entries = int(chunk_entries)
         self.pipeline = pipeline
-        self.entries = entries
+        self.entries, self.elements = entries, elements
         self.batch_size = int(batch_size)
         self.drop_remainder = bool(drop_remainder)
         self.num_parallel_calls = num_parallel_calls
@@ -152,7 +155,7 @@ class WindowedBatches:
 
     def _finish_batch(self, example: Any, idx: Any, pos: Any, key: Any, weight: Any) -> Any:
         example = self.pipeline.finish_batch(example, sample_seeds(key, pos))
-        return self.entries.finish_element(example, idx, pos, weight)
+        return self.elements.finish_element(example, idx, pos, weight)
 
     def _functions(self, ranks: tuple[int, ...]) -> _StreamFunctions:
         """The per-element functions of the ``ranks``' stream, traced once and kept.
@@ -258,12 +261,14 @@ class WindowedBatches:
         self._streams[ranks] = functions
         return functions
 
-    def dataset(
-        self,
-        ranks: Sequence[int],
-        first_epoch: int = 0,
-        num_epochs: int | None = 1,
-        start_step: int = 0,
+    def rank(
+        self, rank: int, first_epoch: int, num_epochs: int | None, start_step: int
+    ) -> tf.data.Dataset:
+        """Epoch after epoch of global rank ``rank``'s batches (a worker of one rank)."""
+        return self.worker([rank], first_epoch, num_epochs, start_step)
+
+    def worker(
+        self, ranks: Sequence[int], first_epoch: int, num_epochs: int | None, start_step: int
     ) -> tf.data.Dataset:
         """Epoch after epoch of the ``ranks``' batches; element ``k`` is local rank ``k % L``'s.
 
@@ -296,54 +301,6 @@ class WindowedBatches:
         # One chunk at first, then AUTOTUNE widens (why: tfdp.windows.parallelism).
         options.autotune.initial_parallelism = INITIAL_CHUNK_CALLS
         ds = ds.with_options(options)
-        if fns.finish is None:
-            return ds
-        return ds.map(plain(fns.finish), self.num_parallel_calls, deterministic=True)
-
-
-def window_loader(
-    source: Any,
-    augment: Any,
-    entries: EpochEntries,
-    *,
-    batch_size: int,
-    drop_remainder: bool,
-    num_parallel_calls: int = tf.data.AUTOTUNE,
-) -> WindowedBatches | None:
-    """The window loader of ``source`` and ``augment``, or None when the window path does not apply.
-
-    It applies to a random-access :class:`~tfdp.windows.contract.WindowSource`
-    with an augmentation that starts with a window stage
-    (:func:`tfdp.windows.plan.split_window`); the input layer's per-rank
-    path loads everything else.
-
-    Args:
-        source: The input's source.
-        augment: The input's augmentation (or None).
-        entries: The input layer's side (:class:`~tfdp.windows.contract.EpochEntries`).
-        batch_size: Examples per replica per step.
-        drop_remainder: Drop the last partial batch of an epoch.
-        num_parallel_calls: Parallelism of the chunk map.
-
-    Example:
-        >>> import numpy as np
-        >>> from tfdp import DistributedInput, augment
-        >>> from tfdp.sources import ArraySource
-        >>> inp = DistributedInput(None, ArraySource(np.zeros((4, 8, 8, 3))), batch_size=2)
-        >>> window_loader(inp.source, augment.RandomResizedCrop(4), inp, batch_size=2,
-        ...               drop_remainder=True) is None  # arrays: nothing to decode
-        True
-    """
-    if isinstance(source, StreamingSource) or not isinstance(source, WindowSource):
-        return None
-    pipeline = split_window(augment)
-    if pipeline is None:
-        return None
-    return WindowedBatches(
-        source,
-        pipeline,
-        entries,
-        batch_size=batch_size,
-        drop_remainder=drop_remainder,
-        num_parallel_calls=num_parallel_calls,
-    )
+        if fns.finish is not None:
+            ds = ds.map(plain(fns.finish), self.num_parallel_calls, deterministic=True)
+        return deterministic_unsharded(ds)

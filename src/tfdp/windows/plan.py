@@ -4,11 +4,12 @@ This module owns :func:`split_window` (an augmentation that starts with a
 window stage -> :class:`WindowPipeline`: the window stage, the per-image
 stages after it, the batch stages) and :class:`WindowRequest` (what a
 source needs for ``N`` samples: their draws, made at once and vectorised, a
-:class:`tfdp.windows.contract.WindowPlan`). With ``on_host`` the draws and
-the windows are computed by NumPy -- the same bits, one graph node each --
-for a graph that is instantiated often (a ``tf.data`` function). The
-output for a sample is bit-identical to the augmentation on the decoded
-image.
+:class:`tfdp.windows.contract.WindowPlan`: the window stage's windows by its
+geometry, :class:`tfdp.windows.geometry.StageWindows`, then the per-image
+stages). With ``on_host`` the draws and the windows are computed by NumPy --
+the same bits, one graph node each -- for a graph that is instantiated often
+(a ``tf.data`` function). The output for a sample is bit-identical to the
+augmentation on the decoded image.
 
 Example:
     >>> import tensorflow as tf
@@ -28,10 +29,8 @@ import tensorflow as tf
 
 from tfdp.augment import Augmentation, Compose, WindowAugmentation
 from tfdp.augment.compose import stage_seeds
-from tfdp.errors import StateError
 from tfdp.random import as_seeds, fold_in, folded_uniforms
-
-__all__ = ["WindowPipeline", "WindowRequest", "split_window"]
+from tfdp.windows.geometry import StageWindows
 
 
 def _draw(
@@ -91,8 +90,9 @@ class WindowRequest:
         self.on_host = bool(on_host)
         stages = [(pipeline.window_index, pipeline.window), *pipeline.image_stages]
         params = _draw(seeds, stages, on_host)
-        self._window_params, self._stage_params = params[0], params[1:]
-        self._placements: tf.Tensor | None = None
+        #: The window stage's plan: its windows (on the host with ``on_host``) and resize.
+        self.stage = StageWindows(pipeline.window, params[0], on_host=on_host)
+        self._stage_params = params[1:]
 
     def windows(self, shapes: tf.Tensor) -> tf.Tensor:
         """The windows ``[N, 4]`` int32 ``(top, left, height, width)`` for ``shapes`` ``[N, 2]``.
@@ -100,27 +100,9 @@ class WindowRequest:
         With ``on_host``, planned by NumPy (:meth:`WindowAugmentation.host_windows`)
         in one ``tf.numpy_function`` when the stage can. A placed stage's
         placements (:meth:`WindowAugmentation.placements`) are planned here
-        too, for :meth:`finish`.
+        too, for :meth:`finish` (:meth:`tfdp.windows.geometry.StageWindows.windows`).
         """
-        window = self.pipeline.window
-        host = self.on_host and window.plans_on_host
-        if window.placed:
-            self._placements = self._planned(
-                window.host_placements if host else None, window.placements, shapes, tf.float32
-            )
-        return self._planned(window.host_windows if host else None, window.windows, shapes)
-
-    def _planned(
-        self, host: Any, graph: Any, shapes: tf.Tensor, dtype: tf.DType = tf.int32
-    ) -> tf.Tensor:
-        """``[N, 4]`` rows planned by ``host`` (NumPy, one graph node) if given, else ``graph``."""
-        if host is None:
-            return graph(shapes, self._window_params)
-        rows = tf.numpy_function(
-            host, [shapes, self._window_params], dtype, stateful=False, name=host.__name__
-        )
-        rows.set_shape([shapes.shape[0], 4])
-        return rows
+        return self.stage.windows(shapes)
 
     def finish(self, window: tf.Tensor, j: Any) -> tf.Tensor:
         """Sample ``j``'s output from its window's pixels ``[h, w, C]``.
@@ -133,22 +115,12 @@ class WindowRequest:
             StateError: a placed stage's window finished before :meth:`windows` planned it.
         """
         params = [p[j : j + 1] for p in self._stage_params]
-        placement = None
-        if self.pipeline.window.placed:
-            if self._placements is None:
-                raise StateError(
-                    "finish: a placed window stage's windows are planned by windows(shapes) "
-                    "first (their placements come with them)"
-                )
-            placement = self._placements[j]
-        return self._finish(window, placement, *params)
+        return self._finish(window, self.stage.placement(j), *params)
 
     def _finish(
         self, window: tf.Tensor, placement: tf.Tensor | None, *params: tf.Tensor
     ) -> tf.Tensor:
-        first = self.pipeline.window  # (a stage of one's own may take the window alone)
-        image = first.resize(window) if placement is None else first.resize(window, placement)
-        image = image[tf.newaxis]
+        image = self.stage.resize(window, placement)[tf.newaxis]
         for (_, stage), p in zip(self.pipeline.image_stages, params, strict=True):
             image = stage.apply(image, p)
         return image[0]
