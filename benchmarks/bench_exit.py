@@ -1,15 +1,15 @@
 """Benchmark how long a ``tfdp train`` process lives after it said it was done.
 
-A process that has trained ends with TensorFlow's teardown: the interpreter finalises every
-object, the C++ runtime tears down, and the ``tf.data`` iterators the training loop handed to
-``tfdp._compat.release_in_background`` are released first (an iterator whose autotuning
-thread missed its cancellation sleeps to the end of its optimisation period). The ``tfdp``
-process (``tfdp.cli.app.run``) ends with ``tfdp._compat.end_process`` instead: threads joined,
-``atexit`` handlers run, streams flushed, then ``os._exit``. Both are measured here on the
-same command, alternately: ``python -m tfdp train ...`` (the tfdp process) and the baseline,
-the same command with the ``end_process`` speed trick off (``TFDP_SPEED_TRICKS`` naming every
-other trick: ``sys.exit``, the interpreter's usual exit). The time from the
-``tfdp train: model saved`` line (the command's last) to the process's end is the tail.
+A process that has trained ends with TensorFlow's teardown: the interpreter finalises every object,
+the C++ runtime tears down, and the ``tf.data`` iterators the training loop handed to
+``tfdp._compat.fast.process.release_in_background`` are released first (an iterator whose autotuning
+thread missed its cancellation sleeps to the end of its optimisation period). The ``tfdp`` process
+(``tfdp.cli.app.run``) ends with ``tfdp._compat.fast.process.end_process`` instead: threads joined,
+``atexit`` handlers run, streams flushed, then ``os._exit``. Both are measured here on the same
+command, alternately: ``python -m tfdp train ...`` (the tfdp process) and the baseline, the same
+command with the ``end_process`` speed trick off (``TFDP_SPEED_TRICKS`` naming every other trick:
+``sys.exit``, the interpreter's usual exit). The time from the ``tfdp train: model saved`` line (the
+command's last) to the process's end is the tail.
 
 Usage::
 
@@ -32,8 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from tfdp._compat import SPEED_TRICKS_ENV  # noqa: E402
-from tfdp._compat.fast import TRICKS  # noqa: E402
+from tfdp._compat.fast.switch import SPEED_TRICKS_ENV, TRICKS  # noqa: E402
 
 LAST_LINE = "tfdp train: model saved"
 #: TFDP_SPEED_TRICKS of each mode: every trick on; every trick but end_process.

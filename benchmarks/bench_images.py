@@ -70,15 +70,14 @@ Usage (on a shared machine, under the lock, e.g.
     python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
     python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's (~1 min)
     python benchmarks/bench_images.py --quick --held-out-only  # DeiT's held-out crop (~1 min)
-    python benchmarks/bench_images.py --quick --speed-tricks-only  # tricks on / off (~4 min)
     python benchmarks/bench_images.py --quick --conditions only --kinds tfrecord \
         --only-conditions idle   # the TFRecord input alone, one condition (< 1 min)
 
 TensorFlow runs with the host allocator tfdp's CLI and launcher give it (BFC,
-:func:`tfdp._compat.prefer_bfc_cpu_allocator`); ``TF_CPU_ALLOCATOR_USE_BFC=false`` in the
-environment, or ``TFDP_SPEED_TRICKS`` without ``bfc_cpu_allocator``, measures with malloc's
-(every buffer of 32 MiB or more faulted in anew; oneDNN's allocator where TensorFlow turns
-oneDNN on).
+:func:`tfdp._compat.fast.process.prefer_bfc_cpu_allocator`); ``TF_CPU_ALLOCATOR_USE_BFC=false`` in
+the environment, or ``TFDP_SPEED_TRICKS`` without ``bfc_cpu_allocator``, measures with malloc's
+(every buffer of 32 MiB or more faulted in anew; oneDNN's allocator where TensorFlow turns oneDNN
+on).
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -99,7 +98,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from tfdp._compat import (
+from tfdp._compat.fast.process import (
     CPU_ALLOCATOR_ENV,
     prefer_bfc_cpu_allocator,
     release_in_background,
@@ -742,11 +741,6 @@ def main(argv: list[str] | None = None) -> int:
         "before it (_held_out.py)",
     )
     ap.add_argument(
-        "--speed-tricks-only",
-        action="store_true",
-        help="only the speed tricks of the image input, each on and off (_speed_tricks.py)",
-    )
-    ap.add_argument(
         "--conditions",
         choices=("all", "none", "only"),
         help="the conditions' part (busy core, TFRecords, end to end; _images_conditions.py): "
@@ -809,17 +803,6 @@ def main(argv: list[str] | None = None) -> int:
 
         for key, value in held_out_part(strategy, root, cfg, run_window, GLOBAL_BATCH).items():
             print(f"{key}: {value:.2f}")
-        sys.stdout.flush()
-        os._exit(0)
-    if args.speed_tricks_only:  # the input's speed tricks on and off, and nothing else
-        from _speed_tricks import speed_tricks_part
-
-        inputs = {
-            "tfdp_ra": lambda: tfdp_input(strategy, root, "repeat_aug"),
-            "deit": lambda: deit_input(strategy, root),
-        }
-        for key, value in speed_tricks_part(strategy, cfg, run_window, inputs).items():
-            print(f"{key}: {value:.3f}")
         sys.stdout.flush()
         os._exit(0)
     if args.deit_only:  # DeiT's input vs timm's, and nothing else

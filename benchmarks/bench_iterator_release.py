@@ -1,15 +1,15 @@
 """Benchmark what dropping a tf.data iterator costs the thread that drops it.
 
-In TensorFlow 2.21 the destructor of an autotuned iterator waits for the iterator's
-autotuning thread, which does not always see the cancellation and then sleeps to the end of
-its optimisation period (10 ms, doubling up to 60 s while the iterator lives). tfdp's loops
-hand the iterators they drop (the training stream at the end of ``fit``, the evaluation
-iterator after each evaluation) to ``tfdp._compat.release_in_background``. For each lifetime,
-``--drops`` iterators of one pipeline (a parallel map, batch, prefetch: what every input has)
-are each read for that long, then handed to ``release_in_background`` with the speed trick on
-(dropped on the release thread) or off (``TFDP_SPEED_TRICKS`` naming every other trick: its
-fallback drops them on the caller's thread); the time the caller is blocked is measured
-(median and total), and the share of the caller's time it is (blocked / (read + blocked)).
+In TensorFlow 2.21 the destructor of an autotuned iterator waits for the iterator's autotuning
+thread, which does not always see the cancellation and then sleeps to the end of its optimisation
+period (10 ms, doubling up to 60 s while the iterator lives). tfdp's loops hand the iterators they
+drop (the training stream at the end of ``fit``, the evaluation iterator after each evaluation) to
+``tfdp._compat.fast.process.release_in_background``. For each lifetime, ``--drops`` iterators of one
+pipeline (a parallel map, batch, prefetch: what every input has) are each read for that long, then
+handed to ``release_in_background`` with the speed trick on (dropped on the release thread) or off
+(``TFDP_SPEED_TRICKS`` naming every other trick: its fallback drops them on the caller's thread);
+the time the caller is blocked is measured (median and total), and the share of the caller's time it
+is (blocked / (read + blocked)).
 
 Usage::
 
@@ -45,8 +45,8 @@ def main() -> int:
     )
     import tensorflow as tf
 
-    from tfdp._compat import SPEED_TRICKS_ENV, release_in_background
-    from tfdp._compat.fast import TRICKS
+    from tfdp._compat.fast.process import release_in_background
+    from tfdp._compat.fast.switch import SPEED_TRICKS_ENV, TRICKS
 
     ds = (
         tf.data.Dataset.range(10**12)

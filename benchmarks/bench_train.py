@@ -23,7 +23,7 @@ Variants (optimizer steps per second):
 * ``handwritten_1_batch_arg`` (context): ``for batch in dist_ds:
   train_step(batch)`` -- the batch, not the iterator, is the argument.
 * ``handwritten_1_bound`` (context): ``handwritten_1`` called as the Trainer calls
-  its function, bound once to the iterator (``tfdp._compat.bound_call``), so that
+  its function, bound once to the iterator (``tfdp._compat.fast.graph.bound_call``), so that
   ``trainer_1 / handwritten_1_bound`` is the Trainer's own cost at equal dispatch.
 * ``trainer_1`` / ``trainer_16``: ``tfdp.train.Trainer(steps_per_call=1 / 16,
   progress=False, verbose=0)``, no run_dir, ``fit`` over many epochs; its
@@ -105,8 +105,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfdp  # noqa: E402
-from tfdp._compat import SPEED_TRICKS_ENV, bound_call  # noqa: E402
-from tfdp._compat.fast import TRICKS  # noqa: E402
+from tfdp._compat.fast.graph import bound_call  # noqa: E402
+from tfdp._compat.fast.switch import SPEED_TRICKS_ENV, TRICKS  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402
@@ -342,7 +342,7 @@ def handwritten(
     """The minimal strategy.run loop over an endless distributed iterator.
 
     ``bound``: call the one-step function as the Trainer does, bound once to its
-    iterator (``tfdp._compat.bound_call``: no per-call trace look-up).
+    iterator (``tfdp._compat.fast.graph.bound_call``: no per-call trace look-up).
     """
     replica_step = _replica_step_fn(strategy)
 

@@ -385,7 +385,7 @@ def test_fit_path_case(mirrored_of, cfg):
 
 
 # -- the speed tricks off: every one's public-API fallback (TFDP_SPEED_TRICKS=0), one case of
-# -- each loop (tests/test_compat.py checks each trick both ways, and the window path with Mixup)
+# -- each loop (tests/test_compat.py checks each trick both ways)
 WITHOUT_SPEED_TRICKS = {
     "trainer": "l2-eval-padded-3-replicas-calls-of-3-resume-in-place",
     "fit": "nonfinite-stop-4-replicas-padded",

@@ -13,8 +13,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["call_outside_strategy", "supports_no_merge_call"]
-
 T = TypeVar("T")
 
 

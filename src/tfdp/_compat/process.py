@@ -14,8 +14,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["close_failed_reduce_pools", "configure_heartbeat", "in_coordinated_job"]
-
 
 def in_coordinated_job() -> bool:
     """Whether this process is a task of a multi-worker job (TensorFlow's coordination service).

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfdp._compat import end_process, prefer_bfc_cpu_allocator
+from tfdp._compat.fast.process import end_process, prefer_bfc_cpu_allocator
 from tfdp.cli import data, evaluate, launch, models, plot, sampler, tf_start, train
 from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
 from tfdp.errors import TfdpError, user_message
@@ -143,7 +143,7 @@ def run() -> NoReturn:
     """The ``tfdp`` process (the console script, ``python -m tfdp``): :func:`main`, then its end.
 
     The process ends as soon as the command is done and its output flushed,
-    without waiting for TensorFlow's teardown (:func:`tfdp._compat.end_process`:
+    without waiting for TensorFlow's teardown (:func:`tfdp._compat.fast.process.end_process`:
     after a long run, tf.data's iterators could hold the process up to a minute
     after ``tfdp train`` said it was done). A worker of a multi-worker job exits
     the usual way, which tells its peers it ended.

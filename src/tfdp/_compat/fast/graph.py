@@ -1,8 +1,7 @@
-"""Speed tricks in calls and graphs, each with its public-API fallback (see :mod:`tfdp._compat`).
+"""A speed trick in calls, with its public-API fallback (see :mod:`tfdp._compat`).
 
-A ``tf.function`` call bound once, a tf.data map optimised lightly, rows written into their
-batch in place; each checks the switch (:mod:`.switch`) when it is made, and, off, is what
-public TensorFlow would do: the values are the same either way.
+A ``tf.function`` call bound once; it checks the switch (:mod:`.switch`) when it is made, and,
+off, is what public TensorFlow does: the values are the same either way.
 
 Example:
     >>> import tensorflow as tf
@@ -13,13 +12,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from tfdp._compat.fast.switch import trick_on
-
-__all__ = ["RowsInPlace", "bound_call", "lightly_optimized_map"]
 
 
 def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:
@@ -61,172 +57,3 @@ def bound_call(fn: Any, *args: Any) -> Callable[[], Any]:
 
     call.args = args  # type: ignore[attr-defined]  # the arguments live as long as the call
     return call
-
-
-#: Grappler's passes kept for a :func:`lightly_optimized_map`'s function, one round: inlining
-#: the calls, then dropping the Identity / NoOp nodes and control edges that inlining leaves.
-_LIGHT_PASSES = ("function_optimization", "dependency_optimization")
-
-
-@contextmanager
-def _calls_optimized_lightly() -> Iterator[None]:
-    """Function calls traced inside have Grappler run only :data:`_LIGHT_PASSES` on the callee."""
-    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    before = ctx.function_call_options
-    config = config_pb2.ConfigProto.FromString(before.config_proto_serialized)
-    rewrites = config.graph_options.rewrite_options
-    toggle = rewriter_config_pb2.RewriterConfig
-    for field in rewrites.DESCRIPTOR.fields:
-        if field.enum_type is not None and field.enum_type.name == "Toggle":
-            setattr(rewrites, field.name, toggle.ON if field.name in _LIGHT_PASSES else toggle.OFF)
-    rewrites.disable_tfg_optimizer = True
-    rewrites.memory_optimization = toggle.NO_MEM_OPT
-    rewrites.meta_optimizer_iterations = toggle.ONE
-    ctx.function_call_options = context.FunctionCallOptions(
-        executor_type=before.executor_type, config_proto=config
-    )
-    try:
-        yield
-    finally:
-        ctx.function_call_options = before
-
-
-def lightly_optimized_map(
-    dataset: Any, fn: Any, num_parallel_calls: int, deterministic: bool = True
-) -> Any:
-    """``dataset.map(fn, num_parallel_calls, deterministic)``, optimised lightly by each iterator.
-
-    Every new iterator of a ``tf.data`` map instantiates the map's function
-    as a multi-device function and runs the whole of Grappler over it: for a
-    large function (tfdp's chunk loader, about 800 nodes once its calls are
-    inlined) some 150 ms per iterator, most of it passes that do not speed it
-    up (the MLIR ``tfg`` passes, the memory optimiser's static memory
-    inference, arithmetic rewrites). Here the map's own function is a thin
-    call of ``fn`` (a ``tf.function``), marked ``experimental_ints_on_device``
-    -- as tf.data marks its own prefetch-to-device functions -- so that
-    tf.data instantiates it on the iterator's device alone, without Grappler;
-    the call instantiates ``fn`` when it first runs, with only Grappler's
-    function inlining and dependency optimiser, one round (which keep its
-    speed). The values are the map's.
-
-    Reaches into tf.data's ``UnaryDataset`` / ``StructuredFunctionWrapper``,
-    ``gen_dataset_ops.parallel_map_dataset_v2`` and the eager context's
-    ``function_call_options``. Fallback (``lightly_optimized_map`` off, see
-    :mod:`.switch`): ``dataset.map(fn, num_parallel_calls, deterministic)``.
-
-    Args:
-        dataset: The input dataset.
-        fn: A ``tf.function`` taking an element's components (as ``Dataset.map``
-            passes them).
-        num_parallel_calls: As for ``Dataset.map`` (``tf.data.AUTOTUNE``; ``None``: one call
-            at a time).
-        deterministic: As for ``Dataset.map``.
-
-    Example:
-        >>> import tensorflow as tf
-        >>> double = tf.function(lambda x: x * 2, autograph=False)
-        >>> ds = lightly_optimized_map(tf.data.Dataset.range(4), double, tf.data.AUTOTUNE)
-        >>> [int(v) for v in ds]
-        [0, 2, 4, 6]
-    """
-    import tensorflow as tf
-
-    from tfdp._autograph import plain
-
-    if not trick_on("lightly_optimized_map"):
-        return dataset.map(
-            plain(fn), num_parallel_calls=num_parallel_calls, deterministic=deterministic
-        )
-    from tensorflow.python.data.ops import dataset_ops, structured_function
-    from tensorflow.python.ops import gen_dataset_ops
-
-    class _LightMapDataset(dataset_ops.UnaryDataset):
-        def __init__(self) -> None:
-            self._name = None
-            with _calls_optimized_lightly():
-                self._map_func = structured_function.StructuredFunctionWrapper(
-                    plain(fn),
-                    "Dataset.map()",
-                    dataset=dataset,
-                    defun_kwargs={"experimental_ints_on_device": True},
-                )
-            variant = gen_dataset_ops.parallel_map_dataset_v2(
-                dataset._variant_tensor,
-                self._map_func.function.captured_inputs,
-                f=self._map_func.function,
-                num_parallel_calls=tf.convert_to_tensor(num_parallel_calls or 1, tf.int64),
-                deterministic="true" if deterministic else "false",
-                preserve_cardinality=True,
-                **self._common_args,
-            )
-            super().__init__(dataset, variant)
-
-        def _functions(self) -> list[Any]:
-            return [self._map_func]
-
-        @property
-        def element_spec(self) -> Any:
-            return self._map_func.output_structure
-
-    return _LightMapDataset()
-
-
-class RowsInPlace:
-    """A batch ``[n, *row_shape]`` filled row by row in its own memory: no stack, no copy.
-
-    What a loop that makes ``n`` rows one at a time would otherwise gather in
-    a ``tf.TensorArray`` and ``stack`` (every row kept alive as a tensor of its
-    own, then all copied into the batch). Here the batch is allocated once,
-    uninitialised (``tf.raw_ops.Empty(init=False)``), and each row is written
-    into it where it belongs (``tf.raw_ops.InplaceUpdate``, whose output is its
-    input's buffer), so a row's tensor is freed as soon as it is written and
-    its memory reused by the next row. The values are those of a stack either
-    way: if a TensorFlow version copied instead, only the speed would change.
-    Every row must be written before the batch is read, and the batch threaded
-    through the writes (each write's result is the next write's ``batch``;
-    :meth:`stacked` of the last is the batch).
-
-    Reaches into the undocumented behaviour of ``Empty(init=False)`` and
-    ``InplaceUpdate`` (its output aliases its input). Fallback
-    (``rows_in_place`` off, see :mod:`.switch`): the rows written into a
-    ``tf.TensorArray`` and stacked.
-
-    Example:
-        >>> import tensorflow as tf
-        >>> rows = RowsInPlace(2, [3], tf.float32)
-        >>> batch = rows.write(rows.batch, 1, tf.constant([4.0, 5.0, 6.0]))
-        >>> batch = rows.write(batch, 0, tf.constant([1.0, 2.0, 3.0]))
-        >>> rows.stacked(batch).numpy().tolist()
-        [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
-    """
-
-    def __init__(self, n: Any, row_shape: Any, dtype: Any) -> None:
-        import tensorflow as tf
-
-        self._in_place = trick_on("rows_in_place")
-        if self._in_place:
-            shape = tf.concat(
-                [tf.reshape(tf.cast(n, tf.int32), [1]), tf.cast(row_shape, tf.int32)], 0
-            )
-            #: The batch to thread through :meth:`write` (a ``tf.TensorArray`` when off).
-            self.batch = tf.raw_ops.Empty(shape=shape, dtype=dtype, init=False)
-        else:
-            static = row_shape if isinstance(row_shape, (list, tuple, tf.TensorShape)) else None
-            self.batch = tf.TensorArray(dtype, n, element_shape=tf.TensorShape(static))
-
-    def write(self, batch: Any, j: Any, row: Any) -> Any:
-        """``batch`` with row ``j`` set to ``row`` (written in ``batch``'s memory when on)."""
-        import tensorflow as tf
-
-        if not self._in_place:
-            return batch.write(j, row)
-        return tf.raw_ops.InplaceUpdate(
-            x=batch, i=tf.reshape(tf.cast(j, tf.int32), [1]), v=row[tf.newaxis]
-        )
-
-    def stacked(self, batch: Any) -> Any:
-        """The batch, ``[n, *row_shape]``, once :meth:`write` has written its every row."""
-        return batch if self._in_place else batch.stack()

@@ -24,16 +24,6 @@ from tfdp._compat.fast.switch import trick_on
 from tfdp._compat.process import in_coordinated_job
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "CPU_ALLOCATOR_ENV",
-    "RELEASE_THREAD_NAME",
-    "end_process",
-    "prefer_bfc_cpu_allocator",
-    "release_in_background",
-    "wait_for_releases",
-]
-
-
 _RELEASE_QUEUE: queue.Queue[list[Any]] = queue.Queue()
 _RELEASE_LOCK = threading.Lock()
 _RELEASE_STARTED: list[bool] = []  # one release thread per process, started at the first use
@@ -135,7 +125,7 @@ def end_process(status: int) -> NoReturn:
 
     Example:
         >>> import subprocess, sys
-        >>> code = ("import atexit; from tfdp._compat import end_process; "
+        >>> code = ("import atexit; from tfdp._compat.fast.process import end_process; "
         ...         "atexit.register(print, 'atexit ran'); print('done'); end_process(3)")
         >>> run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         >>> run.returncode, run.stdout.split()

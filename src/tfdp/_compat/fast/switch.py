@@ -23,16 +23,12 @@ from collections.abc import Mapping
 
 from tfdp.errors import ConfigError
 
-__all__ = ["SPEED_TRICKS_ENV", "TRICKS", "trick_on", "tricks_on"]
-
 #: The environment variable that turns the speed tricks on (the default) or off.
 SPEED_TRICKS_ENV = "TFDP_SPEED_TRICKS"
 
 #: Every speed trick, by the name the switch takes (a row of :mod:`tfdp._compat`'s table each).
 TRICKS = (
     "bound_call",
-    "lightly_optimized_map",
-    "rows_in_place",
     "release_in_background",
     "end_process",
     "bfc_cpu_allocator",
