@@ -70,6 +70,7 @@ Usage (on a shared machine, under the lock, e.g.
     python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
     python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's (~1 min)
     python benchmarks/bench_images.py --quick --held-out-only  # DeiT's held-out crop (~1 min)
+    python benchmarks/bench_images.py --quick --speed-tricks-only  # the map trick on / off
     python benchmarks/bench_images.py --quick --conditions only --kinds tfrecord \
         --only-conditions idle   # the TFRecord input alone, one condition (< 1 min)
 
@@ -741,6 +742,11 @@ def main(argv: list[str] | None = None) -> int:
         "before it (_held_out.py)",
     )
     ap.add_argument(
+        "--speed-tricks-only",
+        action="store_true",
+        help="only the speed trick of the image input, on and off (_speed_tricks.py)",
+    )
+    ap.add_argument(
         "--conditions",
         choices=("all", "none", "only"),
         help="the conditions' part (busy core, TFRecords, end to end; _images_conditions.py): "
@@ -803,6 +809,17 @@ def main(argv: list[str] | None = None) -> int:
 
         for key, value in held_out_part(strategy, root, cfg, run_window, GLOBAL_BATCH).items():
             print(f"{key}: {value:.2f}")
+        sys.stdout.flush()
+        os._exit(0)
+    if args.speed_tricks_only:  # the input's speed trick on and off, and nothing else
+        from _speed_tricks import speed_tricks_part
+
+        inputs = {
+            "tfdp_ra": lambda: tfdp_input(strategy, root, "repeat_aug"),
+            "deit": lambda: deit_input(strategy, root),
+        }
+        for key, value in speed_tricks_part(strategy, cfg, run_window, inputs).items():
+            print(f"{key}: {value:.3f}")
         sys.stdout.flush()
         os._exit(0)
     if args.deit_only:  # DeiT's input vs timm's, and nothing else

@@ -19,7 +19,7 @@ keras = pytest.importorskip("keras")
 from pathlib import Path  # noqa: E402
 
 import tfdp._compat  # noqa: E402
-from tfdp._compat.fast.graph import bound_call  # noqa: E402
+from tfdp._compat.fast.graph import bound_call, lightly_optimized_map  # noqa: E402
 from tfdp._compat.fast.process import RELEASE_THREAD_NAME, release_in_background  # noqa: E402
 from tfdp._compat.fast.switch import (  # noqa: E402
     SPEED_TRICKS_ENV,
@@ -408,6 +408,48 @@ def test_gradients_reduced_hands_the_optimizer_summed_gradients(mirrored_of):
     assert "_all_reduce_sum_gradients" not in vars(opt)
 
 
+def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_rewrites(tricks):
+    """The map's function carries the attribute that makes tf.data skip Grappler; its call of
+    ``fn`` carries the light configuration; the values are ``Dataset.map``'s, in order. Off, it
+    is ``Dataset.map`` itself."""
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
+    def fn(x):
+        image = tf.cast(tf.fill([3, 4], x), tf.float32)
+        return tf.reduce_sum(tf.image.flip_left_right(image[..., None])) + 0.5, x * x
+
+    ds = tf.data.Dataset.range(50)
+    light = lightly_optimized_map(ds, fn, tf.data.AUTOTUNE)
+    want = list(ds.map(fn, tf.data.AUTOTUNE, deterministic=True).as_numpy_iterator())
+    assert [tuple(map(float, v)) for v in light.as_numpy_iterator()] == [
+        tuple(map(float, v)) for v in want
+    ]
+    assert light.element_spec == ds.map(fn).element_spec
+    definition = light._functions()[0].function.function_def
+    if not tricks:  # the fallback: tf.data's own map, fully optimised by each iterator
+        assert "experimental_ints_on_device" not in definition.attr
+        assert isinstance(light, type(ds.map(fn, tf.data.AUTOTUNE)))
+        return
+
+    assert definition.attr["experimental_ints_on_device"].b  # tf.data: no multi-device, no Grappler
+    calls = ("PartitionedCall", "StatefulPartitionedCall")
+    (call,) = [n for n in definition.node_def if n.op in calls]
+    config = config_pb2.ConfigProto.FromString(call.attr["config_proto"].s)
+    rewrites, toggle = config.graph_options.rewrite_options, rewriter_config_pb2.RewriterConfig
+    assert rewrites.disable_tfg_optimizer and rewrites.memory_optimization == toggle.NO_MEM_OPT
+    assert rewrites.function_optimization == toggle.ON
+    assert rewrites.arithmetic_optimization == toggle.OFF
+    assert rewrites.meta_optimizer_iterations == toggle.ONE
+    # ... and only there: a call traced afterwards has the thread's usual configuration
+    from tensorflow.python.eager import context
+
+    after = context.context().function_call_options.config_proto_serialized
+    assert not config_pb2.ConfigProto.FromString(
+        after
+    ).graph_options.rewrite_options.disable_tfg_optimizer
+
+
 def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradients(mirrored_of):
     """model.fit traces the instance's train_step; Keras's train_step calls the instance's
     apply_gradients once per replica, in its replica context, with that replica's own gradient;
@@ -640,3 +682,40 @@ def test_keras_hubs_vit_layers_are_where_and_what_tfdp_models_builds_on():
         + [f"{n}/{k}" for n in ("ln_1", "ln_2") for k in ("gamma", "beta")]
         + [f"mlp/{n}/{k}" for n in ("dense_1", "dense_2") for k in ("kernel", "bias")]
     )  # fmt: skip
+
+
+def test_the_window_path_with_mixup_gives_the_same_batches_with_the_tricks_off(
+    tmp_path, monkeypatch
+):
+    """Where a trick is used in the input (the window loader's and the batch stages' lightly
+    optimised maps), each input built and read with the switch on and off: the same batches,
+    bit for bit; the graphs hold the trick's mark on, none off."""
+    from tensorflow.core.framework import graph_pb2
+
+    from photos import write_folder
+    from tfdp import augment
+    from tfdp.input import DistributedInput
+    from tfdp.sources import ImageFolderSource
+
+    root = write_folder(tmp_path / "photos", 12, classes=3, sizes=((30, 40), (41, 33)), seed=8)
+    runs = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(SPEED_TRICKS_ENV, switch)
+        stages = [augment.RandomResizedCrop(16), augment.RandomFlip(), augment.ToFloat(1.0),
+                  augment.Mixup(0.8, 1.0, num_classes=3)]  # fmt: skip
+        inp = DistributedInput(None, ImageFolderSource(root), sampler="repeat_aug",
+                               sampler_options={"num_repeats": 2, "selected_round": 0},
+                               batch_size=4, augment=augment.Compose(stages), seed=3)  # fmt: skip
+        assert type(inp.loader).__name__ == "WindowedBatches"
+        ds = inp.epoch(1)
+        graph = graph_pb2.GraphDef.FromString(ds._as_serialized_graph().numpy())
+        functions = graph.library.function
+        light = sum(f.attr["experimental_ints_on_device"].b for f in functions)
+        assert light >= 1 if switch == "1" else light == 0
+        runs[switch] = [[t.numpy() for t in tf.nest.flatten(batch)] for batch in ds]
+    assert len(runs["1"]) == 3
+    for on, off in zip(runs["1"], runs["0"], strict=True):
+        for a, b in zip(on, off, strict=True):
+            np.testing.assert_array_equal(a, b)
+    targets = np.concatenate([batch[1] for batch in runs["1"]])
+    assert (targets.max(1) < 0.99).any()  # Mixup mixed: its rows were written

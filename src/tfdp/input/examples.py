@@ -31,6 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
+from tfdp._compat.fast.graph import lightly_optimized_map
 from tfdp.augment.base import get_image, put_image
 from tfdp.augment.compose import split_batch_stages
 from tfdp.augment.contract import is_batched_augmentation
@@ -130,7 +131,7 @@ class ExamplePipeline:
         if traced:
             spec = ds.element_spec
             finish = self.traced(f"finish_batch {spec}", self.finish_batch, list(spec))
-            return ds.map(plain(finish), num_parallel_calls=parallel, deterministic=True)
+            return lightly_optimized_map(ds, finish, parallel)
         return ds.map(plain(self.finish_batch), num_parallel_calls=parallel, deterministic=True)
 
     def traced(self, name: str, fn: Callable[..., Any], signature: list[Any]) -> Any:
@@ -138,8 +139,9 @@ class ExamplePipeline:
 
         What the input's maps call: a new dataset (every epoch, a resume)
         then traces a thin call instead of the whole loading and augmentation
-        graph (a DeiT pipeline cost every epoch seconds of tracing its
-        RandAugment branches).
+        graph, and its iterators instantiate it optimised lightly
+        (:func:`tfdp._compat.fast.graph.lightly_optimized_map`): a DeiT pipeline cost every
+        epoch seconds of tracing and of Grappler on its RandAugment branches.
 
         Example:
             >>> import numpy as np, tensorflow as tf

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from tfdp._autograph import plain
+from tfdp._compat.fast.graph import lightly_optimized_map
 from tfdp._util import deterministic_unsharded
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.input.entries import EntryPlan
@@ -92,15 +93,9 @@ class IndexedBatches:
                 if not drop_remainder:  # the last, partial batch
                     tail = tf.data.Dataset.from_tensor_slices(tuple(a[full:] for a in arrays))
                     ds = ds.concatenate(tail.batch(b))
-                return ds.map(
-                    plain(load_batch),
-                    num_parallel_calls=self.num_parallel_calls,
-                    deterministic=True,
-                )
+                return lightly_optimized_map(ds, load_batch, self.num_parallel_calls)
             ds = tf.data.Dataset.from_tensor_slices(tuple(arrays))
-            ds = ds.map(
-                plain(load_one), num_parallel_calls=self.num_parallel_calls, deterministic=True
-            )
+            ds = lightly_optimized_map(ds, load_one, self.num_parallel_calls)
             return ex.batched(ds, traced=True)
 
         last = _INF_EPOCHS if num_epochs is None else first_epoch + num_epochs

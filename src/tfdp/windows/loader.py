@@ -29,8 +29,9 @@ What a new dataset costs (``DistributedInput.epoch(e)``, a resumed run): the
 chunk loader and every per-element function of a worker's stream are
 traced ``tf.function`` objects, once per input (without AutoGraph: plain graph
 code), so building a dataset traces only thin calls to them; its iterator
-instantiates the loader's graph, and that graph is kept small: the random
-draws and the windows are planned by NumPy on the host (one node each),
+instantiates the loader's graph, with only the Grappler passes that pay for it
+(:func:`tfdp._compat.fast.graph.lightly_optimized_map`), and that graph is kept small: the
+random draws and the windows are planned by NumPy on the host (one node each),
 other formats are decoded by a function called only when a chunk holds one
 (:func:`tfdp.windows.decode.decode_windows`), and no large constant sits in it
 (a 224x224 one cost every iterator 70 ms). How wide it runs:
@@ -63,6 +64,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._autograph import plain
+from tfdp._compat.fast.graph import lightly_optimized_map
 from tfdp._util import deterministic_unsharded
 from tfdp.random import sample_seeds
 from tfdp.windows.contract import ElementFinisher, EpochEntries, WindowSource
@@ -288,7 +290,10 @@ class WindowedBatches:
         # One flat stream of chunks over all epochs (every epoch a whole number of steps), so
         # the chunk map is one function instantiated once per iterator, not once per epoch.
         ds = tf.data.Dataset.range(first, last).map(plain(epoch_rows)).unbatch()
-        ds = ds.map(plain(fns.load), num_parallel_calls=self.num_parallel_calls, deterministic=True)
+        # The loader is the largest function of the stream: each new iterator instantiates it,
+        # and Grappler's full run over it cost more time than any other part of a new
+        # dataset's first batch (bench_images: 150 ms), for no speed (see the function).
+        ds = lightly_optimized_map(ds, fns.load, self.num_parallel_calls)
         if fns.per_step > 1:  # batching a step's chunks concatenates each replica's pieces
             ds = ds.batch(fns.per_step, drop_remainder=True)
         ds = ds.flat_map(plain(fns.emit))

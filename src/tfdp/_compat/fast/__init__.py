@@ -7,7 +7,7 @@ those it names -- and tfdp then runs on public TensorFlow and CPython alone. Whi
 reaches into what, its fallback and what it was measured to gain: :mod:`tfdp._compat`'s
 table; the measurements: docs/benchmarks.md, "Speed tricks".
 
-:mod:`.graph`: :func:`~.graph.bound_call`. :mod:`.process`:
+:mod:`.graph`: :func:`~.graph.bound_call`, :func:`~.graph.lightly_optimized_map`. :mod:`.process`:
 :func:`~.process.release_in_background` (and :func:`~.process.wait_for_releases`),
 :func:`~.process.end_process`, :func:`~.process.prefer_bfc_cpu_allocator`. :mod:`.switch`:
 the switch. Callers import each from its module (this package gathers no names).

@@ -29,6 +29,7 @@ SPEED_TRICKS_ENV = "TFDP_SPEED_TRICKS"
 #: Every speed trick, by the name the switch takes (a row of :mod:`tfdp._compat`'s table each).
 TRICKS = (
     "bound_call",
+    "lightly_optimized_map",
     "release_in_background",
     "end_process",
     "bfc_cpu_allocator",
