@@ -290,7 +290,7 @@ def test_example_structures_are_preserved():
 
     np.testing.assert_array_equal(aug(images, seeds).numpy(), flipped)
 
-    with pytest.raises(DataError, match="image_key 'image' is not a key"):
+    with pytest.raises(DataError, match="image_key: 'image' is not a key"):
         aug({"pixels": images}, seeds)
     with pytest.raises(ValueError):
         aug(images[0], seeds)  # a single image, not a batch

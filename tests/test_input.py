@@ -584,7 +584,7 @@ def test_bad_batch_size(bs):
 
 
 def test_global_batch_size_must_divide(mirrored4):
-    with pytest.raises(ValueError, match="global_batch_size=10 must be a positive multiple"):
+    with pytest.raises(ValueError, match="global_batch_size: 10 must be a positive multiple"):
         DistributedInput(mirrored4, _source(), global_batch_size=10)
     inp = DistributedInput(mirrored4, _source(), global_batch_size=12)
     assert inp.batch_size == 3
@@ -614,5 +614,5 @@ def test_uneven_sampler_refused(mirrored4):
 
 
 def test_unknown_sampler_name():
-    with pytest.raises(ValueError, match="sampler must be one of"):
+    with pytest.raises(ValueError, match="sampler: must be one of"):
         DistributedInput(None, _source(), sampler="ra", batch_size=2)

@@ -333,40 +333,40 @@ def test_meaningful_line_names_the_peer():
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--image-size", "-4"], "--image-size must be an integer >= 1, got -4"),
-        (["--image-size", "0"], "--image-size must be an integer >= 1, got 0"),
-        (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
-        (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
-        (["--lr", "0"], "--lr must be a finite number > 0"),
-        (["--epochs", "0"], "--epochs must be an integer >= 1"),
-        (["--batch-size", "-8"], "--batch-size must be an integer >= 1"),
-        (["--replicas", "0"], "--replicas must be an integer >= 1"),
-        (["--steps-per-call", "0"], "--steps-per-call must be an integer >= 1"),
-        (["--checkpoint-every", "0"], "--checkpoint-every must be an integer >= 1"),
-        (["--num-classes", "0"], "--num-classes must be an integer >= 1"),
-        (["--eval-fraction", "1"], "--eval-fraction must be in (0, 1)"),
-        (["--repeats", "0.5"], "--repeats must be a finite number >= 1"),
-        (["--seed", "-1"], "--seed must be an integer >= 0"),
-        (["--weight-decay", "-0.1"], "--weight-decay must be a finite number >= 0"),
-        (["--selected-round", "-2"], "--selected-round must be an integer >= 0"),
+        (["--image-size", "-4"], "--image-size: must be an integer >= 1, got -4"),
+        (["--image-size", "0"], "--image-size: must be an integer >= 1, got 0"),
+        (["--lr", "nan"], "--lr: must be a finite number > 0, got nan"),
+        (["--lr", "inf"], "--lr: must be a finite number > 0, got inf"),
+        (["--lr", "0"], "--lr: must be a finite number > 0"),
+        (["--epochs", "0"], "--epochs: must be an integer >= 1"),
+        (["--batch-size", "-8"], "--batch-size: must be an integer >= 1"),
+        (["--replicas", "0"], "--replicas: must be an integer >= 1"),
+        (["--steps-per-call", "0"], "--steps-per-call: must be an integer >= 1"),
+        (["--checkpoint-every", "0"], "--checkpoint-every: must be an integer >= 1"),
+        (["--num-classes", "0"], "--num-classes: must be an integer >= 1"),
+        (["--eval-fraction", "1"], "--eval-fraction: must be in (0, 1)"),
+        (["--repeats", "0.5"], "--repeats: must be a finite number >= 1"),
+        (["--seed", "-1"], "--seed: must be an integer >= 0"),
+        (["--weight-decay", "-0.1"], "--weight-decay: must be a finite number >= 0"),
+        (["--selected-round", "-2"], "--selected-round: must be an integer >= 0"),
         (["--on-bad-file", "ignore"], "must be one of ['error', 'skip']"),
         (
             ["--gradient-compression", "fp16", "--mixed-precision", "mixed_float16"],
-            "--gradient-compression fp16 cannot be combined with --mixed-precision mixed_float16",
+            "--gradient-compression: fp16 cannot be combined with --mixed-precision mixed_float16",
         ),
-        (["--aa", "rand-m9-mstd0.5-foo"], "--aa 'rand-m9-mstd0.5-foo': unknown section 'foo'"),
-        (["--aa", "v0"], "--aa 'v0': only timm's RandAugment strings are supported"),
+        (["--aa", "rand-m9-mstd0.5-foo"], "--aa: 'rand-m9-mstd0.5-foo': unknown section 'foo'"),
+        (["--aa", "v0"], "--aa: 'v0': only timm's RandAugment strings are supported"),
         (["--aa", "rand-m15"], "magnitude 15 (section 'm15') is above its bound 10"),
         (["--aa", "rand-m9-n0"], "section 'n0': n (ops per image) must be >= 1"),
-        (["--reprob", "1.5"], "--reprob must be a number in [0, 1], got 1.5"),
-        (["--reprob", "-0.25"], "--reprob must be a number in [0, 1], got -0.25"),
+        (["--reprob", "1.5"], "--reprob: must be a number in [0, 1], got 1.5"),
+        (["--reprob", "-0.25"], "--reprob: must be a number in [0, 1], got -0.25"),
         (["--remode", "zeros"], "must be one of ['pixel', 'rand', 'const']"),
-        (["--mixup", "-0.8"], "--mixup must be a finite number >= 0"),
-        (["--cutmix", "-1"], "--cutmix must be a finite number >= 0"),
-        (["--mixup", "0.8", "--mixup-prob", "1.2"], "--mixup-prob must be a number in [0, 1]"),
+        (["--mixup", "-0.8"], "--mixup: must be a finite number >= 0"),
+        (["--cutmix", "-1"], "--cutmix: must be a finite number >= 0"),
+        (["--mixup", "0.8", "--mixup-prob", "1.2"], "--mixup-prob: must be a number in [0, 1]"),
         (["--mixup-mode", "half"], "must be one of ['batch', 'pair', 'elem'], got 'half'"),
-        (["--smoothing", "1"], "--smoothing must be in [0, 1), got 1.0"),
-        (["--smoothing", "-0.1"], "--smoothing must be in [0, 1), got -0.1"),
+        (["--smoothing", "1"], "--smoothing: must be in [0, 1), got 1.0"),
+        (["--smoothing", "-0.1"], "--smoothing: must be in [0, 1), got -0.1"),
     ],
 )
 def test_bad_numbers_are_refused_before_anything_runs(flags, message, capsys, tmp_path):
@@ -401,7 +401,7 @@ def test_equal_size_folder_is_not_said_to_vary_and_big_batches_name_the_flag(tmp
     cfg = TrainConfig(data=str(tmp_path / "small.npz"), batch_size=512)
     with pytest.raises(ValueError) as err:
         check_one_step(cfg, build_data(cfg), 2)
-    assert "--batch-size 512 is more than one epoch holds" in str(err.value)
+    assert "batch_size: 512 is more than one epoch holds" in str(err.value)
     assert "at most 28" in str(err.value) and "drop_remainder" not in str(err.value)
 
 

@@ -19,6 +19,10 @@ from tfdp.cli.args import int_at_least
 
 __all__ = ["add_parser", "run_convert", "run_inspect"]
 
+#: The arguments of :func:`~tfdp.cli.convert.convert_data` and
+#: :func:`~tfdp.cli.inspect.inspect_data` said as positionals (the others as their flags).
+_WORDS = {"src": "SRC", "dst": "DST"}
+
 _NUM_CLASSES_HELP = (
     "number of classes, when some have no example (default: the class names, else the "
     "largest label + 1, and then every label below it must occur)"
@@ -72,7 +76,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     cp.add_argument(
         "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP
     )
-    cp.set_defaults(func=run_convert)
+    cp.set_defaults(func=run_convert, argument_words=_WORDS)
 
     ip = actions.add_parser(
         "inspect",
@@ -92,7 +96,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     ip.add_argument(
         "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP
     )
-    ip.set_defaults(func=run_inspect)
+    ip.set_defaults(func=run_inspect, argument_words=_WORDS)
     return dp
 
 
