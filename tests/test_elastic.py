@@ -355,7 +355,7 @@ def test_trainer_refuses_a_global_batch_that_changed(mirrored_of, stopped, tmp_p
 
 
 def test_a_global_batch_not_divided_by_the_replicas_names_the_valid_counts(mirrored_of):
-    with pytest.raises(ValueError, match="global_batch_size=6 must be a positive multiple"):
+    with pytest.raises(ValueError, match="global_batch_size: 6 must be a positive multiple"):
         DistributedInput(mirrored_of(4), ArraySource((X, Y)), global_batch_size=6)
 
 

@@ -513,7 +513,7 @@ def test_stream_augmentation_is_traced_once_per_input(stream_sources, batched):
 
 def test_stream_refuses_what_needs_random_access(stream_sources):
     src = stream_sources[8]
-    with pytest.raises(ValueError, match="sampler='eval' needs a random-access source"):
+    with pytest.raises(ValueError, match="sampler: 'eval' needs a random-access source"):
         DistributedInput(None, src, sampler="eval", batch_size=2)
     n = src.stream_length(1)
     with pytest.raises(ValueError, match="permutation= orders examples by index"):

@@ -273,7 +273,7 @@ def test_a_corrupt_image_is_named_or_skipped(tmp_path, folder_with_a_bad_file):
 def test_meaningful_line_of_real_tensorflow_errors(folder_with_a_bad_file):
     import tensorflow as tf
 
-    from tfdp.errors import user_message
+    from tfdp.cli.messages import user_message
     from tfdp.sources import ImageFolderSource
 
     root, bad = folder_with_a_bad_file
@@ -310,7 +310,7 @@ def test_meaningful_line_of_real_tensorflow_errors(folder_with_a_bad_file):
 
 def test_meaningful_line_names_the_peer():
     """The text TensorFlow 2.21 gave worker 0 when worker 1 was killed (captured)."""
-    from tfdp.errors import meaningful_line
+    from tfdp.cli.messages import meaningful_line
 
     text = (
         "Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most recent "
@@ -438,7 +438,7 @@ def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path, capsys
             str(tmp_path / "r2")]  # fmt: skip
     assert main(argv) == 2  # soft targets need classes: refused before a step, not a bug
     err = capsys.readouterr().err
-    assert "--mixup / --cutmix mix class labels into soft targets" in err, err
+    assert "--mixup: mixes class labels into soft targets (as --cutmix does)" in err, err
     assert "at least 2 classes, and this one has 1" in err and "Traceback" not in err
 
 

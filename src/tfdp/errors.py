@@ -81,7 +81,9 @@ class TfdpError(ValueError):
         ...                   mentions=["num_replicas"])
         >>> str(err)
         'drop_last: gives no step with num_replicas=4'
-    """
+        >>> err  # as constructed
+        ConfigError('gives no step with {num_replicas}=4', argument='drop_last', mentions=('num_replicas',))
+    """  # noqa: E501
 
     def __init__(
         self, message: str, *, argument: str | None = None, mentions: Iterable[str] = ()
@@ -146,6 +148,14 @@ class TfdpError(ValueError):
 
     def __str__(self) -> str:
         return self.said()
+
+    def __repr__(self) -> str:
+        data = "".join(
+            f", {k}={v!r}"
+            for k, v in (("argument", self.argument), ("mentions", self.mentions))
+            if v
+        )
+        return f"{type(self).__name__}({self.args[0] if self.args else ''!r}{data})"
 
 
 class ConfigError(TfdpError):

@@ -174,7 +174,6 @@ class Session:
             raise ProtocolError(
                 f"the message carries no HMAC: this job's rendezvous needs the shared secret "
                 f"({SECRET_ENV}, the same on every node)",
-                argument="env",
                 kind="auth",
             )
         else:
@@ -184,7 +183,6 @@ class Session:
                 raise ProtocolError(
                     f"the message's HMAC does not match: another {SECRET_ENV}, or a message "
                     "recorded elsewhere",
-                    argument="env",
                     kind="auth",
                 )
         self._received += 1

@@ -200,8 +200,9 @@ def check_cluster(nodes: Sequence[NodeSlot]) -> None:
         raise LaunchError(
             f"node {bad.node_rank}'s address {bad.addr} is a loopback address, which node "
             f"{far.node_rank} ({far.addr}) cannot reach: start that node's launcher with an "
-            "address the others reach (master_addr for node 0, else node_addr)",
+            "address the others reach ({master_addr} for node 0, else {node_addr})",
             argument="node_addr",
+            mentions=["master_addr", "node_addr"],
         )
 
 

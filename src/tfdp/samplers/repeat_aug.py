@@ -126,9 +126,10 @@ class RepeatAugSampler(Sampler):
                 "RepeatAugSampler would select no sample per epoch: num_examples="
                 f"{self.num_examples} // selected_round={self.selected_round} * "
                 f"{self.selected_round} / selected_ratio={ratio} < 1. Pass a smaller "
-                f"selected_round (at most {self.num_examples}, e.g. selected_round=0 to keep "
-                f"ceil(num_examples / selected_ratio))",
+                f"{{selected_round}} (at most {self.num_examples}, e.g. {{selected_round}}=0 to "
+                "keep ceil(num_examples / selected_ratio))",
                 argument="selected_round",
+                mentions=["selected_round"],
             )
 
     def _config(self) -> dict[str, Any]:
