@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tfdp import ArraySource, DistributedInput
     from tfdp import augment as aug
-    from tfdp.recipe.digits import load_digits
+    from tfdp.recipe import load_digits
     from tfdp.train import evaluate, fit
 
     print(f"strategy: {type(strategy).__name__} with {info.num_replicas} replica(s)")

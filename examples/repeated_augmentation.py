@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tfdp import ArraySource, DistributedInput, RepeatAugSampler
     from tfdp import augment as aug
-    from tfdp.recipe.digits import load_digits
-    from tfdp.recipe.networks import small_cnn
+    from tfdp.recipe import load_digits, small_cnn
     from tfdp.train import Trainer
 
     info = worker_info(strategy)

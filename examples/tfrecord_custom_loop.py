@@ -79,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tfdp import ArraySource, DistributedInput
     from tfdp import augment as aug
-    from tfdp.recipe.digits import load_digits
-    from tfdp.recipe.networks import small_cnn
+    from tfdp.recipe import load_digits, small_cnn
     from tfdp.sources import TFRecordSource, write_tfrecords
     from tfdp.train import Trainer
 

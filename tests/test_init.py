@@ -2,50 +2,73 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tfdp
 
+#: The packages whose names load on first use (through tfdp._lazy, the one helper).
+LAZY_PACKAGES = ("tfdp", "tfdp.augment", "tfdp.sources", "tfdp.distribute", "tfdp.models")
 
-def test_every_public_name_and_submodule_resolves():
+
+def test_every_public_name_resolves():
     for name in tfdp.__all__:
         assert getattr(tfdp, name) is not None, name
-    for module in (
-        "augment",
-        "checkpoint",
-        "cli",
-        "distribute",
-        "errors",
-        "input",
-        "launch",
-        "optim",
-        "random",
-        "recipe",
-        "sources",
-        "train",
-        "windows",
-    ):
-        assert getattr(tfdp, module).__name__ == f"tfdp.{module}"
     # the names the README's Python quickstart uses
     assert callable(tfdp.distribute.make_strategy) and callable(tfdp.train.fit)
     assert tfdp.augment.RandomCrop and tfdp.ArraySource and tfdp.DistributedInput
     assert tfdp.TorchAdamW is tfdp.optim.TorchAdamW and tfdp.TimmCosine is tfdp.optim.TimmCosine
 
 
+def test_lazy_packages_load_each_name_once_and_list_them():
+    """One helper (tfdp._lazy) for every lazy package: each public name resolves and is then an
+    attribute of the package (the hook runs once per name), dir() lists the public names, an
+    unknown name is the usual AttributeError."""
+    for package in LAZY_PACKAGES:
+        module = importlib.import_module(package)
+        assert module.__getattr__.__module__ == "tfdp._lazy", package
+        assert module.__dir__.__module__ == "tfdp._lazy", package
+        assert set(module.__all__) <= set(dir(module)), package
+        for name in module.__all__:
+            value = getattr(module, name)
+            assert vars(module)[name] is value, (package, name)
+        with pytest.raises(AttributeError, match=f"^module '{package}' has no attribute 'nope'$"):
+            module.nope  # noqa: B018
+
+
+def test_tfdp_reaches_every_top_level_module_by_attribute():
+    top = {
+        p.stem
+        for p in Path(tfdp.__file__).parent.iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").is_file()) and not p.name.startswith("_")
+    }
+    assert "models" in top and "losses" in top
+    assert set(dir(tfdp)) == {*tfdp.__all__, *top}
+    for name in top:
+        assert getattr(tfdp, name).__name__ == f"tfdp.{name}"
+
+
 def test_import_tfdp_does_not_load_tensorflow():
+    """Nor do the other lazy packages, their dir(), or a lazy name whose module is NumPy's only
+    (loaded on first access, then an attribute of the package)."""
     code = (
         "import sys, tfdp; tfdp.RepeatAugSampler(10, 2, 0, selected_round=0); "
         "import tfdp.recipe.dataspec, tfdp.errors, tfdp.recipe.rundir, tfdp.cli, tfdp.recipe, "
         "tfdp.cli.convert, tfdp.cli.inspect, tfdp.cli.plot, tfdp.launch, tfdp.cli.app; "
-        "print('tensorflow' in sys.modules)"
+        f"import {', '.join(LAZY_PACKAGES)}; "
+        f"[dir(sys.modules[p]) for p in {LAZY_PACKAGES!r}]; "
+        "before = 'ArraySource' in vars(tfdp); tfdp.ArraySource; "
+        "print(before, 'ArraySource' in vars(tfdp), 'tensorflow' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False True False"
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 Image = pytest.importorskip("PIL.Image")
 
-from tfdp.sources.image_bytes import image_problem  # noqa: E402
+from tfdp.sources.image_bytes import sniff  # noqa: E402
 from tfdp.sources.image_folder import PLACEHOLDER_SIZE, ImageFolderSource  # noqa: E402
 
 RNG = np.random.default_rng(1234)
@@ -306,8 +306,8 @@ def test_find_bad_files(tmp_path):
         (b"\xff\xd8", False),
     ],
 )
-def test_image_problem_agrees_with_the_decoder(data, ok):
-    problem = image_problem(tf.constant(data)).numpy()
+def test_sniff_agrees_with_the_decoder(data, ok):
+    problem = sniff(tf.constant(data))[1].numpy()
     assert (problem == b"") == ok
     if ok:
         tf.io.decode_image(data, channels=3, expand_animations=False)

@@ -12,9 +12,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from tfdp._lazy import lazy_names
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 
 __version__ = "0.1.0"
@@ -31,20 +29,24 @@ _LAZY: dict[str, str] = {
     "TorchSGD": "tfdp.optim",
     "TimmCosine": "tfdp.optim",
 }
-# Submodules reachable as attributes (``tfdp.augment.RandomCrop``), also loaded on first access.
+# Its modules and packages, reachable as attributes (``tfdp.augment.RandomCrop``) on first access.
 _SUBMODULES = {
     "augment",
     "checkpoint",
     "cli",
     "distribute",
+    "elastic",
     "errors",
     "indices",
     "input",
     "launch",
+    "losses",
+    "models",
     "optim",
     "random",
     "recipe",
     "samplers",
+    "seeding",
     "sources",
     "train",
     "windows",
@@ -59,17 +61,4 @@ __all__ = [
     *_LAZY,
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"tfdp.{name}")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*__all__, *_SUBMODULES})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, _SUBMODULES)

@@ -36,8 +36,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["NUMPY", "TENSORFLOW", "ArrayOps"]
-
 
 @dataclass(frozen=True)
 class ArrayOps:

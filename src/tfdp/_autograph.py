@@ -32,8 +32,6 @@ from typing import Any, TypeVar
 
 import tensorflow as tf
 
-__all__ = ["is_library_code", "plain", "user_code"]
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Top-level packages whose callables AutoGraph leaves as they are.

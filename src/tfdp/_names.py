@@ -11,7 +11,5 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["MANIFEST_SUFFIX"]
-
 #: The manifest of ``write_tfrecords(..., prefix=p)`` is ``<out_dir>/<p>.manifest.json``.
 MANIFEST_SUFFIX = ".manifest.json"

@@ -21,15 +21,6 @@ import numpy as np
 
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "check_int",
-    "config_diffs",
-    "deterministic_unsharded",
-    "replaced_atomically",
-    "temp_name",
-    "write_text_atomic",
-]
-
 
 def check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
     """``value`` as an ``int`` if an integer in ``[low, high]``, else a ConfigError naming ``name``.

@@ -19,23 +19,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from tfdp.errors import StateError
 from tfdp.samplers import Sampler
 
-__all__ = ["ElasticInput", "epoch_plan", "plan_steps"]
-
-
-class ElasticInput(Protocol):
-    """What :func:`epoch_plan` reads of an input (a :class:`tfdp.DistributedInput`)."""
-
-    sampler: Sampler
-    source: Any
-    num_replicas: int
-    global_batch_size: int
-    drop_remainder: bool
-    streaming: bool
+__all__ = ["epoch_plan", "plan_steps"]
 
 
 def plan_steps(plan: Sampler, global_batch_size: int, drop_remainder: bool) -> int:
@@ -55,15 +44,27 @@ def plan_steps(plan: Sampler, global_batch_size: int, drop_remainder: bool) -> i
     return total // b if drop_remainder else -(-total // b)
 
 
-def epoch_plan(inp: ElasticInput, state: dict[str, Any] | None, step: int) -> Sampler | None:
-    """The sampler whose list the epoch of ``state`` follows on ``inp``, or None (its own).
+def epoch_plan(
+    sampler: Sampler,
+    state: dict[str, Any] | None,
+    step: int,
+    *,
+    global_batch_size: int,
+    drop_remainder: bool,
+    stream: object | None = None,
+) -> Sampler | None:
+    """The sampler whose list the epoch of ``state`` follows on ``sampler``, or None (its own).
 
-    ``state`` is a checkpoint's sampler state (:class:`tfdp.checkpoint.DataPosition`'s
-    ``sampler``) after ``step`` steps of its epoch. Saved at ``inp``'s world
-    size, or with nothing of the epoch consumed: None (the epoch continues,
-    or starts, as ``inp``'s own). Saved at another world size with the same
-    global batch: the rank-0 sampler of the world size whose global list the
-    epoch follows, loaded with ``allow_world_size_change=True``.
+    ``sampler`` is an input's (any rank's: its world size and configuration
+    count), which takes ``global_batch_size`` entries a step (``drop_remainder``:
+    whole steps only); ``stream`` is the streaming source the input reads, None
+    for a random-access one. ``state`` is a checkpoint's sampler state
+    (:class:`tfdp.checkpoint.DataPosition`'s ``sampler``) after ``step`` steps
+    of its epoch. Saved at ``sampler``'s world size, or with nothing of the
+    epoch consumed: None (the epoch continues, or starts, as ``sampler``'s
+    own). Saved at another world size with the same global batch: the rank-0
+    sampler of the world size whose global list the epoch follows, loaded with
+    ``allow_world_size_change=True``.
 
     Raises:
         StateError: for a state of another sampler configuration, a step that
@@ -73,26 +74,25 @@ def epoch_plan(inp: ElasticInput, state: dict[str, Any] | None, step: int) -> Sa
             replica a sample.
 
     Example:
-        >>> import numpy as np
-        >>> from tfdp.input import DistributedInput
         >>> from tfdp.samplers import DistributedSampler
-        >>> from tfdp.sources import ArraySource
-        >>> inp = DistributedInput(None, ArraySource(np.arange(64)), global_batch_size=8)
-        >>> old = DistributedSampler(64, 2, 0)
-        >>> epoch_plan(inp, old.state_dict(position=4), step=1).num_replicas
+        >>> new = DistributedSampler(64, 1, 0)  # one replica now, a global batch of 8
+        >>> old = DistributedSampler(64, 2, 0)  # saved on two, after one step (4 each)
+        >>> args = dict(global_batch_size=8, drop_remainder=True)
+        >>> epoch_plan(new, old.state_dict(position=4), step=1, **args).num_replicas
         2
-        >>> epoch_plan(inp, old.state_dict(position=0), step=0) is None
+        >>> epoch_plan(new, old.state_dict(position=0), step=0, **args) is None
         True
     """
     if state is None:
         return None
     config = state.get("config") if isinstance(state.get("config"), dict) else {}
     epoch, position = state.get("epoch"), state.get("global_position", state.get("position"))
-    if inp.streaming:
-        if config.get("num_replicas") == inp.num_replicas or position == 0 or step == 0:
+    num_replicas = sampler.num_replicas
+    if stream is not None:
+        if config.get("num_replicas") == num_replicas or position == 0 or step == 0:
             return None  # the same world size, or nothing consumed: the stream as before
         raise StateError(
-            f"a streaming source ({type(inp.source).__name__}) cannot change the world size "
+            f"a streaming source ({type(stream).__name__}) cannot change the world size "
             f"in the middle of an epoch (its epoch's stream depends on it): the checkpoint "
             f"stopped after step {step} of epoch {epoch + 1} on {config.get('num_replicas')} "
             "replica(s). Resume on that world size until the epoch ends (a checkpoint is saved "
@@ -100,26 +100,26 @@ def epoch_plan(inp: ElasticInput, state: dict[str, Any] | None, step: int) -> Sa
             "random-access source (arrays, an image folder, ArrayRecord), which can change it "
             "at any step"
         )
-    sampler = inp.sampler.with_rank(0)
-    sampler.load_state_dict(dict(state), allow_world_size_change=True)
-    plan = sampler.plan
+    saved = sampler.with_rank(0)
+    saved.load_state_dict(dict(state), allow_world_size_change=True)
+    plan = saved.plan
     if plan is None:
         return None
-    reached = sampler.state_dict(position=0)["global_position"]
-    if reached != step * inp.global_batch_size:
+    reached = saved.state_dict(position=0)["global_position"]
+    if reached != step * global_batch_size:
         raise StateError(
             f"the sampler state is at global position {reached} of epoch {epoch + 1}, not at step "
-            f"{step} of {inp.global_batch_size} (the global batch): a state saved with another "
+            f"{step} of {global_batch_size} (the global batch): a state saved with another "
             "global batch size cannot continue here"
         )
-    if not inp.drop_remainder:
-        last = plan.global_length - (plan_steps(plan, inp.global_batch_size, False) - 1) * (
-            inp.global_batch_size
+    if not drop_remainder:
+        last = plan.global_length - (plan_steps(plan, global_batch_size, False) - 1) * (
+            global_batch_size
         )
-        if last < inp.num_replicas:
+        if last < num_replicas:
             raise StateError(
                 f"the last step of epoch {epoch + 1} holds {last} sample(s), fewer than the "
-                f"{inp.num_replicas} replicas: resume on at most {last} replica(s) until the "
+                f"{num_replicas} replicas: resume on at most {last} replica(s) until the "
                 "epoch ends, or use drop_remainder=True"
             )
     return plan

@@ -44,6 +44,15 @@ module                       owns
 ``resized_crop``,            :class:`RandomResizedCrop`, :class:`CenterCrop`,
 ``center_crop``,             :class:`ResizeCenterCrop` (DeiT's held-out transform: torchvision's
 ``resize_center_crop``       sampling, a placed window): their arguments, draws and geometry
+``rand_augment``,            timm's / DeiT's training stages, with PIL's 8-bit values:
+``color_jitter``,            :class:`RandAugment`, :class:`ColorJitter`, :class:`RandomErasing`,
+``random_erasing``,          :class:`Mixup` (CutMix too: a batch stage, each replica's batch;
+``mixup``                    :class:`MixParams`, its draws)
+``spec``                     their configuration, timm's RandAugment strings
+                             (:func:`parse_rand_augment`); pure Python
+``_rand_ops``,               RandAugment's ops (timm's tables), PIL's colour operations and
+``_pil_ops``, ``_affine``,   affine transform, a stage whose samples take different ops run
+``_each``                    one sample at a time
 ``_args``, ``_padded``,      shared argument checks; padded windows by gathers; the kernel and
 ``_fast``                    graph tricks that give the same values faster (the why is there)
 ===========================  ===================================================================
@@ -75,8 +84,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tfdp._lazy import lazy_names
 
 #: Public name -> the module that owns it (imported on first use).
 _EXPORTS = {
@@ -86,6 +94,7 @@ _EXPORTS = {
     "CenterCrop": "tfdp.augment.center_crop",
     "ColorJitter": "tfdp.augment.color_jitter",
     "Compose": "tfdp.augment.compose",
+    "MixParams": "tfdp.augment.mixup",
     "Mixup": "tfdp.augment.mixup",
     "Normalize": "tfdp.augment.normalize",
     "PerExampleAugmentation": "tfdp.augment.contract",
@@ -101,20 +110,10 @@ _EXPORTS = {
     "WindowAugmentation": "tfdp.augment.window",
     "fold_in": "tfdp.random",
     "is_batched_augmentation": "tfdp.augment.contract",
+    "parse_rand_augment": "tfdp.augment.spec",
     "per_sample_uniform": "tfdp.random",
 }
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdp.augment' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*__all__, *globals()})
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -35,8 +35,6 @@ import tensorflow as tf
 from tfdp.augment._each import compiled
 from tfdp.errors import ConfigError
 
-__all__ = ["AFFINE_INTERPOLATIONS", "affine", "rotation"]
-
 #: The interpolation's arithmetic: double, as PIL's.
 DTYPE = tf.float64
 

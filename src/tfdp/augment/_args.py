@@ -11,8 +11,6 @@ from typing import Any
 
 from tfdp.errors import ConfigError
 
-__all__ = ["pair", "probability"]
-
 
 def pair(value: Any, name: str, minimum: int) -> tuple[int, int]:
     """``value`` as ``(a, b)``: an int ``>= minimum`` used twice, or a pair of them."""

@@ -29,8 +29,6 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-__all__ = ["compiled", "each_sample", "traced_per_image_kind"]
-
 
 def each_sample(
     fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], images: tf.Tensor, params: tf.Tensor

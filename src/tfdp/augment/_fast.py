@@ -47,11 +47,6 @@ import tensorflow as tf
 
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "SEPARABLE", "WHOLE_IMAGE", "per_channel", "resize_antialiased", "reverse",
-    "reverse_where", "select",
-]  # fmt: skip
-
 #: ``tf.image.resize``'s methods that :func:`resize_antialiased` computes: their
 #: ``ScaleAndTranslate`` kernels, whose value at 0 is exactly 1.
 SEPARABLE = {"bicubic": "keyscubic", "bilinear": "triangle"}

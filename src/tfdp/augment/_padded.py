@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["PAD_MODES", "padded_window"]
-
 #: The padding modes of :func:`padded_window` (``np.pad``'s names).
 PAD_MODES = ("constant", "reflect", "symmetric", "edge")
 

@@ -53,30 +53,6 @@ import tensorflow as tf
 from tfdp.augment._fast import per_channel, select
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "as_double",
-    "autocontrast",
-    "autocontrast_tables",
-    "blend",
-    "brightness",
-    "color",
-    "contrast",
-    "div",
-    "equalize",
-    "equalize_tables",
-    "grayscale",
-    "histograms",
-    "hue",
-    "invert",
-    "lookup",
-    "mul",
-    "posterize",
-    "quantize",
-    "sharpness",
-    "solarize",
-    "solarize_add",
-]
-
 
 def mul(a: Any, b: Any) -> tf.Tensor:
     """``a * b`` (float64), kept as written through Grappler.

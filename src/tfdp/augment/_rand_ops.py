@@ -31,8 +31,6 @@ from tfdp.augment._pil_ops import div, mul
 from tfdp.augment.spec import MAX_LEVEL
 from tfdp.errors import ConfigError
 
-__all__ = ["IMAGENET_FILL", "RandOps", "rand_ops"]
-
 #: timm's fill colour with ImageNet's mean (``round(255 * IMAGENET_DEFAULT_MEAN)``), DeiT's.
 IMAGENET_FILL = (124.0, 116.0, 104.0)
 

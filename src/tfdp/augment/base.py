@@ -29,8 +29,6 @@ import tensorflow as tf
 from tfdp.errors import ConfigError, ConfigTypeError, DataError
 from tfdp.random import as_seeds, per_sample_uniform
 
-__all__ = ["Augmentation", "as_images", "get_image", "no_params", "put_image", "replace_item"]
-
 
 def get_image(example: Any, image_key: str) -> Any:
     """The images of ``example`` (see the module docstring for the structures)."""

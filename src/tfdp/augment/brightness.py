@@ -14,8 +14,6 @@ import tensorflow as tf
 from tfdp.augment.base import Augmentation
 from tfdp.errors import ConfigError
 
-__all__ = ["RandomBrightness"]
-
 
 class RandomBrightness(Augmentation):
     """Add a per-sample random brightness offset.

@@ -19,8 +19,6 @@ from tfdp.augment.window import WindowAugmentation
 from tfdp.errors import ConfigError
 from tfdp.windows.geometry import CentredWindows
 
-__all__ = ["CenterCrop"]
-
 
 class CenterCrop(WindowAugmentation):
     """Resize-and-centre-crop for evaluation (torchvision's ``Resize`` + ``CenterCrop``).

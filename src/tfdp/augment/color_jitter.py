@@ -19,8 +19,6 @@ from tfdp.augment._each import each_sample
 from tfdp.augment.base import Augmentation
 from tfdp.augment.spec import ColorJitterSpec
 
-__all__ = ["ColorJitter"]
-
 _ADJUSTMENTS = ("brightness", "contrast", "saturation", "hue")
 
 

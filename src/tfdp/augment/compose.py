@@ -21,8 +21,6 @@ from tfdp.augment.contract import BatchedAugmentation, is_batch_stage
 from tfdp.errors import ConfigTypeError
 from tfdp.random import as_seeds, fold_in
 
-__all__ = ["Compose", "split_batch_stages", "stage_seeds"]
-
 
 class Compose:
     """Apply batched augmentations in order, each with its own derived seeds.

@@ -17,8 +17,6 @@ from tfdp.augment.base import Augmentation
 from tfdp.errors import ConfigError
 from tfdp.random import uniform_int
 
-__all__ = ["RandomCrop"]
-
 
 class RandomCrop(Augmentation):
     """Pad, then crop a random window per sample (CIFAR-style "random crop with padding").

@@ -15,8 +15,6 @@ from tfdp.augment._fast import reverse_where
 from tfdp.augment.base import Augmentation
 from tfdp.errors import ConfigError
 
-__all__ = ["RandomFlip"]
-
 
 class RandomFlip(Augmentation):
     """Flip each sample horizontally (and/or vertically) with probability ``p``.

@@ -26,8 +26,6 @@ from tfdp.random import as_seeds, fold_in, per_sample_uniform
 from tfdp.random.distributions import BETA_UNIFORMS, beta
 from tfdp.seeding import TAG_MIX
 
-__all__ = ["MixParams", "Mixup", "cutmix_box", "mixup_target"]
-
 #: Uniforms of one draw: apply, switch, box (4), and a Beta for Mixup and one for CutMix.
 _DRAWS = 6 + 2 * BETA_UNIFORMS
 

@@ -17,8 +17,6 @@ from tfdp.augment._fast import per_channel
 from tfdp.augment.base import Augmentation
 from tfdp.errors import ConfigError
 
-__all__ = ["Normalize"]
-
 
 class Normalize(Augmentation):
     """Standardise channels: ``(float32(images) - mean) / std`` (deterministic).

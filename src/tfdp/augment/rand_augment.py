@@ -24,8 +24,6 @@ from tfdp.augment.spec import MAX_LEVEL, RandAugmentSpec, parse_rand_augment
 from tfdp.errors import ConfigError
 from tfdp.random.distributions import normal
 
-__all__ = ["IMAGENET_FILL", "RandAugment", "RandDecisions"]
-
 #: Uniforms per layer: op choice, apply, magnitude noise (2), sign, resampling filter.
 _PER_LAYER = 6
 

@@ -18,8 +18,6 @@ from tfdp.augment._each import each_sample
 from tfdp.augment.base import Augmentation
 from tfdp.augment.spec import ErasingSpec
 
-__all__ = ["RandomErasing"]
-
 _ATTEMPTS = 10  # timm's attempts per box
 #: Uniforms per box: 4 per attempt (area, log aspect, top, left) and 4 for the noise's seed.
 _PER_BOX = 4 * _ATTEMPTS + 4

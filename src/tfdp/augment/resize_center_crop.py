@@ -33,8 +33,6 @@ from tfdp.augment.window import WindowAugmentation
 from tfdp.errors import ConfigError
 from tfdp.windows.geometry import FILTER_RADII, ResizedCropWindows
 
-__all__ = ["ResizeCenterCrop"]
-
 
 class ResizeCenterCrop(WindowAugmentation):
     """torchvision's ``Resize(int(size / crop_ratio))`` + ``CenterCrop(size)``, as one window.

@@ -23,8 +23,6 @@ from tfdp.errors import ConfigError
 from tfdp.random import as_seeds
 from tfdp.windows.geometry import RandomAreaWindows
 
-__all__ = ["RandomResizedCrop"]
-
 
 class RandomResizedCrop(WindowAugmentation):
     """Crop a random area/aspect-ratio box per sample and resize it to ``size``.

@@ -15,8 +15,6 @@ from tfdp.augment._padded import padded_window
 from tfdp.augment.base import Augmentation
 from tfdp.random import uniform_int
 
-__all__ = ["RandomShift"]
-
 
 class RandomShift(Augmentation):
     """Translate each sample by a random integer ``(dy, dx)``, filling the exposed border.

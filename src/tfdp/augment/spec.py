@@ -40,21 +40,6 @@ from typing import Any
 
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "ERASE_MODES",
-    "MAX_LEVEL",
-    "MIX_MODES",
-    "RAND_INCREASING_OPS",
-    "RAND_OPS",
-    "RAND_WEIGHTS",
-    "ColorJitterSpec",
-    "ErasingSpec",
-    "MixupSpec",
-    "RandAugmentSpec",
-    "color_jitter_applies",
-    "parse_rand_augment",
-]
-
 #: timm's ``_LEVEL_DENOM``: magnitudes are levels out of 10 (and clipped to it, or to ``mmax``).
 MAX_LEVEL = 10
 #: timm's ``_RAND_TRANSFORMS``: the ops of ``rand-...`` (``inc0``), in timm's order.

@@ -14,8 +14,6 @@ import tensorflow as tf
 
 from tfdp.augment.base import Augmentation
 
-__all__ = ["ToFloat"]
-
 
 class ToFloat(Augmentation):
     """Cast to float32 and multiply by ``scale`` (deterministic; ignores the seeds).

@@ -35,8 +35,6 @@ from tfdp.errors import ConfigError
 from tfdp.windows.contract import WindowGeometry
 from tfdp.windows.decode import encoded_windows
 
-__all__ = ["INTERPOLATIONS", "WindowAugmentation"]
-
 #: The resize methods of a window stage: ``tf.image.resize``'s names, and timm's ``lanczos``
 #: (``lanczos3``, PIL's) and ``box`` (``area``: the mean over each output pixel's footprint).
 INTERPOLATIONS = (

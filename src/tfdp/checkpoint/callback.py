@@ -14,8 +14,6 @@ import keras
 from tfdp.checkpoint.manager import CheckpointManager
 from tfdp.checkpoint.position import DataPosition, check_count
 
-__all__ = ["CheckpointCallback"]
-
 
 class CheckpointCallback(keras.callbacks.Callback):
     """Checkpoints ``model.fit`` every n steps with the exact data position, for mid-epoch resume.

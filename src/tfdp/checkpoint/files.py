@@ -25,19 +25,6 @@ from tfdp._compat import checkpoint_value_key
 from tfdp.checkpoint.position import DataPosition
 from tfdp.errors import StateError
 
-__all__ = [
-    "CHECKPOINT_NAME",
-    "DATA_NAME",
-    "RESERVED",
-    "STEP_NAME",
-    "TMP_PREFIX",
-    "checkpoint_number",
-    "gfile_call",
-    "numbered_on_disk",
-    "read_checkpoint",
-    "remove_interrupted_saves",
-]
-
 logger = logging.getLogger("tfdp.checkpoint")
 
 #: The names of the variables tfdp adds to a checkpoint, and the ones a caller may not use.

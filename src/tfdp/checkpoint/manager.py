@@ -54,12 +54,10 @@ from tfdp.checkpoint.files import (
     numbered_on_disk,
     read_checkpoint,
 )
-from tfdp.checkpoint.position import DataPosition, check_config, check_count
+from tfdp.checkpoint.position import DataPosition, check_count, check_input_config
 from tfdp.checkpoint.trackables import float_variables
 from tfdp.distribute import resolver_role
 from tfdp.errors import CheckpointError, ConfigError, ConfigTypeError, StateError
-
-__all__ = ["CheckpointManager", "CheckpointWarning", "NonFiniteCheckpointError"]
 
 logger = logging.getLogger("tfdp.checkpoint")
 
@@ -524,7 +522,7 @@ class CheckpointManager:
                 )
                 continue
             if expected_config is not None:
-                check_config(path, position.config, expected_config, allow_world_size_change)
+                check_input_config(path, position.config, expected_config, allow_world_size_change)
             status = self.checkpoint.restore(path)
             if partial:
                 status.expect_partial()

@@ -6,7 +6,7 @@ at that point (rank 0's; every rank shares epoch and position, and the state
 holds the global position reached, so another world size continues it), and
 :func:`input_config`, the fingerprint of the input -- world size, batch sizes,
 steps per epoch, the sampler's kind and configuration -- a resume compares
-(:func:`check_config`).
+(:func:`check_input_config`).
 Pure Python and NumPy.
 
 Example:
@@ -26,8 +26,6 @@ import numpy as np
 
 from tfdp._util import config_diffs
 from tfdp.errors import ConfigError, ConfigTypeError, StateError
-
-__all__ = ["DataPosition", "check_config", "check_count", "input_config", "json_plain"]
 
 _FORMAT = "tfdp.DataPosition"
 _VERSION = 2  # sampler states with a global position; configs with global_batch_size
@@ -216,7 +214,7 @@ def input_config(inp: Any, **extra: Any) -> dict[str, Any]:
     return json_plain(config, "config")
 
 
-def check_config(
+def check_input_config(
     path: str, saved: Mapping[str, Any], expected: Mapping[str, Any], elastic: bool = False
 ) -> None:
     """Refuse a checkpoint (``path``) whose data configuration differs from this run's.
@@ -229,9 +227,9 @@ def check_config(
             (with ``elastic``, the replica counts that divide the global batch).
 
     Example:
-        >>> check_config("ckpt-3", {"num_replicas": 2, "batch_size": 4},
-        ...              {"num_replicas": 4, "batch_size": 2}, elastic=True)
-        >>> check_config("ckpt-3", {"seed": 1}, {"seed": 2})  # doctest: +ELLIPSIS
+        >>> check_input_config("ckpt-3", {"num_replicas": 2, "batch_size": 4},
+        ...                    {"num_replicas": 4, "batch_size": 2}, elastic=True)
+        >>> check_input_config("ckpt-3", {"seed": 1}, {"seed": 2})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         tfdp.errors.StateError: checkpoint ckpt-3 was saved with another data configuration:

@@ -21,8 +21,6 @@ import tensorflow as tf
 
 from tfdp._compat import seed_generator_states
 
-__all__ = ["float_variables", "keras_trackables"]
-
 
 def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:
     """What to checkpoint of a Keras model for an exact resume: weights, optimizer, RNG state.

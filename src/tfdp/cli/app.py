@@ -31,8 +31,6 @@ from tfdp.cli.args import MissingExtraError, Parser, quiet_tf
 from tfdp.cli.messages import said, user_message
 from tfdp.errors import TfdpError
 
-__all__ = ["BAD_INPUT", "build_parser", "main", "run"]
-
 #: Exceptions reported as bad input (exit 2). OSErrors about a named path (a file that does not
 #: exist, a directory that cannot be written) are the user's to fix too.
 BAD_INPUT: tuple[type[BaseException], ...] = (

@@ -26,17 +26,6 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = [
-    "DefaultsHelpFormatter",
-    "MissingExtraError",
-    "Parser",
-    "int_at_least",
-    "port",
-    "quiet_tf",
-    "require",
-    "seconds",
-]
-
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Help that shows every option's default as the parser holds it: ``(default: X)``.

@@ -30,8 +30,6 @@ from tfdp.recipe.dataspec import OpenedData, open_source, read_error, read_label
 from tfdp.recipe.dataspec.contract import DataFormat, WriteRequest
 from tfdp.recipe.dataspec.formats import DEFAULT_WRITER, format_named, writers
 
-__all__ = ["convert_data", "default_destination"]
-
 
 def default_destination() -> str:
     """How the destination's format is chosen without ``--to``, in words (for the help).

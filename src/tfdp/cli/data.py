@@ -17,8 +17,6 @@ from typing import Any
 
 from tfdp.cli.args import int_at_least
 
-__all__ = ["add_parser", "run_convert", "run_inspect"]
-
 #: The arguments of :func:`~tfdp.cli.convert.convert_data` and
 #: :func:`~tfdp.cli.inspect.inspect_data` said as positionals (the others as their flags).
 _WORDS = {"src": "SRC", "dst": "DST"}

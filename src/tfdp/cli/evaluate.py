@@ -17,8 +17,6 @@ from typing import Any
 
 from tfdp.cli.args import int_at_least, quiet_tf, require
 
-__all__ = ["add_parser", "run"]
-
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``tfdp evaluate`` to a ``tfdp`` sub-command set; returns its parser."""

@@ -16,8 +16,6 @@ import numpy as np
 from tfdp.errors import ConfigError, renaming
 from tfdp.recipe.dataspec import OpenedData, open_source, read_error
 
-__all__ = ["inspect_data"]
-
 _MAX_CLASSES_SHOWN = 30
 
 

@@ -39,8 +39,6 @@ from tfdp.launch import (
     parse_nnodes,
 )
 
-__all__ = ["add_arguments", "add_parser", "main", "resume_command", "run"]
-
 #: The launcher's arguments this command says otherwise than as ``--<argument>`` (``""``: the
 #: message names what to set, e.g. the secret's environment variable).
 _WORDS = {

@@ -36,7 +36,6 @@ from typing import Any
 from tfdp.errors import TfdpError
 from tfdp.recipe.config import flag
 
-__all__ = ["MAX_CHARS", "meaningful_line", "said", "user_message"]
 
 
 def said(exc: BaseException, words: Mapping[str, str] | None = None) -> str:

@@ -27,8 +27,6 @@ from typing import Any
 from tfdp.cli.args import int_at_least, quiet_tf, require
 from tfdp.errors import ConfigError, renaming
 
-__all__ = ["add_parser", "import_model", "run_import", "run_list"]
-
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``tfdp models`` (with ``import`` and ``list``) to a ``tfdp`` sub-command set."""

@@ -24,17 +24,6 @@ from tfdp._util import replaced_atomically
 from tfdp.cli.args import import_extra
 from tfdp.errors import ConfigError, DataError
 
-__all__ = [
-    "PLOT_DPI",
-    "PLOT_FIGSIZE",
-    "add_parser",
-    "image_format",
-    "metrics_figure",
-    "plot_metrics",
-    "read_metrics",
-    "run",
-]
-
 #: Size of :func:`plot_metrics`' figure in inches, and its resolution: 1500 x 450 pixels.
 PLOT_FIGSIZE = (15.0, 4.5)
 PLOT_DPI = 100

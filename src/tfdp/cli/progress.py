@@ -16,8 +16,6 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["Progress"]
-
 
 class Progress:
     """A thread-safe progress bar on stderr (tqdm when installed, else a plain counter).

@@ -26,16 +26,6 @@ from tfdp.cli.plot import image_format
 from tfdp.recipe.config import TrainConfig
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 
-__all__ = [
-    "add_parser",
-    "build_samplers",
-    "draw_layout",
-    "layout_figure",
-    "padding_mask",
-    "run",
-    "sampler_table",
-]
-
 _GOLDEN = (math.sqrt(5) - 1) / 2  # hue step: consecutive ids land far apart on the colour wheel
 
 

@@ -46,8 +46,6 @@ import select
 import subprocess
 import sys
 
-__all__ = ["PREAMBLE", "SOURCES", "STATUSES", "FaultLineFilter", "hold_back", "main"]
-
 #: The C++ files whose error records report a collective aborted by a lost peer.
 SOURCES = (
     "base_collective_executor.cc",
@@ -58,7 +56,8 @@ SOURCES = (
 #: The statuses a lost peer gives (the ``tf.errors`` classes of
 #: :data:`tfdp.distribute.faults.PEER_FAILURE_TYPES`, as absl spells them).
 STATUSES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED", "CANCELLED")
-#: absl's notice, printed once before the first C++ record of a process.
+#: absl's notice, printed once before the first C++ record of a process (tf_start's too: this
+#: file runs as a script of the standard library only, so it imports nothing of tfdp).
 PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 _HEADER = re.compile(rb"^[IWEF]\d{4} [\d:.]+ +\d+ ([^\]\s]+):\d+\] ")

@@ -43,8 +43,6 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["PREAMBLE", "below_threshold", "install", "threshold"]
-
 #: absl's notice before its first record (it logs once per copy of absl in the process).
 PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 #: A record's severity letter: its level as ``TF_CPP_MIN_LOG_LEVEL`` counts them.

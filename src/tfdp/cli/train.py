@@ -48,8 +48,6 @@ from tfdp.recipe.config import (
 )
 from tfdp.recipe.lr_rule import LrRuleOptions
 
-__all__ = ["add_parser", "run", "stop_on_signals", "train", "train_request"]
-
 PREFIX = "tfdp train"
 #: Exit status when another worker of a multi-worker job was lost (see PeerLostError).
 PEER_LOST_STATUS = 4
@@ -286,10 +284,10 @@ def train(
         from tfdp.cli.tf_log import hold_back
 
         hold_back()
-    from tfdp.recipe.run import StopRequest, run_train
+    from tfdp.recipe.run import StopRelay, run_train
 
     reinstall: list[Callable[[], None]] = []
-    stop = StopRequest(on_attach=lambda: [f() for f in reinstall])
+    stop = StopRelay(on_attach=lambda: [f() for f in reinstall])
     try:
         with stop_on_signals(stop) as install:
             reinstall.append(install)

@@ -20,8 +20,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tfdp._lazy import lazy_names
 
 __all__ = [
     "STRATEGY_KINDS",
@@ -41,15 +40,4 @@ _LAZY = {
     "parse_tf_config": "tfdp.distribute.tf_config",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdp.distribute' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -19,8 +19,6 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["WorkerInfo", "resolver_role", "worker_info"]
-
 
 @dataclass(frozen=True)
 class WorkerInfo:

@@ -33,8 +33,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PEER_FAILURE_TYPES", "Peer", "coordination_leader", "is_peer_failure", "lost_peers"]
-
 #: TensorFlow error types (``tf.errors.*`` class names) a lost peer raises in a collective.
 PEER_FAILURE_TYPES = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
 

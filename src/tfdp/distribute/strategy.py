@@ -23,9 +23,6 @@ from tfdp.distribute.tf_config import parse_tf_config
 from tfdp.distribute.watchdog import start as start_watchdog
 from tfdp.errors import ConfigError
 
-__all__ = ["DEFAULT_BYTES_PER_PACK", "STRATEGY_KINDS", "make_strategy"]
-
-
 STRATEGY_KINDS = ("auto", "mirrored", "multi_worker", "one_device", "cpu", "tpu")
 
 #: Multi-worker all-reduces group the gradients into packs of at least this many bytes, each

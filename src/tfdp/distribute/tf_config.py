@@ -11,8 +11,6 @@ from typing import Any
 
 from tfdp.errors import ConfigError
 
-__all__ = ["parse_tf_config"]
-
 
 def parse_tf_config(text: str | None = None) -> dict[str, Any] | None:
     """Parse and validate TF_CONFIG (default: the environment's); None when unset or empty.

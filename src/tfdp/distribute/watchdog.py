@@ -27,8 +27,6 @@ from collections.abc import Sequence
 
 from tfdp.distribute.tf_config import parse_tf_config
 
-__all__ = ["Watchdog", "main", "reachable", "start"]
-
 
 def reachable(address: str) -> bool:
     """Whether ``host:port`` accepts a TCP connection within 2 seconds.

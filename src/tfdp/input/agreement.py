@@ -23,8 +23,6 @@ from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.samplers import Sampler
 
-__all__ = ["PermutationAgreement"]
-
 
 class PermutationAgreement:
     """Checks that every worker of ``strategy`` got the same ``permutation(epoch)``.

@@ -22,15 +22,6 @@ from typing import Any, Protocol, runtime_checkable
 from tfdp.errors import ConfigError
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 
-__all__ = [
-    "SAMPLER_NAMES",
-    "SamplerSpec",
-    "resolve_batch_size",
-    "resolve_sampler",
-    "same_stream_indices_every_epoch",
-    "stream_index_sampler",
-]
-
 #: What ``DistributedInput(sampler=...)`` takes: a name, a template sampler, or a factory
 #: ``(num_examples, num_replicas, rank) -> Sampler``.
 SamplerSpec = str | Sampler | Callable[[int, int, int], Sampler]

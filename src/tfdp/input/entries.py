@@ -43,8 +43,6 @@ from tfdp.input.config import stream_index_sampler
 from tfdp.samplers import DistributedEvalSampler, Sampler
 from tfdp.seeding import epoch_seed_key
 
-__all__ = ["EntryPlan", "RankEntries"]
-
 
 class RankEntries(NamedTuple):
     """A rank's entries of an epoch, from a first entry on: four arrays of one length.

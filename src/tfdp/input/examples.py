@@ -40,8 +40,6 @@ from tfdp.sources.base import WeightedSource
 from tfdp.windows.decode import encoded_request
 from tfdp.windows.plan import WindowPipeline, split_window
 
-__all__ = ["ExamplePipeline"]
-
 
 class ExamplePipeline:
     """Loaded examples -> an input's elements: augmented, batched, weighted, with ids.

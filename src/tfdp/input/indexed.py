@@ -35,8 +35,6 @@ from tfdp.input.examples import ExamplePipeline
 from tfdp.input.loader import round_robin
 from tfdp.sources.base import BatchSource
 
-__all__ = ["IndexedBatches"]
-
 _INF_EPOCHS = 2**62
 
 

@@ -65,8 +65,6 @@ from tfdp.windows.contract import WindowSource
 from tfdp.windows.loader import WindowedBatches
 from tfdp.windows.plan import split_window
 
-__all__ = ["DistributedInput", "make_loader"]
-
 
 def make_loader(
     plan: EntryPlan, examples: ExamplePipeline, *, num_replicas: int, num_parallel_calls: int
@@ -284,7 +282,15 @@ class DistributedInput:
             >>> inp.epoch_steps(1), inp.rank_sampler(0, 1).positions(3 * 8, 3 * 8 + 2).tolist()
             (8, [24, 25])
         """
-        self.plan.follow(epoch_plan(self, state, step))
+        plan = epoch_plan(
+            self.sampler,
+            state,
+            step,
+            global_batch_size=self.global_batch_size,
+            drop_remainder=self.drop_remainder,
+            stream=self.source if self.streaming else None,
+        )
+        self.plan.follow(plan)
 
     def epoch_steps(self, epoch: int) -> int:
         """Steps (global batches) of ``epoch``: ``steps_per_epoch``, or an elastic epoch's plan's.

@@ -47,8 +47,6 @@ from tfdp.input.entries import EntryPlan
 from tfdp.input.examples import ExamplePipeline
 from tfdp.input.loader import round_robin
 
-__all__ = ["StreamBatches", "step_rows"]
-
 _INF_EPOCHS = 2**62
 
 

@@ -45,8 +45,6 @@ from typing import Any
 from tfdp.launch.plan import LaunchError
 from tfdp.launch.protocol import NONCE_CHARS, PROTOCOL_VERSION, ProtocolError
 
-__all__ = ["MIN_SECRET_CHARS", "SECRET_ENV", "Session", "new_nonce", "secret_key"]
-
 #: The environment variable that holds the job's shared secret (the same on every node).
 SECRET_ENV = "TFDP_RDZV_SECRET"
 #: The shortest secret accepted (a short one could be guessed from a recorded message).

@@ -33,8 +33,6 @@ from typing import Any
 from tfdp.launch.auth import SECRET_ENV, Session, new_nonce
 from tfdp.launch.protocol import MAX_MESSAGE_BYTES, ProtocolError, decode, encode
 
-__all__ = ["Channel", "ChannelClosedError", "HandshakeError"]
-
 
 class ChannelClosedError(ConnectionError):
     """The peer closed the connection, went silent, or broke the protocol (see ``str``).

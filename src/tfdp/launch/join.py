@@ -29,8 +29,6 @@ from tfdp.launch.channel import Channel, ChannelClosedError, HandshakeError
 from tfdp.launch.plan import LaunchError, bare_host
 from tfdp.launch.supervise import Output
 
-__all__ = ["InterruptedJoinError", "Joined", "Joiner", "MasterGoneError", "reminder_every"]
-
 _FIRST_PAUSE, _MAX_PAUSE = 0.5, 5.0
 
 

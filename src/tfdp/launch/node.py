@@ -69,8 +69,6 @@ from tfdp.launch.supervise import (
     signal_name,
 )
 
-__all__ = ["DEFAULT_MASTER_PORT", "launch_nodes"]
-
 DEFAULT_MASTER_PORT = 29400
 
 

@@ -28,18 +28,6 @@ from dataclasses import dataclass, field
 
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "LaunchError",
-    "NodeSlot",
-    "WorkerSpec",
-    "check_cluster",
-    "default_rdzv_id",
-    "parse_nnodes",
-    "plan",
-    "plan_node",
-    "ports_from_base",
-]
-
 
 class LaunchError(ConfigError):
     """A launch that cannot start or go on: bad arguments, ports, command, or rendezvous.

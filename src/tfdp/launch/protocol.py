@@ -52,15 +52,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = [
-    "MAX_MESSAGE_BYTES",
-    "NONCE_CHARS",
-    "PROTOCOL_VERSION",
-    "ProtocolError",
-    "decode",
-    "encode",
-]
-
 #: 2: every connection starts with the master's hello; every message has its seq (and mac).
 PROTOCOL_VERSION = 2
 #: A nonce is this many lowercase hexadecimal characters (128 bits).

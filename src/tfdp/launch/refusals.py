@@ -25,8 +25,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-__all__ = ["Refusals"]
-
 #: How a summary line says each kind of refusal (tfdp.launch.protocol.ProtocolError.kind).
 _SAID = {
     "garbage": "not a rendezvous message",

@@ -54,13 +54,6 @@ from tfdp.launch.plan import LaunchError, NodeSlot, bare_host, check_cluster, nn
 from tfdp.launch.protocol import MAX_MESSAGE_BYTES, ProtocolError, decode, encode
 from tfdp.launch.refusals import Refusals
 
-__all__ = [
-    "DEFAULT_LAST_CALL",
-    "DEFAULT_RDZV_TIMEOUT",
-    "DEFAULT_SILENCE",
-    "Rendezvous",
-]
-
 DEFAULT_RDZV_TIMEOUT = 300.0
 DEFAULT_LAST_CALL = 30.0
 DEFAULT_HEARTBEAT = 1.0

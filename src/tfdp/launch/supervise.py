@@ -39,22 +39,6 @@ from tfdp.launch.plan import (
     ports_from_base,
 )
 
-__all__ = [
-    "DEFAULT_GRACE_SECONDS",
-    "PROG",
-    "Outcome",
-    "Output",
-    "StartError",
-    "StopRequest",
-    "Supervisor",
-    "describe_exit",
-    "exit_status",
-    "forwarded_signals",
-    "free_ports",
-    "launch",
-    "signal_name",
-]
-
 PROG = "tfdp launch"
 DEFAULT_GRACE_SECONDS = 30.0
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)

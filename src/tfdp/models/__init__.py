@@ -34,9 +34,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from tfdp._lazy import lazy_names
 from tfdp.models.names import (
     EXTRA,
     MODELS,
@@ -74,15 +72,4 @@ __all__ = [
     *_LAZY,
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdp.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

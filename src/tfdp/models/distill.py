@@ -48,18 +48,7 @@ import tensorflow as tf
 
 from tfdp._compat.keras import hold_untracked
 from tfdp.errors import ConfigError
-
-__all__ = [
-    "DISTILLATION_TYPES",
-    "ClassHead",
-    "DistilledHeads",
-    "Distiller",
-    "distillation_loss",
-    "distilled_heads",
-]
-
-#: The distillation types that distil (DeiT's distillation_type; none trains without a teacher).
-DISTILLATION_TYPES = ("soft", "hard")
+from tfdp.models.names import DISTILLATION_TYPES
 
 
 @keras.saving.register_keras_serializable(package="tfdp")

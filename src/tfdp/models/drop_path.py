@@ -40,8 +40,6 @@ from tfdp.errors import ConfigError
 from tfdp.random import per_sample_uniform
 from tfdp.seeding import drop_path_key
 
-__all__ = ["DropPath", "row_uniforms"]
-
 #: What ``position`` counts a call and a replica in (see the module's text).
 _CALL_UNIT = 2**32
 _REPLICA_UNIT = 2**20

@@ -28,18 +28,10 @@ import numpy as np
 
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "EXTRA",
-    "MODELS",
-    "ViTSpec",
-    "drop_path_rates",
-    "is_model_name",
-    "model_spec",
-    "require_keras_hub",
-]
-
 #: The pip extra that installs keras-hub, on which the models are built.
 EXTRA = "pip install 'tfdp[models]'"
+#: The distillation types that distil (DeiT's distillation_type; none trains without a teacher).
+DISTILLATION_TYPES = ("soft", "hard")
 
 #: ImageNet's mean / std (timm's ``IMAGENET_DEFAULT_*``: DeiT's models) and the
 #: Inception-style 0.5 / 0.5 of timm's ``vit_*`` (augreg) pretrained configurations.

@@ -50,17 +50,6 @@ from tfdp.models.distill import DistilledHeads
 from tfdp.models.drop_path import DropPath
 from tfdp.models.names import ViTSpec, drop_path_rates, model_spec
 
-__all__ = [
-    "LAYER_NORM_EPSILON",
-    "Block",
-    "DistilledPatchEmbed",
-    "PatchEmbed",
-    "load_model",
-    "no_weight_decay",
-    "timm_init",
-    "vision_transformer",
-]
-
 #: timm's ``partial(nn.LayerNorm, eps=1e-6)`` of every ViT / DeiT model.
 LAYER_NORM_EPSILON = 1e-6
 

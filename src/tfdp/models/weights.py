@@ -38,15 +38,6 @@ import numpy as np
 
 from tfdp.errors import ConfigError, DataError
 
-__all__ = [
-    "STATE_SUFFIXES",
-    "from_timm",
-    "load_timm_weights",
-    "read_state_dict",
-    "resample_pos_embed",
-    "timm_shapes",
-]
-
 #: The files :func:`read_state_dict` reads: torch's (with torch) and safetensors.
 STATE_SUFFIXES = (".pth", ".pt", ".bin", ".tar", ".safetensors")
 #: Where a checkpoint file keeps its model's state dict (DeiT's ``model``, timm's ``state_dict``).

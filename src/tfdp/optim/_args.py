@@ -12,8 +12,6 @@ from typing import Any
 
 from tfdp.errors import ConfigError
 
-__all__ = ["non_negative", "unit"]
-
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

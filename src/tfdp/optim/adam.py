@@ -30,8 +30,6 @@ from tfdp._compat import DecaysInUpdateStep, optimizer_slot, weight_decay_applie
 from tfdp.errors import ConfigError
 from tfdp.optim._args import non_negative, unit
 
-__all__ = ["TorchAdam"]
-
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class TorchAdam(DecaysInUpdateStep, keras.optimizers.Optimizer):

@@ -21,8 +21,6 @@ import keras
 
 from tfdp.optim.adam import TorchAdam
 
-__all__ = ["TorchAdamW"]
-
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class TorchAdamW(TorchAdam):

@@ -20,8 +20,6 @@ from typing import Any
 import keras
 from keras import ops
 
-__all__ = ["TimmCosine"]
-
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class TimmCosine(keras.optimizers.schedules.LearningRateSchedule):

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["decays"]
-
 
 def decays(variable: Any) -> bool:
     """Whether timm gives ``variable`` weight decay: only weights of two or more dimensions.

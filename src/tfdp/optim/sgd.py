@@ -26,8 +26,6 @@ from keras import ops
 from tfdp._compat import DecaysInUpdateStep, optimizer_slot, weight_decay_applies
 from tfdp.optim._args import non_negative
 
-__all__ = ["TorchSGD"]
-
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class TorchSGD(DecaysInUpdateStep, keras.optimizers.SGD):

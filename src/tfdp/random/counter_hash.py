@@ -37,8 +37,6 @@ from tfdp.seeding import (
     MURMUR_SALT_UNIFORM,
 )
 
-__all__ = ["MAX_FOLD_DATA", "fold_many", "hash_u32", "uniforms"]
-
 _HASH_BYTES = 20  # five 32-bit words
 #: The largest stream index :func:`fold_many` takes (its counters ``2d``, ``2d + 1`` are uint32).
 MAX_FOLD_DATA = 2**31 - 1

@@ -24,8 +24,6 @@ import tensorflow as tf
 
 from tfdp.errors import ConfigError
 
-__all__ = ["BETA_UNIFORMS", "GAMMA_CANDIDATES", "GAMMA_UNIFORMS", "beta", "gamma", "normal"]
-
 #: Candidates of :func:`gamma`: each is accepted with probability > 0.95, so all 16 fail
 #: with probability < 1e-20 (then the last candidate is used: the draw stays finite).
 GAMMA_CANDIDATES = 16

@@ -31,15 +31,6 @@ from tfdp._arrays import NUMPY, TENSORFLOW, ArrayOps
 from tfdp.errors import ConfigError, ConfigTypeError
 from tfdp.random.counter_hash import MAX_FOLD_DATA, fold_many, uniforms
 
-__all__ = [
-    "as_seeds",
-    "fold_in",
-    "folded_uniforms",
-    "per_sample_uniform",
-    "sample_seeds",
-    "uniform_int",
-]
-
 
 def sample_seeds(keys: Any, positions: Any) -> tf.Tensor:
     """The seeds ``[B, 2]`` of ``B`` samples: ``[key, position]`` each, tfdp's convention.

@@ -45,6 +45,7 @@ from tfdp.recipe.config import (
     load_config_file,
 )
 from tfdp.recipe.data import JobData, build_augment, build_data, check_one_step, eval_input
+from tfdp.recipe.digits import load_digits
 from tfdp.recipe.model import (
     MODEL_FILE,
     build_optimizer,
@@ -52,9 +53,10 @@ from tfdp.recipe.model import (
     save_model,
     weights_fingerprint,
 )
+from tfdp.recipe.networks import small_cnn
 from tfdp.recipe.options import RESUME_POLICIES
 from tfdp.recipe.resume import Resumed, resolve_resume
-from tfdp.recipe.run import Report, StopRequest, replicas_warning, run_evaluate, run_train
+from tfdp.recipe.run import Report, StopRelay, replicas_warning, run_evaluate, run_train
 
 __all__ = [
     "MODEL_FILE",
@@ -63,7 +65,7 @@ __all__ = [
     "JobData",
     "Report",
     "Resumed",
-    "StopRequest",
+    "StopRelay",
     "TrainConfig",
     "build_augment",
     "build_data",
@@ -77,11 +79,13 @@ __all__ = [
     "eval_input",
     "flag",
     "load_config_file",
+    "load_digits",
     "model_factory",
     "replicas_warning",
     "resolve_resume",
     "run_evaluate",
     "run_train",
     "save_model",
+    "small_cnn",
     "weights_fingerprint",
 ]

@@ -70,21 +70,6 @@ from tfdp.augment.spec import (
 from tfdp.errors import ConfigError, renaming
 from tfdp.recipe.options import option
 
-__all__ = [
-    "EVAL_CROP_RATIO",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "TRAIN_INTERPOLATIONS",
-    "AugmentOptions",
-    "augment_kind",
-    "check_augment_options",
-    "default_normalization",
-    "deit_stages",
-    "mixing",
-    "normalization",
-    "resize_options",
-]
-
 #: ``--train-interpolation``'s values: timm's names that tfdp's resize has (timm's ``random``
 #: picks a filter per image and ``hamming`` has no ``tf.image.resize`` counterpart).
 TRAIN_INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "box", "lanczos")

@@ -27,8 +27,6 @@ from typing import Any
 
 import keras
 
-__all__ = ["BEST_FILE", "BestModel"]
-
 #: The best model's file in the run directory, and its record.
 BEST_FILE = "model_best.keras"
 _RECORD = "model_best.json"

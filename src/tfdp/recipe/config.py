@@ -39,26 +39,6 @@ from tfdp.recipe.model_options import ModelOptions, check_model_options
 from tfdp.recipe.networks import check_model_module, check_model_ref
 from tfdp.recipe.options import option as _opt
 
-__all__ = [
-    "ALIASES",
-    "DEFAULT_LOG_EVERY",
-    "GRADIENT_COMPRESSIONS",
-    "OPTIMIZERS",
-    "OPTIONS_HELP",
-    "RUN_NAME_PATTERN",
-    "SGD_OPTIMIZERS",
-    "TrainConfig",
-    "check_config",
-    "check_given",
-    "check_paths",
-    "coerce",
-    "default_help",
-    "default_run_dir",
-    "flag",
-    "load_config_file",
-    "step_lines_every",
-]
-
 OPTIONS_HELP = "see `tfdp train --help`"
 
 #: timm's and DeiT's names of options tfdp names otherwise (flags and config-file keys alike).

@@ -31,14 +31,6 @@ from typing import Any
 from tfdp.errors import ConfigError, DataError, renaming
 from tfdp.recipe.config import TrainConfig
 
-__all__ = [
-    "JobData",
-    "build_augment",
-    "build_data",
-    "check_one_step",
-    "eval_input",
-]
-
 
 def _open(spec: str, option: str, **kwargs: Any) -> Any:
     """:func:`tfdp.recipe.dataspec.open_source` for ``option``: its ``spec`` is that option."""

@@ -15,8 +15,6 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["DIGITS_HELD_OUT", "load_digits"]
-
 #: Examples in the held-out split of the digits (20%, fixed).
 DIGITS_HELD_OUT = 360
 _SPLIT_SEED = 20_261_130

@@ -34,8 +34,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["EmaEvaluator", "ema_weights"]
-
 
 def _inner(optimizer: Any) -> Any:
     """The optimizer that holds the EMA (inside a loss-scale wrapper, if any)."""

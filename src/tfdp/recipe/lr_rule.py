@@ -38,17 +38,6 @@ from typing import Any
 from tfdp.errors import ConfigError
 from tfdp.recipe.options import option
 
-__all__ = [
-    "DEIT_BASE_SIZE",
-    "LR_RULES",
-    "TIMM_BASE_SIZE",
-    "LrRuleOptions",
-    "check_lr_rule",
-    "learning_rate",
-    "lr_note",
-    "timm_scale",
-]
-
 #: ``--lr-rule``'s values.
 LR_RULES = ("none", "deit", "timm")
 #: DeiT's divisor: ``args.lr * global batch / 512.0``.

@@ -28,18 +28,6 @@ from tfdp.errors import renaming
 from tfdp.recipe.config import SGD_OPTIMIZERS, TrainConfig
 from tfdp.recipe.model_options import distilling
 
-__all__ = [
-    "EVAL_METRICS",
-    "MODEL_FILE",
-    "build_optimizer",
-    "job_metrics",
-    "model_factory",
-    "save_model",
-    "training_loss",
-    "training_metrics",
-    "weights_fingerprint",
-]
-
 #: The model builders' arguments as the job's options say them.
 _BUILDER_OPTIONS = {"input_shape": "image_size"}
 

@@ -44,22 +44,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdp.errors import ConfigError, DataError, renaming
-from tfdp.models.names import is_model_name, model_spec, require_keras_hub
+from tfdp.models.names import DISTILLATION_TYPES, is_model_name, model_spec, require_keras_hub
 from tfdp.models.weights import STATE_SUFFIXES
 from tfdp.recipe.networks import check_model_module, check_model_ref
 from tfdp.recipe.options import option
 
-__all__ = [
-    "DISTILLATION_TYPES",
-    "ModelOptions",
-    "check_model_files",
-    "check_model_options",
-    "distilling",
-    "keras_teacher",
-]
-
-#: ``--distillation-type``'s values (DeiT's).
-DISTILLATION_TYPES = ("none", "soft", "hard")
 #: A Keras model file, which holds its weights.
 _KERAS_FILE = ".keras"
 #: Keras's weights files (``model.load_weights``).
@@ -103,7 +92,7 @@ class ModelOptions:
         "teacher's argmax) or soft (KL divergence at --distillation-tau); needs a distilled "
         "--model (deit_*_distilled_patch16_224) and --teacher-model. The held-out metrics "
         "average the two heads",
-        DISTILLATION_TYPES,
+        ("none", *DISTILLATION_TYPES),
     )
     distillation_alpha: float = option(
         0.5,

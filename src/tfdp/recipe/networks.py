@@ -34,19 +34,6 @@ from tfdp.models.names import MODELS, is_model_name, model_spec, require_keras_h
 if TYPE_CHECKING:
     import keras
 
-__all__ = [
-    "BUILTIN_MODELS",
-    "IMAGENET_STEM_MIN_SIZE",
-    "KERAS_APPLICATIONS",
-    "build_model",
-    "call_factory",
-    "check_model_module",
-    "check_model_ref",
-    "load_factory",
-    "resnet",
-    "small_cnn",
-]
-
 #: The models :func:`build_model` knows by name.
 BUILTIN_MODELS = ("cnn", "resnet")
 

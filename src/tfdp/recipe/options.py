@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-__all__ = ["RESUME_POLICIES", "option"]
-
 #: What an option may do when a run is resumed: "refuse" a change (it is the run's identity:
 #: the data, the model, the optimizer's state...), "record" a change in config.json's history,
 #: or nothing for the options that only locate the run.

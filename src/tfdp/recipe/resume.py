@@ -25,19 +25,6 @@ from typing import Any
 from tfdp.errors import ConfigError, StateError
 from tfdp.recipe.config import TrainConfig, coerce, flag
 
-__all__ = [
-    "RUN_FORMAT",
-    "Resumed",
-    "has_checkpoints",
-    "now",
-    "read_run_config",
-    "refuse_existing_run",
-    "resolve_resume",
-    "run_format",
-    "write_run_config",
-]
-
-
 #: The format of a run's ``config.json``, recorded as its ``"format"`` and in every history
 #: entry: 2 since ``adam`` / ``adamw`` train with torch's update (:mod:`tfdp.optim`). A file
 #: without it (nor in its first entry) is format 1: its adam / adamw were Keras's, and such a

@@ -7,12 +7,12 @@ end) and :func:`run_evaluate` (a run's latest checkpoint evaluated exactly
 on its held-out split). It installs no signal handler and prints nothing:
 what the run has to say goes to ``report(level, message)`` (``level`` is
 ``"info"`` or ``"warning"``), and a stop asked from outside -- a signal
-handler, another thread -- goes through a :class:`StopRequest`. The
+handler, another thread -- goes through a :class:`StopRelay`. The
 ``tfdp train`` command (:mod:`tfdp.cli.train`) connects both to the
 terminal and to SIGINT / SIGTERM.
 
 Example:
-    >>> stop = StopRequest()
+    >>> stop = StopRelay()
     >>> stop("SIGTERM")                # before the run started: kept until attached
     >>> stop.attach(print)
     SIGTERM
@@ -72,15 +72,6 @@ from tfdp.recipe.student import (
     teacher_record,
 )
 
-__all__ = [
-    "Report",
-    "StopRequest",
-    "replicas_warning",
-    "run_evaluate",
-    "run_train",
-    "trainer_options",
-]
-
 #: ``report(level, message)``: ``level`` is ``"info"`` or ``"warning"``.
 Report = Callable[[str, str], None]
 _log = logging.getLogger("tfdp.recipe")
@@ -90,15 +81,15 @@ def _log_report(level: str, message: str) -> None:
     _log.log(logging.WARNING if level == "warning" else logging.INFO, message)
 
 
-class StopRequest:
-    """A stop asked from outside the training loop, forwarded to the loop once it runs.
+class StopRelay:
+    """Relays a stop asked from outside the training loop to the loop, once it runs.
 
     Calling it with a reason (``"SIGINT"``, ``"SIGTERM"``, ...) asks the run
     to save a checkpoint and return at the next step; a request made before
     the loop exists is delivered when it attaches. Thread-safe.
 
     Example:
-        >>> stop = StopRequest()
+        >>> stop = StopRelay()
         >>> stop.attach(lambda reason: print("stopping:", reason))
         >>> stop("SIGINT")
         stopping: SIGINT
@@ -192,7 +183,7 @@ def run_train(
     *,
     given: set[str] | frozenset[str] | None = None,
     on_step: Any = None,
-    stop: StopRequest | None = None,
+    stop: StopRelay | None = None,
     report: Report | None = None,
 ) -> dict[str, Any]:
     """Run the training job described by ``cfg``; returns the final metrics and state.
@@ -275,7 +266,7 @@ def _train(
     resumed: Resumed | None,
     files: ModelFiles,
     on_step: Any,
-    stop: StopRequest | None,
+    stop: StopRelay | None,
     say: Report,
 ) -> dict[str, Any]:
     import keras

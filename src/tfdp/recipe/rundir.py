@@ -40,14 +40,6 @@ from typing import Any
 from tfdp._util import write_text_atomic
 from tfdp.errors import StateError
 
-__all__ = [
-    "LOCK_NAME",
-    "RunLock",
-    "RunLockedError",
-    "read_json_object",
-    "write_json_atomic",
-]
-
 #: The lock file's name inside the run directory.
 LOCK_NAME = ".tfdp.lock"
 

@@ -31,15 +31,6 @@ from tfdp.errors import ConfigError, StateError, TfdpError, renaming
 from tfdp.models.names import is_model_name
 from tfdp.recipe.model_options import distilling, keras_teacher
 
-__all__ = [
-    "ModelFiles",
-    "check_teacher",
-    "read_model_files",
-    "start_notes",
-    "student_and_teacher",
-    "teacher_record",
-]
-
 
 @dataclass
 class ModelFiles:

@@ -27,8 +27,6 @@ from tfdp import indices as _ix
 from tfdp._util import check_int, config_diffs
 from tfdp.errors import ConfigError, ConfigTypeError, StateError
 
-__all__ = ["PermutationCallable", "Sampler"]
-
 # The state format: "global_position" is the prefix of the epoch's global list consumed, and
 # "plan_replicas" the world size whose global list the epoch follows. One version is read.
 _STATE_VERSION = 2

@@ -19,8 +19,6 @@ from tfdp import indices as _ix
 from tfdp.errors import ConfigError
 from tfdp.samplers.base import PermutationCallable, Sampler
 
-__all__ = ["DistributedSampler"]
-
 
 class DistributedSampler(Sampler):
     """``torch.utils.data.DistributedSampler``, exactly, plus the make_even variants.

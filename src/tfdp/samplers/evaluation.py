@@ -22,8 +22,6 @@ from tfdp._util import check_int
 from tfdp.errors import StateError
 from tfdp.samplers.base import PermutationCallable, Sampler
 
-__all__ = ["DistributedEvalSampler"]
-
 
 class DistributedEvalSampler(Sampler):
     """Exact distributed evaluation: equal-length ranks plus a mask of the padding.

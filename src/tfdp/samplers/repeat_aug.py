@@ -21,8 +21,6 @@ from tfdp._util import check_int
 from tfdp.errors import ConfigError
 from tfdp.samplers.base import PermutationCallable, Sampler
 
-__all__ = ["RepeatAugSampler"]
-
 
 def _is_positive_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):

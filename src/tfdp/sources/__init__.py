@@ -26,9 +26,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from tfdp._lazy import lazy_names
 from tfdp.sources.arrays import ArraySource
 from tfdp.sources.base import (
     BatchSource,
@@ -56,9 +54,4 @@ _LAZY = {
     "write_tfrecords": "tfdp.sources.tfrecord",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfdp.sources' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

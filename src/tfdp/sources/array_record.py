@@ -23,8 +23,6 @@ from tfdp._autograph import plain
 from tfdp.errors import ConfigError
 from tfdp.sources.example_records import check_example
 
-__all__ = ["ArrayRecordSource"]
-
 
 def _import_array_record() -> tuple[Any, Any]:
     try:

@@ -18,8 +18,6 @@ import numpy as np
 
 from tfdp.errors import ConfigError
 
-__all__ = ["ArraySource"]
-
 
 class ArraySource:
     """Random access to in-memory arrays sharing their first dimension.

@@ -17,8 +17,6 @@ import tensorflow as tf
 
 from tfdp.errors import DataError
 
-__all__ = ["check_example"]
-
 _KIND = {tf.int64: "int64_list", tf.float32: "float_list", tf.string: "bytes_list"}
 
 

@@ -27,8 +27,6 @@ from collections.abc import Iterable
 
 from tfdp.errors import ConfigError
 
-__all__ = ["FolderListing", "list_folder", "normalise_extensions"]
-
 _MAX_LISTED = 5
 
 

@@ -1,9 +1,8 @@
 """Encoded image bytes: their format, whether TensorFlow's decoders would take them, decoding.
 
 This module owns what tfdp knows of image files' bytes: :func:`sniff` (the
-format from the header, and why the bytes would not decode), :func:`image_problem`
-(that reason alone) and :func:`decode` (to a chosen channel count). All of it
-runs inside a graph.
+format from the header, and why the bytes would not decode) and :func:`decode`
+(to a chosen channel count). All of it runs inside a graph.
 
 TensorFlow's decoders do not name the file they fail on, so a source checks
 the bytes before decoding: an empty file, an unrecognised header, a truncated
@@ -16,27 +15,13 @@ deep inside the compressed data that only the decoder notices is left to it.
 
 Example:
     >>> png = tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8))
-    >>> image_problem(tf.strings.substr(png, 0, tf.strings.length(png) - 12)).numpy()
+    >>> sniff(tf.strings.substr(png, 0, tf.strings.length(png) - 12))[1].numpy()
     b'truncated or corrupt PNG (no IEND chunk)'
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
-
-__all__ = [
-    "BMP",
-    "FORMAT_NAMES",
-    "GIF",
-    "JPEG",
-    "PNG",
-    "UNKNOWN",
-    "WEBP",
-    "decode",
-    "image_problem",
-    "sniff",
-    "to_channels",
-]
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -169,6 +154,8 @@ def sniff(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         >>> fmt, problem = sniff(tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8)))
         >>> FORMAT_NAMES[int(fmt)], problem.numpy()
         ('PNG', b'')
+        >>> sniff(tf.constant(b"not an image"))[1].numpy()
+        b'not a JPEG, PNG, GIF, BMP or WebP file (unrecognised header)'
     """
     size = tf.strings.length(data)
     head = tf.strings.join([tf.strings.substr(data, 0, 32), tf.constant(b"\x00" * 32)])
@@ -202,29 +189,6 @@ def sniff(data: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     )
     problem = tf.where(size == 0, tf.constant("empty file"), problem)
     return fmt, problem
-
-
-def image_problem(data: tf.Tensor) -> tf.Tensor:
-    """Why the encoded image ``data`` cannot be decoded, or ``""`` when it looks sound.
-
-    A graph-compatible check of the header (JPEG, PNG, GIF, BMP, WebP) and of
-    truncation (JPEG, PNG, BMP, WebP; GIF by header only), run before decoding
-    because TensorFlow's decode errors do not say which file failed. It only
-    reports files TensorFlow's decoders would reject.
-
-    Args:
-        data: A scalar ``tf.string``, the file's bytes.
-
-    Returns:
-        A scalar ``tf.string``: empty when the file looks sound, else the reason.
-
-    Example:
-        >>> image_problem(tf.io.encode_png(tf.zeros([2, 2, 3], tf.uint8))).numpy()
-        b''
-        >>> image_problem(tf.constant(b"not an image")).numpy()
-        b'not a JPEG, PNG, GIF, BMP or WebP file (unrecognised header)'
-    """
-    return sniff(tf.convert_to_tensor(data, tf.string))[1]
 
 
 def to_channels(image: tf.Tensor, channels: int) -> tf.Tensor:

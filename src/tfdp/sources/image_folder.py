@@ -57,8 +57,6 @@ from tfdp.sources.image_bytes import FORMAT_NAMES, JPEG, decode, sniff
 from tfdp.windows.contract import WindowPlan
 from tfdp.windows.decode import Decoded, decode_windows, read_files
 
-__all__ = ["PLACEHOLDER_SIZE", "ImageFolderSource"]
-
 #: Height and width of the placeholder image ``on_error="skip"`` returns for a bad file.
 PLACEHOLDER_SIZE = 16
 

@@ -49,8 +49,6 @@ from tfdp.train.parts import StepRunner, TrainerParts
 from tfdp.train.step import TrainStep
 from tfdp.train.weighting import check_loss_weighting
 
-__all__ = ["MIXED_PRECISION", "check_loop_options", "default_parts", "epoch_metric_states"]
-
 #: The mixed-precision policies a Trainer takes (None or ``"float32"``: none).
 MIXED_PRECISION = (None, "float32", "mixed_float16", "mixed_bfloat16")
 

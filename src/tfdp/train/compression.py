@@ -43,8 +43,6 @@ import tensorflow as tf
 
 from tfdp.errors import ConfigError
 
-__all__ = ["COMPRESSIONS", "check_compression", "compressed_all_reduce"]
-
 #: The values of ``Trainer(gradient_compression=...)``: the type gradients are summed in.
 COMPRESSIONS: dict[str, tf.DType] = {"fp16": tf.float16, "bf16": tf.bfloat16}
 

@@ -37,15 +37,6 @@ import tensorflow as tf
 
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "all_reduce_sum",
-    "check_compiled_loss",
-    "check_floating",
-    "check_trainable",
-    "loss_dtype",
-    "widened",
-]
-
 _REAL_FLOATS = "float32, float64, bfloat16, float16"
 
 

@@ -43,8 +43,6 @@ from tfdp.train.parts import EpochEvaluator, RunLog, StepOutputs, StepRunner
 from tfdp.train.resume import RunCheckpoints
 from tfdp.train.stop import StopAgreement
 
-__all__ = ["EpochLoop", "FitRun", "TrainState"]
-
 log = logging.getLogger("tfdp")
 
 

@@ -31,8 +31,6 @@ from tfdp._autograph import plain, user_code
 from tfdp.errors import ConfigError, DataError
 from tfdp.train.dtypes import check_floating, loss_dtype, widened
 
-__all__ = ["Evaluator", "PerExampleLoss", "evaluate", "per_example_loss", "unpack_batch"]
-
 _NAMED = {
     "sparse_categorical_crossentropy": lambda: keras.losses.SparseCategoricalCrossentropy(
         reduction="none"

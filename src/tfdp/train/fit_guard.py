@@ -33,8 +33,6 @@ import tensorflow as tf
 from tfdp._compat import gradients_reduced
 from tfdp.train.guard import NonFiniteError, apply_reduced_if_finite
 
-__all__ = ["guard_for"]
-
 log = logging.getLogger("tfdp")
 
 

@@ -29,15 +29,6 @@ import tensorflow as tf
 from tfdp._compat import supports_no_merge_call
 from tfdp.errors import ConfigError
 
-__all__ = [
-    "POLICIES",
-    "NonFiniteError",
-    "apply_if_finite",
-    "apply_reduced_if_finite",
-    "check_policy",
-    "nonfinite_local",
-]
-
 #: What to do with a step whose loss or gradient is non-finite.
 POLICIES = ("stop", "skip", "ignore")
 

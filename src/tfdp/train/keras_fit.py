@@ -65,8 +65,6 @@ from tfdp.train.guard import check_policy
 from tfdp.train.logs import is_terminal
 from tfdp.train.weighting import RowsWeighting, check_loss_weighting
 
-__all__ = ["fit"]
-
 
 class _StopAt(keras.callbacks.Callback):
     """Stops ``fit`` once the global step reaches ``max_steps`` (a deliberate preemption).

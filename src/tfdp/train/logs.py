@@ -52,8 +52,6 @@ import numpy as np
 
 from tfdp._util import write_text_atomic
 
-__all__ = ["TrainLogs", "is_terminal"]
-
 log = logging.getLogger("tfdp")
 
 # Record keys that are bookkeeping, not measurements, in the console line and TensorBoard.

@@ -49,8 +49,6 @@ from tfdp.train.peer_loss import PeerLoss
 from tfdp.train.resume import RunCheckpoints
 from tfdp.train.stop import StopAgreement
 
-__all__ = ["Trainer"]
-
 
 def _has_batch_hooks(callback: keras.callbacks.Callback) -> bool:
     """Whether a Keras callback has its own training batch hook (not ``Callback``'s no-op).

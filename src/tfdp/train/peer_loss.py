@@ -58,8 +58,6 @@ if TYPE_CHECKING:
     from tfdp.train.parts import StepRunner
     from tfdp.train.resume import RunCheckpoints
 
-__all__ = ["PeerLoss", "PeerLossWatch", "PeerLostError", "save_at_fault"]
-
 
 class PeerLostError(RuntimeError):
     """Another worker was lost mid-training (crashed, killed, stopped, or cut off).

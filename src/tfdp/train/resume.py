@@ -33,8 +33,6 @@ from typing import Any
 from tfdp.errors import StateError
 from tfdp.train.parts import Checkpoints, RunLog
 
-__all__ = ["RunCheckpoints", "where"]
-
 
 def where(epoch: int, step: int, global_step: int) -> str:
     """Where training stands, for the console: epochs counted from 1, as in the epoch lines.

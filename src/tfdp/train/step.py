@@ -60,8 +60,6 @@ from tfdp.train.guard import (
 from tfdp.train.parts import StepOutputs
 from tfdp.train.weighting import check_loss_weighting
 
-__all__ = ["TrainStep"]
-
 
 def _plus(total: Any, value: Any) -> Any:
     """``total + value``, where None is nothing (no op for a first term, or a missing one)."""

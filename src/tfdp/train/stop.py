@@ -29,8 +29,6 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["StopAgreement"]
-
 
 class StopAgreement:
     """Whether to stop now, agreed by every worker at the same step.

@@ -54,8 +54,6 @@ import tensorflow as tf
 from tfdp.errors import ConfigError
 from tfdp.train.evaluate import unpack_batch
 
-__all__ = ["LOSS_WEIGHTINGS", "RowsWeighting", "check_loss_weighting"]
-
 #: The values of ``loss_weighting``: tfdp's mean over rows, DDP's mean over replicas' means.
 LOSS_WEIGHTINGS = ("rows", "replicas")
 

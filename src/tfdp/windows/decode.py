@@ -56,16 +56,6 @@ from tfdp.windows.contract import WindowPlan, WindowStage
 from tfdp.windows.geometry import StageWindows
 from tfdp.windows.parallelism import PARALLEL_DECODES
 
-__all__ = [
-    "Decoded",
-    "complete_jpegs",
-    "decode_windows",
-    "encoded_request",
-    "encoded_windows",
-    "jpeg_window",
-    "read_files",
-]
-
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _JPEG_EOI = b"\xff\xd9"
 

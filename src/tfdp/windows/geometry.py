@@ -45,14 +45,6 @@ from tfdp._arrays import NUMPY, ArrayOps
 from tfdp.errors import StateError
 from tfdp.windows.contract import WindowStage
 
-__all__ = [
-    "FILTER_RADII",
-    "CentredWindows",
-    "RandomAreaWindows",
-    "ResizedCropWindows",
-    "StageWindows",
-]
-
 #: The radii of the antialiased filters a placed window is resampled with, in pixels of the
 #: input before the antialiasing scale: PIL's bicubic and bilinear support (TensorFlow's
 #: ``keyscubic`` and ``triangle`` kernels).

@@ -71,8 +71,6 @@ from tfdp.windows.contract import ElementFinisher, EpochEntries, WindowSource
 from tfdp.windows.parallelism import CHUNK_ENTRIES, INITIAL_CHUNK_CALLS
 from tfdp.windows.plan import WindowPipeline
 
-__all__ = ["WindowedBatches", "chunk_slots"]
-
 _INF_EPOCHS = 2**62
 
 

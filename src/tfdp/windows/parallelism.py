@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["CHUNK_ENTRIES", "INITIAL_CHUNK_CALLS", "PARALLEL_DECODES"]
-
 #: Entries per chunk to aim for.
 CHUNK_ENTRIES = 128
 #: Files decoded (and windows finished) at once inside one chunk: one per core.

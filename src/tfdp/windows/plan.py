@@ -32,8 +32,6 @@ from tfdp.augment.compose import stage_seeds
 from tfdp.random import as_seeds, fold_in, folded_uniforms
 from tfdp.windows.geometry import StageWindows
 
-__all__ = ["WindowPipeline", "WindowRequest", "split_window"]
-
 
 def _draw(
     seeds: tf.Tensor, stages: Sequence[tuple[int | None, Augmentation]], on_host: bool

@@ -22,8 +22,6 @@ import numpy as np
 
 from tfdp.recipe.dataspec.opened import OpenedData
 
-__all__ = ["arrays_data", "split_arrays"]
-
 
 def arrays_data(
     kind: str,

@@ -21,15 +21,6 @@ import numpy as np
 
 from tfdp.errors import DataError
 
-__all__ = [
-    "SHOWN",
-    "check_class_names",
-    "check_images",
-    "check_labels",
-    "located",
-    "shown",
-]
-
 SHOWN = 5  # offending values / indices listed in a message
 
 

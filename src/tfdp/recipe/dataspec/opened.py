@@ -24,8 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from tfdp.sources.base import RandomAccessSource
     from tfdp.sources.tfrecord import TFRecordSource
 
-__all__ = ["OpenedData", "RecordLayout"]
-
 
 @dataclass(frozen=True)
 class RecordLayout:

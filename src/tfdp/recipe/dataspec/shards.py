@@ -31,8 +31,6 @@ from tfdp.errors import DataError
 from tfdp.recipe.dataspec.checks import check_labels
 from tfdp.recipe.dataspec.opened import OpenedData
 
-__all__ = ["in_memory", "random_access", "read_error", "read_labels", "resize_uint8", "sized"]
-
 
 def read_error(data: OpenedData, err: Exception) -> DataError:
     """The error to raise (``from err``) for TensorFlow's ``err`` met reading ``data``.

@@ -20,8 +20,6 @@ import os
 
 from tfdp._util import temp_name
 
-__all__ = ["publish_dir", "staging_dir"]
-
 
 def staging_dir(dst: str) -> str:
     """A new, empty directory beside ``dst`` under a temporary name (its parents made)."""

@@ -21,19 +21,6 @@ import tensorflow as tf
 from tfdp._names import MANIFEST_SUFFIX
 from tfdp.errors import ConfigError, DataError
 
-__all__ = [
-    "FORMAT",
-    "MANIFEST_SUFFIX",
-    "VERSION",
-    "count_records",
-    "find_manifests",
-    "map_threads",
-    "read_first_record",
-    "read_manifest",
-    "resolve_files",
-]
-
-
 FORMAT = "tfdp.tfrecord"
 
 

@@ -18,18 +18,6 @@ import tensorflow as tf
 
 from tfdp.errors import ConfigError, DataError
 
-__all__ = [
-    "ENCODINGS",
-    "Feature",
-    "check_encoding",
-    "dtype_name",
-    "encode_image",
-    "infer_encoding",
-    "manifest_decoder",
-    "to_feature",
-]
-
-
 ENCODINGS = ("png", "jpeg", "raw", "int64", "float", "bytes")
 
 

@@ -32,8 +32,6 @@ from tfdp.sources.tfrecord.manifest import (
 )
 from tfdp.sources.tfrecord.schema import Feature, manifest_decoder
 
-__all__ = ["TFRecordSource"]
-
 
 class TFRecordSource:
     """A streaming source over TFRecord files: an epoch is a stream of lanes (see the module).

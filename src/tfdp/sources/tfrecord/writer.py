@@ -31,8 +31,6 @@ from tfdp.sources.tfrecord.schema import (
     to_feature,
 )
 
-__all__ = ["write_tfrecords"]
-
 
 def _components(structure: str, example: Any, keys: Sequence[Any]) -> list[Any]:
     if structure == "single":

@@ -21,8 +21,6 @@ from tfdp.recipe.dataspec.checks import check_class_names
 from tfdp.recipe.dataspec.contract import HeldOut, OpenRequest, WriteRequest
 from tfdp.recipe.dataspec.opened import OpenedData
 
-__all__ = ["Digits"]
-
 
 class Digits:
     """The bundled UCI digits (see the module docstring); meets :class:`DataFormat`.

@@ -35,8 +35,6 @@ from tfdp.recipe.dataspec.shards import resize_uint8
 from tfdp.recipe.dataspec.writing import publish_dir, staging_dir
 from tfdp.seeding import FOLDER_SPLIT_TAG
 
-__all__ = ["ImageFolder"]
-
 _CHANNEL_PROBES = 32  # image files decoded to guess a folder's channel count (and show sizes)
 
 

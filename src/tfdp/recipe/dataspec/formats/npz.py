@@ -35,8 +35,6 @@ from tfdp.recipe.dataspec.contract import HeldOut, OpenRequest, WriteRequest
 from tfdp.recipe.dataspec.opened import OpenedData
 from tfdp.recipe.dataspec.shards import resize_uint8
 
-__all__ = ["Npz"]
-
 _IMAGE_KEYS = ("images", "x", "image")
 _LABEL_KEYS = ("labels", "y", "label")
 

@@ -50,8 +50,6 @@ from tfdp.recipe.dataspec.opened import OpenedData, RecordLayout
 from tfdp.recipe.dataspec.shards import in_memory, read_labels, resize_uint8, sized
 from tfdp.recipe.dataspec.writing import publish_dir, staging_dir
 
-__all__ = ["TFRecordShards"]
-
 _SHARD_SUFFIXES = (".tfrecord", ".tfrec")
 _EXAMPLES_PER_SHARD = 10_000  # written by default (at least _MIN_SHARDS files)
 _MIN_SHARDS = 8
