@@ -37,7 +37,6 @@ from tfdp.errors import TfdpError
 from tfdp.recipe.config import flag
 
 
-
 def said(exc: BaseException, words: Mapping[str, str] | None = None) -> str:
     """``exc`` as a command says it: each argument as ``words`` says, else as its flag.
 
