@@ -306,7 +306,7 @@ class Mixup:
         if isinstance(example, Mapping):
             if self.label_key not in example:
                 raise ConfigError(
-                    f"labels: the example has no label key {self.label_key!r} (keys: "
+                    f"the example has no label key {self.label_key!r} (keys: "
                     f"{sorted(example)}); Mixup needs class labels",
                     argument="label_key",
                 )
@@ -315,7 +315,7 @@ class Mixup:
             labels = example[1]
         else:
             raise ConfigError(
-                "labels: Mixup needs (images, labels) examples or a dict with a label key, got "
+                "Mixup needs (images, labels) examples or a dict with a label key, got "
                 f"{type(example).__name__}",
                 argument="labels",
             )
@@ -325,7 +325,7 @@ class Mixup:
             labels = labels[:, 0]
         if not labels.dtype.is_integer or labels.shape.rank != 1:
             raise ConfigError(
-                f"labels: Mixup needs integer class labels [batch] (a classification data set), "
+                f"Mixup needs integer class labels [batch] (a classification data set), "
                 f"got {labels.dtype.name} of shape {labels.shape}",
                 argument="labels",
             )

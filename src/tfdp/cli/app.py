@@ -5,7 +5,10 @@ module's ``add_parser``), :func:`run` (the process: ``tfdp``, ``python -m
 tfdp``) and :func:`main`, the one place where exceptions
 become exit statuses: bad input -- :class:`tfdp.errors.TfdpError`, a missing
 optional dependency, a run directory in use, a named path that is missing or
-not writable -- prints one ``tfdp: error: ...`` line and exits 2; a closed
+not writable -- prints one ``tfdp: error: ...`` line and exits 2 (a
+``TfdpError``'s arguments said as the command's flags:
+:func:`tfdp.cli.messages.said`, with the words a command sets as its
+``argument_words`` default, e.g. ``spec`` -> ``SRC``); a closed
 pipe (``tfdp sampler ... | head``) exits quietly; anything else is a bug,
 reported as one line asking for a report (the traceback with
 ``TFDP_DEBUG=1``), exit 1.
@@ -24,8 +27,9 @@ from typing import NoReturn
 
 from tfdp._compat.fast.process import end_process, prefer_bfc_cpu_allocator
 from tfdp.cli import data, evaluate, launch, models, plot, sampler, tf_start, train
-from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
-from tfdp.errors import TfdpError, user_message
+from tfdp.cli.args import MissingExtraError, Parser, quiet_tf
+from tfdp.cli.messages import said, user_message
+from tfdp.errors import TfdpError
 
 #: Exceptions reported as bad input (exit 2). OSErrors about a named path (a file that does not
 #: exist, a directory that cannot be written) are the user's to fix too.
@@ -124,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         if _bad_input(exc):
-            print(f"tfdp: error: {in_flags(exc)}", file=sys.stderr)
+            words = getattr(args, "argument_words", None)  # a command's own, if it has any
+            print(f"tfdp: error: {said(exc, words)}", file=sys.stderr)
             return 2
         if os.environ.get("TFDP_DEBUG"):
             raise

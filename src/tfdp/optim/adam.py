@@ -91,7 +91,7 @@ class TorchAdam(DecaysInUpdateStep, keras.optimizers.Optimizer):
         self.beta_2 = unit("beta_2", beta_2)
         self.epsilon = non_negative("epsilon", epsilon)
         if not isinstance(amsgrad, bool):
-            raise ConfigError(f"amsgrad must be True or False, got {amsgrad!r}", argument="amsgrad")
+            raise ConfigError(f"must be True or False, got {amsgrad!r}", argument="amsgrad")
         self.amsgrad = amsgrad
 
     def build(self, var_list: list[Any]) -> None:

@@ -171,8 +171,9 @@ def _global_batch(cfg: TrainConfig, replicas: int) -> TrainConfig:
     default = TrainConfig.fields()["batch_size"].default
     if cfg.batch_size not in (default, per * replicas):
         raise ConfigError(
-            f"--batch-size {cfg.batch_size} and --batch-size-per-replica {per} disagree with "
-            f"{replicas} replicas ({per} x {replicas} = {per * replicas}): give one of them"
+            f"{cfg.batch_size} and --batch-size-per-replica {per} disagree with "
+            f"{replicas} replicas ({per} x {replicas} = {per * replicas}): give one of them",
+            argument="batch_size",
         )
     return dataclasses.replace(cfg, batch_size=per * replicas)
 
@@ -289,8 +290,9 @@ def _train(
     if cfg.batch_size % w:
         counts = ", ".join(str(d) for d in range(1, cfg.batch_size + 1) if cfg.batch_size % d == 0)
         raise ConfigError(
-            f"--batch-size {cfg.batch_size} (the global batch) must be a multiple of the {w} "
-            f"replicas: use a replica or worker count that divides it ({counts})"
+            f"{cfg.batch_size} (the global batch) must be a multiple of the {w} "
+            f"replicas: use a replica or worker count that divides it ({counts})",
+            argument="batch_size",
         )
     sampler = "repeat_aug" if cfg.sampler == "repeat-aug" else "distributed"
     options = (
@@ -374,7 +376,7 @@ def _train(
         if isinstance(data.train, TFRecordSource) and "expected to contain" in err.message:
             problems = data.train.count_problems()  # name the shard whose count is wrong
             if problems:
-                raise DataError("--data: " + "; ".join(problems)) from None
+                raise DataError("" + "; ".join(problems), argument="data") from None
         raise
     finally:
         if stop is not None:
@@ -436,8 +438,8 @@ def _trainer(
 
     if cfg.eval_metric == "top5" and data.num_classes <= 5:
         raise ConfigError(
-            f"--eval-metric top5 needs more than 5 classes; the data has {data.num_classes}: "
-            "use top1 or loss"
+            f"top5 needs more than 5 classes; the data has {data.num_classes}: use top1 or loss",
+            argument="eval_metric",
         )
     batches = _first(resumed, "steps_per_epoch", batches_per_epoch)
     steps = -(-batches // cfg.accum_steps)

@@ -83,7 +83,7 @@ def check_policy(on_nonfinite: Any) -> str:
     """
     if on_nonfinite not in POLICIES:
         raise ConfigError(
-            f"on_nonfinite must be one of {', '.join(map(repr, POLICIES))}, got {on_nonfinite!r}",
+            f"must be one of {', '.join(map(repr, POLICIES))}, got {on_nonfinite!r}",
             argument="on_nonfinite",
         )
     return on_nonfinite
