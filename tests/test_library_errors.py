@@ -14,8 +14,9 @@ tf = pytest.importorskip("tensorflow")
 
 import keras  # noqa: E402
 
-from tfdp import _compat, augment  # noqa: E402
+from tfdp import augment  # noqa: E402
 from tfdp import indices as ix  # noqa: E402
+from tfdp._compat.keras import gradients_reduced  # noqa: E402
 from tfdp.checkpoint import CheckpointManager, DataPosition  # noqa: E402
 from tfdp.distribute import parse_tf_config  # noqa: E402
 from tfdp.errors import (  # noqa: E402
@@ -313,7 +314,7 @@ BAD_CALLS = {
         r"a random-access source .* or a streaming one",
     ),
     "optimizer": (
-        lambda tmp: _compat.gradients_reduced(object()).__enter__(),
+        lambda tmp: gradients_reduced(object()).__enter__(),
         ConfigTypeError,
         "optimizer",
         r"a Keras optimizer of the TensorFlow backend",

@@ -42,7 +42,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp._compat import call_outside_strategy
+from tfdp._compat.graph import call_outside_strategy
 from tfdp.checkpoint.files import (
     CHECKPOINT_NAME,
     DATA_NAME,

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfdp._compat import end_process, prefer_bfc_cpu_allocator
+from tfdp._compat.fast.process import end_process, prefer_bfc_cpu_allocator
 from tfdp.cli import data, evaluate, launch, models, plot, sampler, tf_start, train
 from tfdp.cli.args import MissingExtraError, Parser, quiet_tf
 from tfdp.cli.messages import said, user_message
@@ -109,13 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     quiet_tf()  # before TensorFlow loads
     tf_start.install()  # its first import held to that level too
-    prefer_bfc_cpu_allocator(os.environ)  # likewise (the input's batches: no page faults)
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
     try:
+        # Before TensorFlow loads too (the input's batches: no page faults); a bad
+        # TFDP_SPEED_TRICKS is said here, as bad input.
+        prefer_bfc_cpu_allocator(os.environ)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return status
@@ -146,7 +148,7 @@ def run() -> NoReturn:
     """The ``tfdp`` process (the console script, ``python -m tfdp``): :func:`main`, then its end.
 
     The process ends as soon as the command is done and its output flushed,
-    without waiting for TensorFlow's teardown (:func:`tfdp._compat.end_process`:
+    without waiting for TensorFlow's teardown (:func:`tfdp._compat.fast.process.end_process`:
     after a long run, tf.data's iterators could hold the process up to a minute
     after ``tfdp train`` said it was done). A worker of a multi-worker job exits
     the usual way, which tells its peers it ended.

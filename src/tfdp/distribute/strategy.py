@@ -18,7 +18,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp._compat import configure_heartbeat
+from tfdp._compat.process import configure_heartbeat
 from tfdp.distribute.tf_config import parse_tf_config
 from tfdp.distribute.watchdog import start as start_watchdog
 from tfdp.errors import ConfigError

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdp._compat import prefer_bfc_cpu_allocator
+from tfdp._compat.fast.process import prefer_bfc_cpu_allocator
 from tfdp.launch.auth import SECRET_ENV, secret_key
 from tfdp.launch.channel import Channel, ChannelClosedError
 from tfdp.launch.join import InterruptedJoinError, Joiner, MasterGoneError
@@ -315,7 +315,7 @@ def _worker_env(env: Mapping[str, str], silence: float) -> dict[str, str]:
     declare it lost after the same time (``TFDP_HEARTBEAT_TIMEOUT``, read by
     :func:`tfdp.distribute.make_strategy`), unless the environment sets that already. The
     workers' TensorFlow keeps its host memory for reuse
-    (:func:`tfdp._compat.prefer_bfc_cpu_allocator`), likewise. The rendezvous secret
+    (:func:`tfdp._compat.fast.process.prefer_bfc_cpu_allocator`), likewise. The rendezvous secret
     (``TFDP_RDZV_SECRET``) is the launchers' alone: the workers do not get it.
     """
     out = {k: v for k, v in env.items() if k != SECRET_ENV}

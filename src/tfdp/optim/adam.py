@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import keras
 from keras import ops
 
-from tfdp._compat import DecaysInUpdateStep, optimizer_slot, weight_decay_applies
+from tfdp._compat.keras import DecaysInUpdateStep, optimizer_slot, weight_decay_applies
 from tfdp.errors import ConfigError
 from tfdp.optim._args import non_negative, unit
 

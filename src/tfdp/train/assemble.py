@@ -37,7 +37,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp._compat import attach_optimizer, backing_variable
+from tfdp._compat.keras import attach_optimizer, backing_variable
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.train.compression import check_compression

@@ -26,8 +26,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp import _compat
 from tfdp._autograph import plain, user_code
+from tfdp._compat.fast.process import release_in_background
 from tfdp.errors import ConfigError, DataError
 from tfdp.train.dtypes import check_floating, loss_dtype, widened
 
@@ -274,8 +274,8 @@ class Evaluator:
             more = bool(self._fn(held[0], tf.constant(steps, tf.int64)))
         finally:
             # Destroyed off this thread: TensorFlow's teardown of an iterator can wait seconds
-            # (see tfdp._compat.release_in_background).
-            _compat.release_in_background(held)
+            # (see tfdp._compat.fast.process.release_in_background).
+            release_in_background(held)
         if more:
             raise RuntimeError(
                 f"tfdp: the evaluation input holds more than its steps_per_epoch={steps} "

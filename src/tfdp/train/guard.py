@@ -26,7 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp._compat import supports_no_merge_call
+from tfdp._compat.graph import supports_no_merge_call
 from tfdp.errors import ConfigError
 
 #: What to do with a step whose loss or gradient is non-finite.

@@ -47,7 +47,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp._compat import compiled_metrics_container, fit_step_overrides
+from tfdp._compat.keras import compiled_metrics_container, fit_step_overrides
 from tfdp.checkpoint import (
     CheckpointCallback,
     CheckpointManager,

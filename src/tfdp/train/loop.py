@@ -38,7 +38,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp import _compat
+from tfdp._compat.fast.process import release_in_background
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
@@ -493,8 +493,8 @@ class Trainer:
             # tf.data's background threads with a dozen alive.
             calls.clear()  # the bound calls hold it too
             # Destroyed off this thread: TensorFlow's teardown of an iterator can wait up to a
-            # minute (see tfdp._compat.release_in_background).
-            _compat.release_in_background(stream)
+            # minute (see tfdp._compat.fast.process.release_in_background).
+            release_in_background(stream)
             self.logs.close()
         cbs.on_train_end({key: values[-1] for key, values in history.history.items()})
         return history
