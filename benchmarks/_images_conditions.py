@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfdp._compat import release_in_background
+from tfdp._compat.fast.process import release_in_background
 
 #: Rounds, timed batches (training steps) and warm-up per measurement, fresh datasets' first
 #: batches per round, for each mode. The quick folder's epoch is 4 steps: a window of 8

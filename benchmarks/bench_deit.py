@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from tfdp._compat import prefer_bfc_cpu_allocator
+from tfdp._compat.fast.process import prefer_bfc_cpu_allocator
 
 prefer_bfc_cpu_allocator(os.environ)  # TensorFlow's host allocator as tfdp's CLI gives it
 

@@ -1,14 +1,15 @@
 """Benchmark how long a ``tfdp train`` process lives after it said it was done.
 
-A process that has trained ends with TensorFlow's teardown: the interpreter finalises every
-object, the C++ runtime tears down, and the ``tf.data`` iterators the training loop handed to
-``tfdp._compat.release_in_background`` are released first (an iterator whose autotuning
-thread missed its cancellation sleeps to the end of its optimisation period). The ``tfdp``
-process (``tfdp.cli.app.run``) ends with ``tfdp._compat.end_process`` instead: threads joined,
-``atexit`` handlers run, streams flushed, then ``os._exit``. Both are measured here on the
-same command, alternately: ``python -m tfdp train ...`` (the tfdp process) and the baseline,
-the same ``main`` ended by ``sys.exit`` (the interpreter's usual exit). The time from the
-``tfdp train: model saved`` line (the command's last) to the process's end is the tail.
+A process that has trained ends with TensorFlow's teardown: the interpreter finalises every object,
+the C++ runtime tears down, and the ``tf.data`` iterators the training loop handed to
+``tfdp._compat.fast.process.release_in_background`` are released first (an iterator whose autotuning
+thread missed its cancellation sleeps to the end of its optimisation period). The ``tfdp`` process
+(``tfdp.cli.app.run``) ends with ``tfdp._compat.fast.process.end_process`` instead: threads joined,
+``atexit`` handlers run, streams flushed, then ``os._exit``. Both are measured here on the same
+command, alternately: ``python -m tfdp train ...`` (the tfdp process) and the baseline, the same
+command with the ``end_process`` speed trick off (``TFDP_SPEED_TRICKS`` naming every other trick:
+``sys.exit``, the interpreter's usual exit). The time from the ``tfdp train: model saved`` line (the
+command's last) to the process's end is the tail.
 
 Usage::
 
@@ -30,13 +31,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = "import sys; from tfdp.cli import main; sys.exit(main())"
+sys.path.insert(0, str(ROOT / "src"))
+from tfdp._compat.fast.switch import SPEED_TRICKS_ENV, TRICKS  # noqa: E402
+
 LAST_LINE = "tfdp train: model saved"
+#: TFDP_SPEED_TRICKS of each mode: every trick on; every trick but end_process.
+MODES = {
+    "tfdp process": ",".join(TRICKS),
+    "end_process off": ",".join(t for t in TRICKS if t != "end_process"),
+}
 
 
-def tail(argv: list[str], run_dir: str) -> tuple[float, float]:
+def tail(argv: list[str], run_dir: str, tricks: str) -> tuple[float, float]:
     """(seconds from the command's last line to the process's end, the whole process)."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT / "src"),
+           SPEED_TRICKS_ENV: tricks}  # fmt: skip
     start = time.monotonic()
     proc = subprocess.Popen([*argv, "--run-dir", run_dir], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
@@ -61,17 +70,18 @@ def main() -> int:
     runs = args.runs or (2 if args.quick else 3)
     print(f"bench_exit: {'quick' if args.quick else 'full'}, {runs} runs per cell; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-    modes = {"tfdp process": [sys.executable, "-m", "tfdp"],
-             "sys.exit (baseline)": [sys.executable, "-c", BASELINE]}  # fmt: skip
+    modes = MODES
     headline = []
     with tempfile.TemporaryDirectory() as tmp:
         for e in epochs:
             tails: dict[str, list[float]] = {m: [] for m in modes}
             wholes: dict[str, list[float]] = {m: [] for m in modes}
             for r in range(runs):
-                for mode, prefix in modes.items():  # alternately: the same load for both
-                    cmd = [*prefix, "train", "--epochs", str(e), "--no-progress"]
-                    t, whole = tail(cmd, os.path.join(tmp, f"{e}-{r}-{len(tails[mode])}-{mode}"))
+                for mode, tricks in modes.items():  # alternately: the same load for both
+                    cmd = [sys.executable, "-m", "tfdp", "train", "--epochs", str(e),
+                           "--no-progress"]  # fmt: skip
+                    where = os.path.join(tmp, f"{e}-{r}-{mode.replace(' ', '_')}")
+                    t, whole = tail(cmd, where, tricks)
                     tails[mode].append(t)
                     wholes[mode].append(whole)
             for mode in modes:
@@ -84,7 +94,7 @@ def main() -> int:
             headline.append((e, ours, base, whole_ours / whole_base))
     for e, ours, base, ratio in headline:
         print(f"tail_after_done_{e}_epochs_s: {ours:.2f} (baseline {base:.2f})")
-        print(f"whole_process_{e}_epochs_vs_baseline: {ratio:.2f}x")
+        print(f"whole_process_{e}_epochs_vs_baseline: {ratio:.3f}x")
     return 0
 
 

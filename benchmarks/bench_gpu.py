@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_gpu: no GPU on this machine (no NVIDIA device or nvidia-smi): nothing "
               "measured; --cpu-smoke runs the code paths on the CPU")  # fmt: skip
         return 0
-    from tfdp._compat import prefer_bfc_cpu_allocator
+    from tfdp._compat.fast.process import prefer_bfc_cpu_allocator
 
     prefer_bfc_cpu_allocator(os.environ)
     import tensorflow as tf

@@ -70,12 +70,15 @@ Usage (on a shared machine, under the lock, e.g.
     python benchmarks/bench_images.py --quick    # 600 images, 3 rounds, 3 pipelines (~1 min)
     python benchmarks/bench_images.py --quick --deit-only   # DeiT's input vs timm's (~1 min)
     python benchmarks/bench_images.py --quick --held-out-only  # DeiT's held-out crop (~1 min)
+    python benchmarks/bench_images.py --quick --speed-tricks-only  # the map trick on / off
     python benchmarks/bench_images.py --quick --conditions only --kinds tfrecord \
         --only-conditions idle   # the TFRecord input alone, one condition (< 1 min)
 
 TensorFlow runs with the host allocator tfdp's CLI and launcher give it (BFC,
-:func:`tfdp._compat.prefer_bfc_cpu_allocator`); ``TF_CPU_ALLOCATOR_USE_BFC=false`` in the
-environment measures with malloc's (every buffer of 32 MiB or more faulted in anew).
+:func:`tfdp._compat.fast.process.prefer_bfc_cpu_allocator`); ``TF_CPU_ALLOCATOR_USE_BFC=false`` in
+the environment, or ``TFDP_SPEED_TRICKS`` without ``bfc_cpu_allocator``, measures with malloc's
+(every buffer of 32 MiB or more faulted in anew; oneDNN's allocator where TensorFlow turns oneDNN
+on).
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -96,7 +99,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from tfdp._compat import (
+from tfdp._compat.fast.process import (
     CPU_ALLOCATOR_ENV,
     prefer_bfc_cpu_allocator,
     release_in_background,
@@ -388,7 +391,9 @@ def run_window(
             held = [it, dds]
             del it, dds
             release_in_background(held)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     wall, cpu = timed_batches(strategy, it, warmup, window, touch)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     held = [it, dds]
     del it, dds
     release_in_background(held)
@@ -401,6 +406,7 @@ def run_window(
         "iter": iterator,
         "rate": images / wall,
         "cpu_ms": cpu / images * 1e3,
+        "faults": faults / images,  # page faults per image (the warm-up's included)
     }
 
 
@@ -725,6 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--folder", type=Path, help="use this image folder instead of making one")
     ap.add_argument("--rounds", type=int, help="rounds (default 7, quick 3)")
+    ap.add_argument("--window", type=int, help="timed batches per round (default 20, quick 4)")
     ap.add_argument("--no-breakdown", action="store_true", help="skip the op breakdown")
     ap.add_argument("--no-deit", action="store_true", help="skip DeiT's input vs timm's")
     ap.add_argument("--deit-only", action="store_true", help="only DeiT's input vs timm's")
@@ -733,6 +740,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the held-out inputs: DeiT's Resize + CenterCrop against the centre crop "
         "before it (_held_out.py)",
+    )
+    ap.add_argument(
+        "--speed-tricks-only",
+        action="store_true",
+        help="only the speed trick of the image input, on and off (_speed_tricks.py)",
     )
     ap.add_argument(
         "--conditions",
@@ -766,6 +778,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dict(QUICK if args.quick else FULL)
     if args.rounds:
         cfg["rounds"] = args.rounds
+    if args.window:
+        cfg["window"] = args.window
     strategy = configure_devices()
     root = args.folder or photo_folder(cfg["images"])
     from tfdp.sources import ImageFolderSource
@@ -778,7 +792,8 @@ def main(argv: list[str] | None = None) -> int:
         f"bench_images {_dt.datetime.now():%Y-%m-%d %H:%M}, {platform.node()}, "
         f"os.cpu_count()={os.cpu_count()}, Python {platform.python_version()}, "
         f"TensorFlow {tf.__version__}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-        f"{CPU_ALLOCATOR_ENV}={os.environ[CPU_ALLOCATOR_ENV]}"
+        f"{CPU_ALLOCATOR_ENV}={os.environ.get(CPU_ALLOCATOR_ENV, '(unset)')}, "
+        f"TFDP_SPEED_TRICKS={os.environ.get('TFDP_SPEED_TRICKS', '(unset)')}"
     )
     print(f"folder: {root}: {folder_stats(root)}")
     if args.conditions == "only":
@@ -794,6 +809,17 @@ def main(argv: list[str] | None = None) -> int:
 
         for key, value in held_out_part(strategy, root, cfg, run_window, GLOBAL_BATCH).items():
             print(f"{key}: {value:.2f}")
+        sys.stdout.flush()
+        os._exit(0)
+    if args.speed_tricks_only:  # the input's speed trick on and off, and nothing else
+        from _speed_tricks import speed_tricks_part
+
+        inputs = {
+            "tfdp_ra": lambda: tfdp_input(strategy, root, "repeat_aug"),
+            "deit": lambda: deit_input(strategy, root),
+        }
+        for key, value in speed_tricks_part(strategy, cfg, run_window, inputs).items():
+            print(f"{key}: {value:.3f}")
         sys.stdout.flush()
         os._exit(0)
     if args.deit_only:  # DeiT's input vs timm's, and nothing else
@@ -845,7 +871,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"{'pipeline':<18} {'images/s':>9} {'[min-max]':>13} {'CPU ms/img':>10} "
-        f"{'vs MG':>6} {'first batch s':>14} {'cold s':>7} {'build s':>8} {'iterator s':>10}"
+        f"{'vs MG':>6} {'first batch s':>14} {'cold s':>7} {'build s':>8} {'iterator s':>10} "
+        f"{'faults/img':>10}"
     )
     for name in names:
         rates = [r["rate"] for r in results[name]]
@@ -854,7 +881,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<18} {np.median(rates):>9.0f} {min(rates):>6.0f}-{max(rates):<6.0f} "
             f"{med(name, 'cpu_ms'):>10.2f} {ratio(name, 'model_garden'):>5.2f}x "
             f"{med(name, 'first', warm):>14.2f} {results[name][0]['single_first']:>7.2f} "
-            f"{med(name, 'build', warm):>8.2f} {med(name, 'iter', warm):>10.2f}"
+            f"{med(name, 'build', warm):>8.2f} {med(name, 'iter', warm):>10.2f} "
+            f"{med(name, 'faults'):>10.0f}"
         )
     print(
         f"(first batch: a new epoch's dataset built, its iterator created and its first batch "

@@ -40,9 +40,17 @@ of the gather and of each augmentation stage), including
 :class:`FusedCropFlipPrototype`, a faster bit-identical crop+flip that is not
 part of tfdp.
 
+``--speed-tricks`` measures only the ``lightly_optimized_map`` speed trick
+(``tfdp._compat.fast``): (a) at N = 10k and 50k with every trick on, and with
+``TFDP_SPEED_TRICKS`` naming every other trick (set while that input is built and read), in
+alternated rounds, each window whole epochs (every epoch's dataset is new: its map functions
+instantiated anew); the per-round ratios on / off of samples/s, CPU per sample and the first
+batch.
+
 Usage:
     python benchmarks/bench_input.py            # N = 10k, 50k, 200k, 1M + breakdown (~5-8 min)
     python benchmarks/bench_input.py --quick    # N = 10k, 50k, 200k (under a minute)
+    python benchmarks/bench_input.py --speed-tricks [--rounds 7]   # lightly_optimized_map
 
 The headline figures come last, one ``name: value`` per line.
 """
@@ -541,6 +549,50 @@ def machine_info() -> list[str]:
     ]
 
 
+def speed_tricks(x_all: np.ndarray, y_all: np.ndarray, rounds: int) -> None:
+    """(a) with the ``lightly_optimized_map`` trick on and off, alternated (see the docstring)."""
+    from tfdp._compat.fast.switch import SPEED_TRICKS_ENV, TRICKS
+
+    trick = "lightly_optimized_map"
+    switch = {"on": ",".join(TRICKS), "off": ",".join(t for t in TRICKS if t != trick)}
+    sizes = (10_000, RATIO_N)
+    inputs = {}
+    for n in sizes:
+        source = ArraySource((x_all[:n], y_all[:n]))
+        for mode, value in switch.items():
+            os.environ[SPEED_TRICKS_ENV] = value
+            inputs[n, mode] = tfdp_input(source)
+            time_iteration(inputs[n, mode].worker_dataset(None, 0, 1), 2)  # traced
+    print(f"(a) with {trick} on / off: {rounds} rounds, whole epochs ({MIN_FULL_SAMPLES:,} "
+          "samples or more per window), the order alternating")  # fmt: skip
+    timings: dict[tuple[int, str], list[Timing]] = {key: [] for key in inputs}
+    for rnd in range(rounds):
+        for n in sizes:
+            for mode in ("on", "off") if rnd % 2 == 0 else ("off", "on"):
+                os.environ[SPEED_TRICKS_ENV] = switch[mode]
+                ds = inputs[n, mode].worker_dataset(None, 0, epochs_for(n))
+                timings[n, mode].append(time_iteration(ds, None, check=check_batch(BATCH)))
+        print(f"  round {rnd + 1}: " + ", ".join(
+            f"{_n(n)} {timings[n, 'on'][-1].rate:,.0f}/{timings[n, 'off'][-1].rate:,.0f}"
+            for n in sizes) + " samples/s on/off", flush=True)  # fmt: skip
+    os.environ[SPEED_TRICKS_ENV] = switch["on"]
+    for n in sizes:
+        on, off = timings[n, "on"], timings[n, "off"]
+        for what, value in (
+            ("rate", lambda a, b: a.rate / b.rate),
+            ("cpu", lambda a, b: b.cpu_us_per_sample / a.cpu_us_per_sample),
+            ("first", lambda a, b: b.first_batch_s / a.first_batch_s),
+        ):
+            ratios = [value(a, b) for a, b in zip(on, off, strict=True)]
+            print(f"  N={_n(n)} {what} on vs off: {np.median(ratios):.3f} "
+                  f"[{min(ratios):.2f}-{max(ratios):.2f}]")  # fmt: skip
+            print(f"speed_trick_{trick}_{_n(n)}_{what}: {np.median(ratios):.3f}")
+        first = [t.first_batch_s for t in on], [t.first_batch_s for t in off]
+        print(f"  N={_n(n)} first batch s on {np.median(first[0]):.3f}, off "
+              f"{np.median(first[1]):.3f}; samples/s on {np.median([t.rate for t in on]):,.0f}, "
+              f"off {np.median([t.rate for t in off]):,.0f}")  # fmt: skip
+
+
 def _n(n: int) -> str:
     return f"{n // 1_000_000}m" if n >= 1_000_000 and n % 1_000_000 == 0 else f"{n // 1000}k"
 
@@ -552,7 +604,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="N = 10k/50k/200k, a fixed window of batches, no breakdown (under a minute)",
     )
+    ap.add_argument(
+        "--speed-tricks", action="store_true", help="only lightly_optimized_map, on vs off"
+    )
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (--speed-tricks: 5)")
     args = ap.parse_args(argv)
+    if args.speed_tricks:
+        x_all, y_all = make_data(RATIO_N)
+        speed_tricks(x_all, y_all, args.rounds or 5)
+        return 0
     quick = args.quick
     wall0 = time.perf_counter()
     sizes = QUICK_SIZES if quick else FULL_SIZES

@@ -23,7 +23,7 @@ Variants (optimizer steps per second):
 * ``handwritten_1_batch_arg`` (context): ``for batch in dist_ds:
   train_step(batch)`` -- the batch, not the iterator, is the argument.
 * ``handwritten_1_bound`` (context): ``handwritten_1`` called as the Trainer calls
-  its function, bound once to the iterator (``tfdp._compat.bound_call``), so that
+  its function, bound once to the iterator (``tfdp._compat.fast.graph.bound_call``), so that
   ``trainer_1 / handwritten_1_bound`` is the Trainer's own cost at equal dispatch.
 * ``trainer_1`` / ``trainer_16``: ``tfdp.train.Trainer(steps_per_call=1 / 16,
   progress=False, verbose=0)``, no run_dir, ``fit`` over many epochs; its
@@ -32,6 +32,10 @@ Variants (optimizer steps per second):
 * ``trainer_1_nocheck`` / ``trainer_16_nocheck``: the same with
   ``on_nonfinite="ignore"``; ``nonfinite_check_overhead`` is the paired ratio
   ``trainer_1_nocheck / trainer_1`` (1.05x would say the check costs 5%).
+* ``trainer_1_unbound`` / ``trainer_16_unbound``: ``trainer_1`` / ``trainer_16`` with the
+  ``bound_call`` speed trick off (``TFDP_SPEED_TRICKS`` naming every other trick, set while
+  they run): each call looks its trace up, as ``tf.function`` does;
+  ``speed_trick_bound_call`` is the paired ratio ``trainer_1 / trainer_1_unbound``.
 * ``model_fit``: ``model.fit`` (compiled in the scope, ``steps_per_epoch`` set,
   ``verbose=0``) on ``inp.epochs(0, n)``.
 * ``tfdp_fit``: ``tfdp.train.fit`` (the fit path) on the same input;
@@ -101,7 +105,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tfdp  # noqa: E402
-from tfdp._compat import bound_call  # noqa: E402
+from tfdp._compat.fast.graph import bound_call  # noqa: E402
+from tfdp._compat.fast.switch import SPEED_TRICKS_ENV, TRICKS  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402
@@ -181,6 +186,8 @@ class Session:
 
     def __init__(self, name: str, input_name: str, steps_per_call: int) -> None:
         self.name, self.input_name, self.steps_per_call = name, input_name, steps_per_call
+        #: TFDP_SPEED_TRICKS while this session runs (None: the process's own).
+        self.tricks: str | None = None
         self.windows: list[Window | None] = []  # one per round (None: crossed an epoch)
         self.crossed: list[Window] = []
 
@@ -335,7 +342,7 @@ def handwritten(
     """The minimal strategy.run loop over an endless distributed iterator.
 
     ``bound``: call the one-step function as the Trainer does, bound once to its
-    iterator (``tfdp._compat.bound_call``: no per-call trace look-up).
+    iterator (``tfdp._compat.fast.graph.bound_call``: no per-call trace look-up).
     """
     replica_step = _replica_step_fn(strategy)
 
@@ -384,7 +391,9 @@ def trainer_session(
     inp: DistributedInput,
     steps_per_call: int,
     on_nonfinite: str = "stop",
+    without: str | None = None,
 ) -> ThreadSession:
+    """A Trainer's session; ``without``: the speed trick off while it runs."""
     trainer = Trainer(
         strategy,
         make_model,
@@ -399,7 +408,10 @@ def trainer_session(
     def run(hook: Callable[[int, int], None]) -> None:
         trainer.fit(inp, epochs=FOREVER, on_step=lambda s: hook(s.global_step, s.epoch))
 
-    return ThreadSession(name, "tfdp DistributedInput", steps_per_call, run)
+    session = ThreadSession(name, "tfdp DistributedInput", steps_per_call, run)
+    if without is not None:
+        session.tricks = ",".join(t for t in TRICKS if t != without)
+    return session
 
 
 class _KerasHook(keras.callbacks.Callback):
@@ -494,6 +506,8 @@ def build_sessions(
         trainer_session("trainer_16", strategy, inp, MULTI),
         trainer_session("trainer_1_nocheck", strategy, inp, 1, "ignore"),
         trainer_session("trainer_16_nocheck", strategy, inp, MULTI, "ignore"),
+        trainer_session("trainer_1_unbound", strategy, inp, 1, without="bound_call"),
+        trainer_session("trainer_16_unbound", strategy, inp, MULTI, without="bound_call"),
         fit_session,
         tfdp_fit_session("tfdp_fit", strategy, inp),
         tfdp_fit_session("tfdp_fit_nocheck", strategy, inp, "ignore"),
@@ -624,8 +638,19 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"unknown variants {sorted(unknown)}")
         sessions = [s for s in sessions if s.name in args.only]
+    process_tricks = os.environ.get(SPEED_TRICKS_ENV)
+
+    def switch(s: Session) -> None:
+        """The speed tricks of ``s`` for as long as it runs (one session runs at a time)."""
+        value = s.tricks if s.tricks is not None else process_tricks
+        if value is None:
+            os.environ.pop(SPEED_TRICKS_ENV, None)
+        else:
+            os.environ[SPEED_TRICKS_ENV] = value
+
     for s in sessions:
         t = time.perf_counter()
+        switch(s)
         s.start()
         print(
             f"  compile + {WARMUP_STEPS + LEAD_STEPS} steps {s.name:<26} "
@@ -643,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(rounds):
             k = r % len(sessions)
             for s in sessions[k:] + sessions[:k]:
+                switch(s)
                 w = s.chunk(chunk)
                 if w.steps != chunk:
                     raise RuntimeError(f"{s.name}: a chunk of {w.steps} steps, expected {chunk}")
@@ -718,6 +744,8 @@ def main(argv: list[str] | None = None) -> int:
         ("handwritten_1_batch_arg", "handwritten_1", "batch vs iterator as the argument"),
         ("handwritten_1_bound", "handwritten_1", "its call bound once, as the Trainer's"),
         ("trainer_1", "handwritten_1_bound", "same call: the Trainer's loop and input cost"),
+        ("trainer_1", "trainer_1_unbound", "the bound_call speed trick on / off"),
+        ("trainer_16", "trainer_16_unbound", "the bound_call speed trick on / off, 16 steps"),
     ]
     print("context (median of per-round ratios; ratio of the best repeats in brackets):")
     for a, b, label in context:
@@ -768,6 +796,8 @@ def main(argv: list[str] | None = None) -> int:
         ("nonfinite_check_overhead_16", f"{pr('trainer_16_nocheck', 'trainer_16'):.2f}x"),
         ("nonfinite_check_overhead", f"{pr('trainer_1_nocheck', 'trainer_1'):.2f}x"),
         ("nonfinite_check_overhead_fit", f"{pr('tfdp_fit_nocheck', 'tfdp_fit'):.2f}x"),
+        ("speed_trick_bound_call", f"{pr('trainer_1', 'trainer_1_unbound'):.3f}x"),
+        ("speed_trick_bound_call_16", f"{pr('trainer_16', 'trainer_16_unbound'):.3f}x"),
         ("target_trainer1_vs_handwritten1", verdicts[0]),
         ("target_trainer16_vs_handwritten1", verdicts[1]),
         ("target_trainer16_vs_fit", verdicts[2]),

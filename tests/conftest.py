@@ -41,10 +41,10 @@ def collect_garbage_off_the_test_thread(period: float = 0.1) -> threading.Thread
     """Run Python's garbage collection on a daemon thread instead of the tests' thread.
 
     Destroying a tf.data iterator can wait up to a minute in TensorFlow 2.21 (see
-    ``tfdp._compat.release_in_background``). Iterators a test leaves in reference cycles (Keras
-    and tf.distribute objects hold many) are destroyed by the garbage collector whenever it
-    runs: on the tests' thread, an unrelated later test sat idle for minutes. Here the young
-    generation is collected every ``period`` seconds, the middle one every 10 periods, all
+    ``tfdp._compat.fast.process.release_in_background``). Iterators a test leaves in reference
+    cycles (Keras and tf.distribute objects hold many) are destroyed by the garbage collector
+    whenever it runs: on the tests' thread, an unrelated later test sat idle for minutes. Here the
+    young generation is collected every ``period`` seconds, the middle one every 10 periods, all
     every 300 (Python's automatic collection, disabled, does about as much).
     """
 

@@ -290,7 +290,7 @@ def test_example_structures_are_preserved():
 
     np.testing.assert_array_equal(aug(images, seeds).numpy(), flipped)
 
-    with pytest.raises(DataError, match="image_key 'image' is not a key"):
+    with pytest.raises(DataError, match="image_key: 'image' is not a key"):
         aug({"pixels": images}, seeds)
     with pytest.raises(ValueError):
         aug(images[0], seeds)  # a single image, not a batch
@@ -892,7 +892,7 @@ def test_normalize_is_bit_identical_to_plain_broadcasting():
         np.testing.assert_array_equal(got, want.numpy())
     with pytest.raises(ValueError, match="3 per-channel values for images with 1 channels"):
         augment.Normalize(mean, std)(rand_images((1, 4, 4, 1)), seeds_for([0]))
-    with pytest.raises(ValueError, match="differ in length"):
+    with pytest.raises(ValueError, match="std: differs in length from mean"):
         augment.Normalize((1.0, 2.0), (1.0, 2.0, 3.0))
 
 

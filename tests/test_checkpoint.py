@@ -108,7 +108,7 @@ def test_data_position_json_round_trip_and_validation():
     assert p.config["sampler"]["seed"] == [1, 2]  # stored as JSON would
     assert DataPosition.from_json(p.to_json()) == p
     assert DataPosition.from_json(p.to_json().encode()) == p
-    with pytest.raises(ValueError, match="step must be an integer >= 0"):
+    with pytest.raises(ValueError, match="step: must be an integer >= 0"):
         DataPosition(0, -1)
     with pytest.raises(ValueError, match="JSON-serialisable"):
         DataPosition(0, 0, config={"f": object()})

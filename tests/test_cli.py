@@ -58,7 +58,7 @@ def test_sampler_table_shows_ra_copies_on_different_ranks(capsys):
         (["train", "--epochz", "3"], "did you mean --epochs"),
         (["train", "--batch-size", "abc"], "expected an integer"),
         (["train", "--sampler", "ra"], "must be one of"),
-        (["train", "--model", "nosuch", "--epochs", "1"], "--model 'nosuch': expected 'cnn'"),
+        (["train", "--model", "nosuch", "--epochs", "1"], "--model: 'nosuch': expected 'cnn'"),
         (
             ["sampler", "--num-examples", "100", "--replicas", "4", "--selected-round", "256"],
             "smaller --selected-round",

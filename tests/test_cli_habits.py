@@ -116,10 +116,10 @@ print(code, "tensorflow" in sys.modules)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--data", "{tmp}/nope.npz"], "--data '{tmp}/nope.npz' does not exist"),
+        (["--data", "{tmp}/nope.npz"], "--data: '{tmp}/nope.npz' does not exist"),
         (["--eval-data", "{tmp}/shards/*.tfrecord"], "matches no file"),
         (["--config", "{tmp}/bad.yaml"], "'epochs' must be of type int"),
-        (["--epochs", "0"], "--epochs must be an integer >= 1"),
+        (["--epochs", "0"], "--epochs: must be an integer >= 1"),
         (["--sampler", "ra"], "must be one of"),
     ],
 )

@@ -1,7 +1,9 @@
 """tfdp._compat: each private TensorFlow / Keras reach, checked against the real libraries.
 
 Every test here exercises one reach on the installed TensorFlow and Keras. When one fails
-after an upgrade, re-check that reach (and then CHECKED_VERSIONS).
+after an upgrade, re-check that reach (and then CHECKED_VERSIONS). Each speed trick
+(tfdp._compat.fast) is tested on and off (``TFDP_SPEED_TRICKS``): the trick's reach, and its
+public-API fallback giving the same values.
 """
 
 from __future__ import annotations
@@ -16,10 +18,48 @@ keras = pytest.importorskip("keras")
 
 from pathlib import Path  # noqa: E402
 
-from tfdp import _compat  # noqa: E402
-from tfdp._compat import CHECKED_VERSIONS  # noqa: E402
+import tfdp._compat  # noqa: E402
+from tfdp._compat.fast.graph import bound_call, lightly_optimized_map  # noqa: E402
+from tfdp._compat.fast.process import RELEASE_THREAD_NAME, release_in_background  # noqa: E402
+from tfdp._compat.fast.switch import (  # noqa: E402
+    SPEED_TRICKS_ENV,
+    TRICKS,
+    trick_on,
+    tricks_on,
+)
+from tfdp._compat.graph import call_outside_strategy, supports_no_merge_call  # noqa: E402
+from tfdp._compat.keras import (  # noqa: E402
+    DecaysInUpdateStep,
+    attach_optimizer,
+    backing_variable,
+    checkpoint_value_key,
+    compiled_metrics_container,
+    fit_step_overrides,
+    gradients_reduced,
+    hold_untracked,
+    seed_generator_states,
+    weight_decay_applies,
+)
+from tfdp._compat.process import close_failed_reduce_pools, in_coordinated_job  # noqa: E402
+from tfdp.errors import ConfigError  # noqa: E402
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tfdp"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "tfdp"
+
+
+@pytest.fixture(params=["on", "off"])
+def tricks(request, monkeypatch) -> bool:
+    """Each speed trick on (the default) and off (its fallback): True when on."""
+    monkeypatch.setenv(SPEED_TRICKS_ENV, "1" if request.param == "on" else "0")
+    return request.param == "on"
+
+
+#: The TensorFlow and Keras versions (major.minor) every reach in tfdp/_compat/ was checked on.
+CHECKED_VERSIONS = {"tensorflow": "2.21", "keras": "3.15"}
+#: The keras-hub version (major.minor) tfdp/_compat/keras_hub.py's reaches were checked on.
+CHECKED_KERAS_HUB = "0.32"
+#: The sub-layers ``ViTEncoderBlock.build`` sets, in the order its ``call`` runs them.
+BLOCK_SUBLAYERS = ("layer_norm_1", "mha", "dropout", "layer_norm_2", "mlp")
 
 
 def _major_minor(version: str) -> str:
@@ -40,21 +80,21 @@ def test_the_installed_versions_are_the_checked_ones():
 def test_compiled_metrics_container_builds_and_lists_the_users_metrics():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile(loss="mse", metrics=["mae", keras.metrics.MeanSquaredError(name="m2")])
-    container = _compat.compiled_metrics_container(model)
+    container = compiled_metrics_container(model)
     assert container is not None and not container.built
     x, y = np.ones((4, 3), "float32"), np.zeros((4, 2), "float32")
     container.build(y, model(x, training=False))
     assert sorted(m.name for m in container.metrics) == ["m2", "mae"]
     bare = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     bare.compile(loss="mse")
-    assert _compat.compiled_metrics_container(bare) is None
+    assert compiled_metrics_container(bare) is None
 
 
 def test_checkpoint_value_key_is_the_key_tf_writes(tmp_path):
     step = tf.Variable(7, dtype=tf.int64)
     path = tf.train.Checkpoint(step=step).write(str(tmp_path / "ckpt"))
     reader = tf.train.load_checkpoint(path)
-    key = _compat.checkpoint_value_key("step")
+    key = checkpoint_value_key("step")
     assert key in reader.get_variable_to_shape_map()
     assert int(reader.get_tensor(key)) == 7
 
@@ -68,7 +108,7 @@ def test_seed_generator_states_are_found_and_not_saved_with_the_model(tmp_path):
             keras.layers.Dropout(0.2),
         ]
     )
-    states = _compat.seed_generator_states(model)
+    states = seed_generator_states(model)
     assert len(states) == 2 and all(isinstance(s, tf.Variable) for s in states)
     # Why they are checkpointed on their own: tf.train.Checkpoint(model=...) leaves them out.
     path = tf.train.Checkpoint(model=model).write(str(tmp_path / "m"))
@@ -78,8 +118,8 @@ def test_seed_generator_states_are_found_and_not_saved_with_the_model(tmp_path):
 
 def test_backing_variable_is_the_tf_variable_of_a_keras_variable():
     v = keras.Variable(np.float32(2.0))
-    assert isinstance(_compat.backing_variable(v), tf.Variable)
-    assert _compat.backing_variable(v) is v.value
+    assert isinstance(backing_variable(v), tf.Variable)
+    assert backing_variable(v) is v.value
 
 
 def test_supports_no_merge_call_under_mirrored_strategy():
@@ -88,7 +128,7 @@ def test_supports_no_merge_call_under_mirrored_strategy():
 
     @tf.function
     def step():
-        return strategy.run(lambda: tf.constant(_compat.supports_no_merge_call()))
+        return strategy.run(lambda: tf.constant(supports_no_merge_call()))
 
     flags = strategy.experimental_local_results(step())
     assert [bool(f) for f in flags] == [False, False]
@@ -98,17 +138,18 @@ def test_call_outside_strategy_creates_plain_host_variables_and_reraises():
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
         inside = tf.Variable(1.0)
-        outside = _compat.call_outside_strategy(lambda: tf.Variable(1.0))
+        outside = call_outside_strategy(lambda: tf.Variable(1.0))
     assert isinstance(inside, tf.distribute.DistributedValues)
     assert not isinstance(outside, tf.distribute.DistributedValues)
     assert strategy.extended.variable_created_in_scope(inside)
     with pytest.raises(KeyError, match="boom"):
-        _compat.call_outside_strategy(lambda: {}["boom"])
+        call_outside_strategy(lambda: {}["boom"])
 
 
-def test_release_in_background_destroys_iterators_on_its_own_thread():
+def test_release_in_background_destroys_iterators_on_its_own_thread(tricks):
     """Iterators handed over die on the release thread, where TensorFlow's teardown may wait
-    (tf.data's autotuning thread missing the cancellation), not on the caller's."""
+    (tf.data's autotuning thread missing the cancellation), not on the caller's; off, they die
+    on the caller's thread before the call returns."""
     import queue
     import threading
     import weakref
@@ -120,45 +161,52 @@ def test_release_in_background_destroys_iterators_on_its_own_thread():
         assert int(next(it)) == 1  # each has started its pipeline (and its autotuning thread)
         weakref.finalize(it, lambda: died.put(threading.current_thread().name))
     del it
-    _compat.release_in_background(held)
+    release_in_background(held)
     assert held == []
+    if not tricks:  # the fallback: destroyed by the caller, in the call
+        assert died.qsize() == 2
     # A bound for liveness only (TensorFlow's teardown may wait up to a minute per iterator).
     names = [died.get(timeout=300), died.get(timeout=300)]
-    assert names == [_compat.RELEASE_THREAD_NAME] * 2 != [threading.current_thread().name] * 2
+    here = threading.current_thread().name
+    assert names == [RELEASE_THREAD_NAME if tricks else here] * 2
 
 
 END_PROCESS = """
 import atexit, sys, threading, time
-from tfdp import _compat
+from tfdp._compat.fast.process import end_process, release_in_background
 class Slow:
     def __del__(self):  # a teardown that waits (a tf.data iterator's autotuning thread)
         time.sleep(2); print("RELEASED", flush=True)
-_compat.release_in_background([Slow()])
+release_in_background([Slow()])
 def late():
     time.sleep(0.5); print("THREAD", flush=True)
 threading.Thread(target=late).start()  # not a daemon: the exit waits for it
 atexit.register(print, "ATEXIT")
 sys.stdout.write("UNFLUSHED ")  # stdout is a pipe: block-buffered
-_compat.end_process(5)
+end_process(5)
 """
 
 
 def test_end_process_joins_threads_runs_atexit_flushes_and_skips_the_release_wait():
-    """In a fresh process: the interpreter's exit sequence, minus the wait for a release."""
+    """In a fresh process: the interpreter's exit sequence, minus the wait for a release; with
+    the trick off (the release kept on), ``sys.exit``: the wait happens (the guard can fail)."""
+    import os
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-c", END_PROCESS], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
-    assert run.returncode == 5, run.stderr
+    def run(switch: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, SPEED_TRICKS_ENV: switch}
+        return subprocess.run([sys.executable, "-c", END_PROCESS], capture_output=True,
+                              text=True, env=env, timeout=120)  # fmt: skip
+
+    done = run("1")
+    assert done.returncode == 5, done.stderr
     # The thread finished before the atexit handlers ran; the buffered write was not lost; the
     # object being released (its __del__ takes 2 s) was abandoned, not waited for.
-    assert run.stdout.split() == ["UNFLUSHED", "THREAD", "ATEXIT"], run.stdout
-    # The same script ending with sys.exit waits for the release (the guard can fail).
-    waited = END_PROCESS.replace("_compat.end_process(5)", "sys.exit(5)")
-    run = subprocess.run([sys.executable, "-c", waited], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
-    assert run.returncode == 5 and "RELEASED" in run.stdout.split(), run.stdout
+    assert done.stdout.split() == ["UNFLUSHED", "THREAD", "ATEXIT"], done.stdout
+    waited = run("release_in_background")  # end_process off: the interpreter's exit
+    assert waited.returncode == 5, waited.stderr
+    assert waited.stdout.split() == ["UNFLUSHED", "THREAD", "ATEXIT", "RELEASED"], waited.stdout
 
 
 def test_close_failed_reduce_pools_closes_the_pool_a_failed_eager_all_reduce_left_open():
@@ -183,9 +231,9 @@ def test_close_failed_reduce_pools_closes_the_pool_a_failed_eager_all_reduce_lef
         pools |= {v for v in tb.tb_frame.f_locals.values() if isinstance(v, Pool)}
         tb = tb.tb_next
     assert len(pools) == 1 and [p._state for p in pools] == ["RUN"]  # left open by TensorFlow
-    assert _compat.close_failed_reduce_pools(caught.value) == 1
+    assert close_failed_reduce_pools(caught.value) == 1
     assert [p._state for p in pools] == ["CLOSE"]
-    assert _compat.close_failed_reduce_pools(caught.value) == 0
+    assert close_failed_reduce_pools(caught.value) == 0
 
 
 def test_no_private_reach_outside_compat_in_the_modules_it_serves():
@@ -205,11 +253,70 @@ def test_no_private_reach_outside_compat_in_the_modules_it_serves():
     assert found == []
 
 
+def test_speed_tricks_live_in_compat_fast_alone():
+    """What the speed tricks reach into appears in no module of src/ but tfdp/_compat/fast/'s
+    (its table aside): the switch turns every one off; and one module reads the switch."""
+    tricky = re.compile(
+        r"_call_flat|raw_ops\.(Empty|InplaceUpdate)|experimental_ints_on_device"
+        r"|function_call_options|threading\._shutdown|_run_exitfuncs|os\._exit\("
+        r"|TF_CPU_ALLOCATOR_USE_BFC"
+    )
+    fast = SRC / "_compat" / "fast"
+    outside = [f for f in SRC.rglob("*.py") if fast not in f.parents]
+    outside.remove(SRC / "_compat" / "__init__.py")  # the table of what each trick reaches
+    found = [
+        f"{f.relative_to(SRC)}:{i}"
+        for f in outside
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if tricky.search(line)
+    ]
+    assert found == []
+    read = re.compile(rf'(\.get\(|\[)\s*(SPEED_TRICKS_ENV|"{SPEED_TRICKS_ENV}")')
+    readers = [f.relative_to(SRC).as_posix() for f in SRC.rglob("*.py")
+               if any(read.search(line) for line in f.read_text().splitlines()
+                      if ">>>" not in line)]  # fmt: skip
+    assert readers == ["_compat/fast/switch.py"]
+
+
+def test_the_switch_takes_1_0_or_the_tricks_to_keep():
+    assert tricks_on({}) == tricks_on({SPEED_TRICKS_ENV: "1"}) == frozenset(TRICKS)
+    assert tricks_on({SPEED_TRICKS_ENV: "0"}) == frozenset()
+    assert tricks_on({SPEED_TRICKS_ENV: " bound_call , end_process "}) == {
+        "bound_call",
+        "end_process",
+    }
+    assert trick_on("end_process", {SPEED_TRICKS_ENV: "bound_call"}) is False
+    for bad in ("yes", "bound_call,warp_drive", ","):
+        with pytest.raises(ConfigError, match=SPEED_TRICKS_ENV) as caught:
+            tricks_on({SPEED_TRICKS_ENV: bad})
+        assert all(name in str(caught.value) for name in TRICKS)
+    # every trick is in the package's table, with its fallback, and in the guide
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    for name in TRICKS:
+        assert f"(``{name}``, :mod:" in " ".join(tfdp._compat.__doc__.split()), name
+        assert f"`{name}`" in guide, name
+
+
+def test_a_bad_switch_is_bad_input_to_the_command():
+    """``tfdp`` says what the variable takes (exit 2, one line) and exits the plain way."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, SPEED_TRICKS_ENV: "fast", "PYTHONPATH": str(ROOT / "src")}
+    argv = ["sampler", "--num-examples", "4", "--replicas", "2"]
+    run = subprocess.run([sys.executable, "-m", "tfdp", *argv], capture_output=True, text=True,
+                         env=env, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "", (run.stdout, run.stderr)
+    assert run.stderr.startswith(f"tfdp: error: {SPEED_TRICKS_ENV} must be 1"), run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+
+
 def test_attach_optimizer_is_read_by_callbacks_and_not_checkpointed(tmp_path):
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     optimizer = keras.optimizers.Adam(0.5)
     optimizer.build(model.trainable_variables)
-    _compat.attach_optimizer(model, optimizer)
+    attach_optimizer(model, optimizer)
     assert model.optimizer is optimizer
     keys = [
         k
@@ -225,8 +332,23 @@ def test_attach_optimizer_is_read_by_callbacks_and_not_checkpointed(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_bound_call_runs_the_traced_function_on_the_same_distributed_iterator(mirrored_of):
-    """What ``tf.function`` runs per call after its trace look-up, on a distributed iterator."""
+class _Counted:
+    """A ``tf.function``'s stand-in that counts the calls made through ``__call__``."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def get_concrete_function(self, *args):
+        return self.fn.get_concrete_function(*args)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fn(*args)
+
+
+def test_bound_call_runs_the_traced_function_on_the_same_distributed_iterator(mirrored_of, tricks):
+    """What ``tf.function`` runs per call after its trace look-up, on a distributed iterator;
+    off, each call is ``fn(*args)`` (the look-up included). The values are the same."""
     strategy = mirrored_of(2)
     ds = tf.data.Dataset.range(40).batch(4)
     iterator = iter(strategy.experimental_distribute_dataset(ds))
@@ -237,13 +359,15 @@ def test_bound_call_runs_the_traced_function_on_the_same_distributed_iterator(mi
         return strategy.reduce("SUM", out, axis=None)
 
     scale = tf.constant(10, tf.int64)
-    bound = _compat.bound_call(step, iterator, scale)
+    counted = _Counted(step)
+    bound = bound_call(counted, iterator, scale)
     got = [int(bound()), int(step(iterator, scale)), int(bound()), int(bound())]
     assert got == [10 * sum(range(4 * i, 4 * i + 4)) for i in range(4)]  # one stream, in order
     assert step.experimental_get_tracing_count() == 1  # the same trace
+    assert counted.calls == (0 if tricks else 3)  # on: no call through tf.function's __call__
     tf.config.run_functions_eagerly(True)
     try:
-        assert int(_compat.bound_call(step, iterator, scale)()) == 10 * sum(range(16, 20))
+        assert int(bound_call(step, iterator, scale)()) == 10 * sum(range(16, 20))
     finally:
         tf.config.run_functions_eagerly(False)
 
@@ -270,23 +394,24 @@ def test_gradients_reduced_hands_the_optimizer_summed_gradients(mirrored_of):
 
     @tf.function
     def reduced_step():
-        with _compat.gradients_reduced(opt):
+        with gradients_reduced(opt):
             step(True)
 
     reduced_step()
     np.testing.assert_array_equal(v.numpy(), [-4.0, -4.0])  # the sum applied once, not twice
     assert "_all_reduce_sum_gradients" not in vars(opt)
     assert int(opt.iterations.numpy()) == 2
-    with _compat.gradients_reduced(opt):  # re-entrant: set until the last one leaves
-        with _compat.gradients_reduced(opt):
+    with gradients_reduced(opt):  # re-entrant: set until the last one leaves
+        with gradients_reduced(opt):
             pass
         assert "_all_reduce_sum_gradients" in vars(opt)
     assert "_all_reduce_sum_gradients" not in vars(opt)
 
 
-def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_rewrites():
+def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_rewrites(tricks):
     """The map's function carries the attribute that makes tf.data skip Grappler; its call of
-    ``fn`` carries the light configuration; the values are ``Dataset.map``'s, in order."""
+    ``fn`` carries the light configuration; the values are ``Dataset.map``'s, in order. Off, it
+    is ``Dataset.map`` itself."""
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
@@ -295,14 +420,18 @@ def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_
         return tf.reduce_sum(tf.image.flip_left_right(image[..., None])) + 0.5, x * x
 
     ds = tf.data.Dataset.range(50)
-    light = _compat.lightly_optimized_map(ds, fn, tf.data.AUTOTUNE)
+    light = lightly_optimized_map(ds, fn, tf.data.AUTOTUNE)
     want = list(ds.map(fn, tf.data.AUTOTUNE, deterministic=True).as_numpy_iterator())
     assert [tuple(map(float, v)) for v in light.as_numpy_iterator()] == [
         tuple(map(float, v)) for v in want
     ]
     assert light.element_spec == ds.map(fn).element_spec
-
     definition = light._functions()[0].function.function_def
+    if not tricks:  # the fallback: tf.data's own map, fully optimised by each iterator
+        assert "experimental_ints_on_device" not in definition.attr
+        assert isinstance(light, type(ds.map(fn, tf.data.AUTOTUNE)))
+        return
+
     assert definition.attr["experimental_ints_on_device"].b  # tf.data: no multi-device, no Grappler
     calls = ("PartitionedCall", "StatefulPartitionedCall")
     (call,) = [n for n in definition.node_def if n.op in calls]
@@ -319,31 +448,6 @@ def test_lightly_optimized_map_is_the_map_instantiated_on_one_device_with_light_
     assert not config_pb2.ConfigProto.FromString(
         after
     ).graph_options.rewrite_options.disable_tfg_optimizer
-
-
-def test_rows_in_place_write_into_the_batch_itself_in_a_parallel_loop():
-    """Each write's result is the batch's own buffer (InplaceUpdate aliases its input), and a
-    ``tf.while_loop`` with iterations in flight, traced, gives the rows of a stack."""
-    rows = _compat.RowsInPlace(3, [2], tf.float32)
-    first = rows.write(rows.batch, 1, tf.constant([4.0, 5.0]))
-    assert first.numpy()[1].tolist() == [4.0, 5.0]
-    assert rows.batch.numpy()[1].tolist() == [4.0, 5.0]  # the same memory: no copy was made
-
-    @tf.function(autograph=False)
-    def filled(n):
-        rows = _compat.RowsInPlace(n, [8, 8, 3], tf.float32)
-
-        def body(j, batch):
-            row = tf.image.resize(tf.fill([5, 7, 3], tf.cast(j, tf.float32)), [8, 8])
-            return j + 1, rows.write(batch, j, row * 2.0)
-
-        return tf.while_loop(lambda j, _: j < n, body, (0, rows.batch), parallel_iterations=4)[1]
-
-    got = filled(tf.constant(50)).numpy()
-    want = tf.stack(
-        [tf.image.resize(tf.fill([5, 7, 3], float(j)), [8, 8]) * 2.0 for j in range(50)]
-    )
-    np.testing.assert_array_equal(got, want.numpy())
 
 
 def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradients(mirrored_of):
@@ -386,7 +490,7 @@ def test_fit_step_overrides_are_traced_by_model_fit_and_see_each_replicas_gradie
 
         return wrapped
 
-    with _compat.fit_step_overrides(model, train_step=step, apply_gradients=apply):
+    with fit_step_overrides(model, train_step=step, apply_gradients=apply):
         model.fit(x, y, batch_size=2, epochs=2, verbose=0, shuffle=False)
     assert traced == ["step", "step"]  # traced once, inside: once per replica
     assert float(calls.numpy()) == 2 * 2  # 2 replicas x 2 steps
@@ -415,7 +519,7 @@ def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):
     code = (
         "import json, tensorflow as tf\n"
         "from tensorflow.python.eager import context\n"
-        "from tfdp._compat import configure_heartbeat\n"
+        "from tfdp._compat.process import configure_heartbeat\n"
         "cluster = json.loads(__import__('os').environ['TF_CONFIG'])['cluster']\n"
         "print('SET', configure_heartbeat(cluster, 'worker', 42.5))\n"
         "print('AGAIN', configure_heartbeat(cluster, 'worker', 1.0))\n"
@@ -423,7 +527,8 @@ def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):
         "c = context.context().coordination_service\n"
         "print('CONFIG', c.heartbeat_timeout_in_ms, c.service_leader, c.service_type,\n"
         "      [(j.name, j.num_tasks) for j in c.coordinated_job_list])\n"
-        "from tfdp._compat import end_process, in_coordinated_job, release_in_background\n"
+        "from tfdp._compat.fast.process import end_process, release_in_background\n"
+        "from tfdp._compat.process import in_coordinated_job\n"
         "print('COORDINATED', in_coordinated_job())\n"
         "class Slow:\n"
         "    def __del__(self): __import__('time').sleep(1); print('RELEASED', flush=True)\n"
@@ -446,7 +551,7 @@ def test_configure_heartbeat_is_kept_by_the_multi_worker_strategy(tmp_path):
     assert "SET True" in out and "AGAIN False" in out  # set once; a second call changes nothing
     assert "CONFIG 42500 /job:worker/replica:0/task:0 standalone [('worker', 1)]" in out, out
     assert "COORDINATED True" in out and "RELEASED" in out, out
-    assert not _compat.in_coordinated_job()  # this process: one-process strategies only
+    assert not in_coordinated_job()  # this process: one-process strategies only
 
 
 def test_prefer_bfc_cpu_allocator_gives_tf_an_allocator_that_keeps_freed_memory():
@@ -457,7 +562,7 @@ def test_prefer_bfc_cpu_allocator_gives_tf_an_allocator_that_keeps_freed_memory(
     import subprocess
     import sys
 
-    from tfdp._compat import CPU_ALLOCATOR_ENV, prefer_bfc_cpu_allocator
+    from tfdp._compat.fast.process import CPU_ALLOCATOR_ENV, prefer_bfc_cpu_allocator
 
     code = (
         "import resource, tensorflow as tf\n"
@@ -486,6 +591,10 @@ def test_prefer_bfc_cpu_allocator_gives_tf_an_allocator_that_keeps_freed_memory(
         )
     assert out["bfc"]["STATS"] == "True" and out["malloc"]["STATS"] == "False", out
     assert float(out["bfc"]["PAGES"]) < 2.0 < 8.0 < float(out["malloc"]["PAGES"]), out
+    # The trick off in the environment of the process to come: TensorFlow's own allocator.
+    env = {SPEED_TRICKS_ENV: "end_process,bound_call"}
+    prefer_bfc_cpu_allocator(env)
+    assert env == {SPEED_TRICKS_ENV: "end_process,bound_call"}
 
 
 def test_weight_decay_applies_reads_exclusions_on_a_replicas_component(mirrored_of):
@@ -498,16 +607,16 @@ def test_weight_decay_applies_reads_exclusions_on_a_replicas_component(mirrored_
         opt = keras.optimizers.SGD(weight_decay=0.1)
         opt.exclude_from_weight_decay(var_list=[b], var_names=["norm"])
     for var, decays in ((w, True), (b, False), (norm, False)):
-        assert _compat.weight_decay_applies(opt, var) is decays
+        assert weight_decay_applies(opt, var) is decays
         for component in strategy.experimental_local_results(var.value):
-            assert _compat.weight_decay_applies(opt, component) is decays
+            assert weight_decay_applies(opt, component) is decays
 
 
 def test_decays_in_update_step_turns_kerass_own_weight_decay_off():
     """Keras's SGD decays apart from its update (in ``_apply_weight_decay``); a subclass with
     the mixin first does not, and keeps ``weight_decay`` as its attribute and config."""
 
-    class Own(_compat.DecaysInUpdateStep, keras.optimizers.SGD):
+    class Own(DecaysInUpdateStep, keras.optimizers.SGD):
         pass
 
     out = []
@@ -530,7 +639,7 @@ def test_hold_untracked_keeps_a_layer_out_of_weights_and_checkpoints(tmp_path):
             self.own = keras.layers.Dense(1, name="own")
             self.own.build((None, 2))
             if untracked:
-                _compat.hold_untracked(self, "teacher", held)
+                hold_untracked(self, "teacher", held)
             else:
                 self.teacher = held
 
@@ -547,12 +656,7 @@ def test_hold_untracked_keeps_a_layer_out_of_weights_and_checkpoints(tmp_path):
 def test_keras_hubs_vit_layers_are_where_and_what_tfdp_models_builds_on():
     from keras_hub import __version__ as version
 
-    from tfdp._compat.keras_hub import (
-        BLOCK_SUBLAYERS,
-        CHECKED_KERAS_HUB,
-        CONFIG_ONLY_KEYS,
-        vit_layers,
-    )
+    from tfdp._compat.keras_hub import CONFIG_ONLY_KEYS, vit_layers
 
     assert _major_minor(version) == CHECKED_KERAS_HUB
     patches, distilled, block_type = vit_layers()
@@ -578,3 +682,40 @@ def test_keras_hubs_vit_layers_are_where_and_what_tfdp_models_builds_on():
         + [f"{n}/{k}" for n in ("ln_1", "ln_2") for k in ("gamma", "beta")]
         + [f"mlp/{n}/{k}" for n in ("dense_1", "dense_2") for k in ("kernel", "bias")]
     )  # fmt: skip
+
+
+def test_the_window_path_with_mixup_gives_the_same_batches_with_the_tricks_off(
+    tmp_path, monkeypatch
+):
+    """Where a trick is used in the input (the window loader's and the batch stages' lightly
+    optimised maps), each input built and read with the switch on and off: the same batches,
+    bit for bit; the graphs hold the trick's mark on, none off."""
+    from tensorflow.core.framework import graph_pb2
+
+    from photos import write_folder
+    from tfdp import augment
+    from tfdp.input import DistributedInput
+    from tfdp.sources import ImageFolderSource
+
+    root = write_folder(tmp_path / "photos", 12, classes=3, sizes=((30, 40), (41, 33)), seed=8)
+    runs = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(SPEED_TRICKS_ENV, switch)
+        stages = [augment.RandomResizedCrop(16), augment.RandomFlip(), augment.ToFloat(1.0),
+                  augment.Mixup(0.8, 1.0, num_classes=3)]  # fmt: skip
+        inp = DistributedInput(None, ImageFolderSource(root), sampler="repeat_aug",
+                               sampler_options={"num_repeats": 2, "selected_round": 0},
+                               batch_size=4, augment=augment.Compose(stages), seed=3)  # fmt: skip
+        assert type(inp.loader).__name__ == "WindowedBatches"
+        ds = inp.epoch(1)
+        graph = graph_pb2.GraphDef.FromString(ds._as_serialized_graph().numpy())
+        functions = graph.library.function
+        light = sum(f.attr["experimental_ints_on_device"].b for f in functions)
+        assert light >= 1 if switch == "1" else light == 0
+        runs[switch] = [[t.numpy() for t in tf.nest.flatten(batch)] for batch in ds]
+    assert len(runs["1"]) == 3
+    for on, off in zip(runs["1"], runs["0"], strict=True):
+        for a, b in zip(on, off, strict=True):
+            np.testing.assert_array_equal(a, b)
+    targets = np.concatenate([batch[1] for batch in runs["1"]])
+    assert (targets.max(1) < 0.99).any()  # Mixup mixed: its rows were written

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from shards import rewrite_shard
 from tfdp.cli.convert import convert_data
 from tfdp.cli.inspect import inspect_data
-from tfdp.errors import DataError, said_as
+from tfdp.cli.messages import said
+from tfdp.errors import DataError
 from tfdp.recipe import TrainConfig, build_data
 from tfdp.recipe.dataspec import check_images, check_labels, open_source
 
@@ -82,8 +83,9 @@ def test_stray_label_is_refused_with_its_value_and_index():
     message = str(err.value)
     assert "classes 3..999 have no example" in message
     assert "label(s) 1000 occur (at example(s) 17)" in message and "(num_classes)" in message
-    assert err.value.argument == "num_classes"  # the library's word, which a caller says its way
-    said = str(said_as(err.value, {"num_classes": "--num-classes"}))
+    assert err.value.argument is None  # the data is at fault; the fix it names is an argument
+    assert err.value.mentions == ("num_classes",)  # which a caller says its way
+    said = err.value.said(lambda name: "--num-classes" if name == "num_classes" else name)
     assert said == message.replace("(num_classes)", "(--num-classes)")
 
 
@@ -179,8 +181,9 @@ def test_inspect_convert_and_train_give_the_same_verdict(tmp_path):
                 call()
             assert phrase in str(err.value), (name, what, str(err.value))
             assert os.path.basename(path) in str(err.value), (name, what)
-            if name == "stray" and what != "eval":  # K inferred: each says the way out its way
-                assert "(--num-classes)" in str(err.value), (what, str(err.value))
+            if name == "stray" and what != "eval":  # K inferred: the way out named as data
+                assert "(num_classes)" in str(err.value), (what, str(err.value))
+                assert "(--num-classes)" in said(err.value), (what, str(err.value))  # the CLI's
         assert not (tmp_path / "out.npz").exists()
 
 

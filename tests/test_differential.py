@@ -382,3 +382,22 @@ def test_trainer_case(mirrored_of, cfg):
 @pytest.mark.parametrize("cfg", list(FIT_CASES.values()), ids=list(FIT_CASES))
 def test_fit_path_case(mirrored_of, cfg):
     _check_fit(mirrored_of, cfg)
+
+
+# -- the speed tricks off: every one's public-API fallback (TFDP_SPEED_TRICKS=0), one case of
+# -- each loop (tests/test_compat.py checks each trick both ways)
+WITHOUT_SPEED_TRICKS = {
+    "trainer": "l2-eval-padded-3-replicas-calls-of-3-resume-in-place",
+    "fit": "nonfinite-stop-4-replicas-padded",
+}
+
+
+def test_trainer_case_without_speed_tricks(mirrored_of, monkeypatch):
+    """Unbound calls, tf.data's own maps, iterators dropped by the loop: the same run."""
+    monkeypatch.setenv("TFDP_SPEED_TRICKS", "0")
+    _check_trainer(mirrored_of, TRAINER_CASES[WITHOUT_SPEED_TRICKS["trainer"]])
+
+
+def test_fit_path_case_without_speed_tricks(mirrored_of, monkeypatch):
+    monkeypatch.setenv("TFDP_SPEED_TRICKS", "0")
+    _check_fit(mirrored_of, FIT_CASES[WITHOUT_SPEED_TRICKS["fit"]])

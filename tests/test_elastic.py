@@ -205,7 +205,9 @@ def test_repeated_augmentation_copies_land_on_distinct_ranks():
 def test_refusals_name_the_fix():
     s = DistributedSampler(100, 2, 0)
     other = RepeatAugSampler(100, 3, 0, selected_round=0)
-    with pytest.raises(StateError, match=r"^plan must be a DistributedSampler.*a RepeatAugSampler"):
+    with pytest.raises(
+        StateError, match=r"^plan: must be a DistributedSampler.*a RepeatAugSampler"
+    ):
         s.follow(other)
     state = DistributedSampler(100, 4, 0, seed=1).state_dict(position=3)
     with pytest.raises(StateError, match=r"num_replicas: saved 4.*allow_world_size_change=True"):
@@ -353,7 +355,7 @@ def test_trainer_refuses_a_global_batch_that_changed(mirrored_of, stopped, tmp_p
 
 
 def test_a_global_batch_not_divided_by_the_replicas_names_the_valid_counts(mirrored_of):
-    with pytest.raises(ValueError, match="global_batch_size=6 must be a positive multiple"):
+    with pytest.raises(ValueError, match="global_batch_size: 6 must be a positive multiple"):
         DistributedInput(mirrored_of(4), ArraySource((X, Y)), global_batch_size=6)
 
 
@@ -466,5 +468,5 @@ def test_cli_names_the_replica_counts_that_divide_the_global_batch(tmp_path, cap
     argv = ["train", "--resume", "--run-dir", str(run), "--replicas", "4", "--no-progress"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "--batch-size 6 (the global batch) must be a multiple of the 4 replicas" in err
+    assert "--batch-size: 6 (the global batch) must be a multiple of the 4 replicas" in err
     assert "(1, 2, 3, 6)" in err

@@ -112,7 +112,7 @@ def test_keyed_permutation_large_n_at_sampled_positions(n):
 
 @pytest.mark.parametrize("n", [0, ix.MAX_EXAMPLES + 1])
 def test_keyed_permutation_refuses_n_out_of_range(n):
-    with pytest.raises(ValueError, match="n must be in"):
+    with pytest.raises(ValueError, match="n: must be in"):
         ix.KeyedPermutation(n, 0, 0)
 
 

@@ -513,7 +513,7 @@ def test_stream_augmentation_is_traced_once_per_input(stream_sources, batched):
 
 def test_stream_refuses_what_needs_random_access(stream_sources):
     src = stream_sources[8]
-    with pytest.raises(ValueError, match="sampler='eval' needs a random-access source"):
+    with pytest.raises(ValueError, match="sampler: 'eval' needs a random-access source"):
         DistributedInput(None, src, sampler="eval", batch_size=2)
     n = src.stream_length(1)
     with pytest.raises(ValueError, match="permutation= orders examples by index"):
@@ -584,7 +584,7 @@ def test_bad_batch_size(bs):
 
 
 def test_global_batch_size_must_divide(mirrored4):
-    with pytest.raises(ValueError, match="global_batch_size=10 must be a positive multiple"):
+    with pytest.raises(ValueError, match="global_batch_size: 10 must be a positive multiple"):
         DistributedInput(mirrored4, _source(), global_batch_size=10)
     inp = DistributedInput(mirrored4, _source(), global_batch_size=12)
     assert inp.batch_size == 3
@@ -614,5 +614,5 @@ def test_uneven_sampler_refused(mirrored4):
 
 
 def test_unknown_sampler_name():
-    with pytest.raises(ValueError, match="sampler must be one of"):
+    with pytest.raises(ValueError, match="sampler: must be one of"):
         DistributedInput(None, _source(), sampler="ra", batch_size=2)

@@ -113,15 +113,15 @@ def test_plan_ipv6_host_is_bracketed():
 @pytest.mark.parametrize(
     ("command", "ports", "kwargs", "message"),
     [
-        ([], [2222], {}, "command is empty"),
-        (["x"], [], {}, "workers must be an integer >= 1, got 0"),
+        ([], [2222], {}, "command: nothing to run"),
+        (["x"], [], {}, "must be an integer >= 1, got 0"),
         (["x"], [0], {}, "out of range"),
         (["x"], [65536], {}, "out of range"),
         (["x"], [-1, 2], {}, "out of range"),
         (["x"], [2222, 2223, 2222], {}, "duplicate port(s) [2222]"),
         (["x"], [2222], {"restart": -1}, "restart count"),
-        (["x"], [2222], {"host": ""}, "host '': expected a host name"),
-        (["x"], [2222], {"host": "a b"}, "host 'a b': expected a host name"),
+        (["x"], [2222], {"host": ""}, "host: '': expected a host name"),
+        (["x"], [2222], {"host": "a b"}, "host: 'a b': expected a host name"),
     ],
 )
 def test_plan_validation(command, ports, kwargs, message):
@@ -135,9 +135,9 @@ def test_ports_from_base():
     assert ports_from_base(65534, 2) == [65534, 65535]
     with pytest.raises(LaunchError, match="needs ports up to 65536, past 65535"):
         ports_from_base(65535, 2)
-    with pytest.raises(LaunchError, match="workers must be an integer >= 1"):
+    with pytest.raises(LaunchError, match="workers: must be an integer >= 1"):
         ports_from_base(29500, 0)
-    with pytest.raises(LaunchError, match=r"^port_base must be") as info:
+    with pytest.raises(LaunchError, match=r"^port_base: must be") as info:
         ports_from_base(0, 1)
     assert info.value.argument == "port_base"  # the CLI says it as --port-base
 
@@ -167,7 +167,7 @@ def test_free_ports_are_distinct_and_bindable():
     assert all(1 <= p <= 65535 for p in ports)
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[0]))  # really free (nothing kept it)
-    with pytest.raises(LaunchError, match="workers must be an integer >= 1"):
+    with pytest.raises(LaunchError, match="workers: must be an integer >= 1"):
         free_ports(0)
 
 
@@ -566,10 +566,14 @@ def test_output_held_by_a_process_outside_the_group_is_given_up(tmp_path, capsys
         (["--workers", "2", "--port-base", "70000", "--", "true"], "1..65535", 2),
         (
             ["--workers", "2", "--port-base", "65535", "--", "true"],
-            "error: --port-base 65535 with 2 workers needs ports up to 65536, past 65535",
+            "error: --port-base: 65535 with 2 workers needs ports up to 65536, past 65535",
             2,
         ),
-        (["--workers", "2", "--host", "a b", "--", "true"], "error: --host 'a b': expected", 2),
+        (
+            ["--workers", "2", "--host", "a b", "--", "true"],
+            "error: --node-addr: 'a b': expected",
+            2,
+        ),
         (["--workers", "1", "--grace-seconds", "-1", "--", "true"], "seconds >= 0", 2),
         (["--workers", "1", "--max-restarts", "x", "--", "true"], "integer >= 0", 2),
         (["--workers", "2", "--", "/nonexistent/tfdp-cmd"], "cannot start worker 0", 127),

@@ -401,19 +401,23 @@ def launcher(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--nnodes", "2", "--node-rank", "2"], "error: --node-rank 2 is not in 0..1 (nnodes 2)"),
-        (["--nnodes", "2:4", "--node-rank", "4"], "error: --node-rank 4 is not in 0..3"),
-        (["--nnodes", "1", "--node-rank", "1"], "error: --node-rank 1 is not in 0..0"),
-        (["--nnodes", "2"], "error: --node-rank is required with --nnodes 2: give every node"),
-        (["--nnodes", "3:2", "--node-rank", "0"], "argument --nnodes: MIN is above MAX"),
-        (["--nnodes", "two", "--node-rank", "0"], "argument --nnodes: expected N or MIN:MAX"),
-        (["--nnodes", "0", "--node-rank", "0"], "argument --nnodes: a job needs at least 1 node"),
-        (["--nnodes", "1:2:3", "--node-rank", "0"], "argument --nnodes: expected N or MIN:MAX"),
+        (["--nnodes", "2", "--node-rank", "2"],
+         "error: --node-rank: 2 is not in 0..1 (--nnodes 2)"),
+        (["--nnodes", "2:4", "--node-rank", "4"], "error: --node-rank: 4 is not in 0..3"),
+        (["--nnodes", "1", "--node-rank", "1"], "error: --node-rank: 1 is not in 0..0"),
+        (["--nnodes", "2"], "error: --node-rank: required with --nnodes 2: give every node"),
+        (["--nnodes", "3:2", "--node-rank", "0"], "argument --nnodes: '3:2': MIN is above MAX"),
+        (["--nnodes", "two", "--node-rank", "0"],
+         "argument --nnodes: 'two': expected N or MIN:MAX"),
+        (["--nnodes", "0", "--node-rank", "0"],
+         "argument --nnodes: '0': a job needs at least 1 node"),
+        (["--nnodes", "1:2:3", "--node-rank", "0"],
+         "argument --nnodes: '1:2:3': expected N or MIN:MAX"),
         (["--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1"],
-         "error: --master-addr '192.0.2.1' is not an address of this machine: node 0 hosts"),
-        (["--nnodes", "2", "--node-rank", "0", "--rdzv-id", ""], "error: --rdzv-id '': expected"),
+         "error: --master-addr: '192.0.2.1' is not an address of this machine: node 0 hosts"),
+        (["--nnodes", "2", "--node-rank", "0", "--rdzv-id", ""], "error: --rdzv-id: '': expected"),
         (["--nnodes", "2", "--node-rank", "1", "--node-addr", "192.0.2.1"],
-         "error: --node-addr '192.0.2.1' is not an address of this machine"),
+         "error: --node-addr: '192.0.2.1' is not an address of this machine"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_clear_error(args, message, capsys):
@@ -435,7 +439,7 @@ def test_an_unreachable_master_is_named_within_the_rendezvous_timeout():
                       "--rdzv-timeout", "1", "--nproc-per-node", "1", "--", PY, "-c",
                       "print('started')")  # fmt: skip
     assert result.returncode == 2, result.stderr
-    assert (f"error: --master-addr 127.0.0.1:{port}: no rendezvous there within 1s (Connection "
+    assert (f"error: --master-addr: 127.0.0.1:{port}: no rendezvous there within 1s (Connection "
             "refused). Node 0's launcher hosts it") in result.stderr  # fmt: skip
     assert "started" not in result.stdout
 
@@ -453,9 +457,9 @@ def test_refused_joins_and_a_node_that_never_joins_are_named(cluster):
         "job": cluster(2, "3", "env", *timeout, "--rdzv-id", "another-job"),
     }
     errors = {
-        "duplicate": "error: --node-rank 1 is taken by the node at 127.0.0.1",
-        "nnodes": "error: --nnodes 2 differs from the master's 3 (node 0 at 127.0.0.1:",
-        "job": "error: --rdzv-id 'another-job' is not this job's ('tfdp-",
+        "duplicate": "error: --node-rank: 1 is taken by the node at 127.0.0.1",
+        "nnodes": "error: --nnodes: 2 differs from the master's 3 (node 0 at 127.0.0.1:",
+        "job": "error: --rdzv-id: 'another-job' is not this job's ('tfdp-",
     }
     for name, node in refused.items():
         assert node.finish() == 2, node.text

@@ -128,10 +128,6 @@ def test_no_import_cycle_in_src():
 
 
 # -- public modules ---------------------------------------------------------------------------
-#: Issue 36 item 5's branch drops _compat's __all__ (private, by the rule); until it is merged.
-_PENDING = "tfdp._compat"
-
-
 def _section(title: str) -> str:
     return ARCHITECTURE.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
@@ -177,11 +173,7 @@ def _states_a_protocol(path: Path) -> bool:
 def test_all_is_on_the_public_modules_only():
     listed = _listed_public()
     assert {"tfdp", "tfdp.augment", "tfdp.errors", "tfdp.sources.base"} <= listed  # really read
-    with_all = {
-        name
-        for name, path in _modules().items()
-        if _has_all(path) and name != _PENDING and not name.startswith(_PENDING + ".")
-    }
+    with_all = {name for name, path in _modules().items() if _has_all(path)}
     assert sorted(with_all - listed) == [] and sorted(listed - with_all) == []
 
 

@@ -277,7 +277,7 @@ def test_drop_path_keeps_rows_at_its_rate_scaled_and_is_the_identity_at_inferenc
     assert np.abs(out.mean() - 1.0) < 0.02  # scaled by 1 / keep: the mean is kept
     second = layer(x, training=True).numpy()
     assert not np.array_equal(second, out)  # the next call draws anew
-    with pytest.raises(ConfigError, match=r"^rate must be in \[0, 1\), got 1.0"):
+    with pytest.raises(ConfigError, match=r"^rate: must be in \[0, 1\), got 1.0"):
         DropPath(1.0)
 
 
@@ -342,10 +342,10 @@ def test_bad_names_shapes_and_rates_name_the_argument(monkeypatch):
                                           r"deit_base_distilled_patch16_224, ") as err:  # fmt: skip
         model_spec("deit_tiny_patch")
     assert err.value.argument == "model" and all(n in str(err.value) for n in MODELS)
-    with pytest.raises(ConfigError, match=r"^input_shape \(40, 40, 3\): height and width must "
+    with pytest.raises(ConfigError, match=r"^input_shape: \(40, 40, 3\): height and width must "
                                           r"be multiples of the patch size 16"):  # fmt: skip
         vision_transformer("deit_tiny_patch16_224", (40, 40, 3), 3)
-    with pytest.raises(ConfigError, match=r"^drop_path must be in \[0, 1\), got 1.5") as err:
+    with pytest.raises(ConfigError, match=r"^drop_path: must be in \[0, 1\), got 1.5") as err:
         vision_transformer("deit_tiny_patch16_224", (32, 32, 3), 3, drop_path=1.5)
     assert err.value.argument == "drop_path"
     real = __import__("importlib.util").util.find_spec
@@ -358,7 +358,7 @@ def test_bad_names_shapes_and_rates_name_the_argument(monkeypatch):
 
 def test_read_state_dict_refuses_files_that_hold_none(tmp_path):
     (tmp_path / "x.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(DataError, match=r"^path '.*x.safetensors' is not a readable "):
+    with pytest.raises(DataError, match=r"^path: '.*x.safetensors' is not a readable "):
         read_state_dict(tmp_path / "x.safetensors")
     (tmp_path / "x.npz").write_bytes(b"")
     with pytest.raises(DataError, match=r"expected a timm / DeiT checkpoint \(.pth, .pt, "):

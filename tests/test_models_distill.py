@@ -117,14 +117,14 @@ def test_the_distiller_stacks_heads_and_a_frozen_teacher_and_infers_the_heads_av
 
 
 def test_the_distiller_refuses_what_it_cannot_train():
-    with pytest.raises(ConfigError, match=r"^student 'tiny' has no distillation head") as err:
+    with pytest.raises(ConfigError, match=r"^student: 'tiny' has no distillation head") as err:
         Distiller(vision_transformer(ViTSpec("tiny", 16, 1, 2), (16, 16, 3), K), _teacher())
     assert err.value.argument == "student"
-    with pytest.raises(ConfigError, match=r"^teacher 'teacher' outputs \(None, 3\), the student "
+    with pytest.raises(ConfigError, match=r"^teacher: 'teacher' outputs \(None, 3\), the student "
                                           r"5 classes") as err:  # fmt: skip
         Distiller(_student(), _teacher(3))
     assert err.value.argument == "teacher"
-    with pytest.raises(ConfigError, match=r"^model 'student_distiller' is a Distiller: train it "
+    with pytest.raises(ConfigError, match=r"^model: 'student_distiller' is a Distiller: train it "
                                           r"with tfdp.train.Trainer"):  # fmt: skip
         Distiller(_student(), _teacher()).compile("sgd", "mse")
 

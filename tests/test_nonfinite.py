@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 from reference import epoch_batches, optimizer_steps
-from tfdp import ArraySource, DistributedInput, _compat
+from tfdp import ArraySource, DistributedInput
+from tfdp._compat.fast.process import wait_for_releases
 from tfdp.checkpoint import CheckpointManager, DataPosition, NonFiniteCheckpointError
 from tfdp.train import NonFiniteError, Trainer, fit
 
@@ -107,7 +108,7 @@ def test_trainer_stops_at_the_nonfinite_step_without_applying_or_saving_it(
         tr.fit(inp, 2)
     # The kept exception holds fit's frames, not its input stream: that iterator is gone,
     # with no garbage collection, once fit's release of it is done (on tfdp's release thread).
-    _compat.wait_for_releases()
+    wait_for_releases()
     assert [o for o in _iterators() if id(o) not in before] == []
     err = info.value
     assert err.global_step == bad and err.what in ("loss", "gradient")  # the poisoned step

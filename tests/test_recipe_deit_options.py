@@ -146,7 +146,7 @@ def test_randaugment_fills_with_the_normalisations_mean_colour():
 def test_a_normalisation_that_does_not_fit_the_channels_names_the_flag():
     from tfdp.recipe.augment_options import normalization
 
-    with pytest.raises(ConfigError, match=r"--mean has 3 values and the images 4 channels"):
+    with pytest.raises(ConfigError, match=r"mean: 3 values, and the images have 4 channels"):
         normalization(TrainConfig(mean=[0.5, 0.5, 0.5]), 4)
     assert normalization(TrainConfig(mean=[0.5], std=[0.5]), 4) == ((0.5,) * 4, (0.5,) * 4)
     assert normalization(TrainConfig(model="deit_tiny_patch16_224", mean=[0], std=[1]), 3) is None
@@ -263,18 +263,18 @@ print(json.dumps([results, "tensorflow" in sys.modules]))
 """
 
 BAD = [
-    (["--eval-crop-ratio", "0"], "--eval-crop-ratio must be in (0, 1]"),
-    (["--eval-crop-ratio", "1.5"], "--eval-crop-ratio must be in (0, 1]"),
-    (["--eval-crop-ratio", "nan"], "--eval-crop-ratio must be in (0, 1]"),
-    (["--eval-crop-ratio", "0.9"], "--eval-crop-ratio 0.9 crops nothing here"),
-    (["--mean", "0.5", "0.5"], "--mean 0.5 0.5: give 1 value (every channel) or 3"),
-    (["--std", "0.2", "0.2", "0.2", "0.2"], "--std 0.2 0.2 0.2 0.2: give 1 value"),
-    (["--mean", "123.68", "116.78", "103.94"], "--mean 123.68 116.78 103.94: every value must"),
-    (["--std", "0"], "--std 0: every value must be in (0, 1]"),
+    (["--eval-crop-ratio", "0"], "--eval-crop-ratio: must be in (0, 1]"),
+    (["--eval-crop-ratio", "1.5"], "--eval-crop-ratio: must be in (0, 1]"),
+    (["--eval-crop-ratio", "nan"], "--eval-crop-ratio: must be in (0, 1]"),
+    (["--eval-crop-ratio", "0.9"], "--eval-crop-ratio: 0.9 crops nothing here"),
+    (["--mean", "0.5", "0.5"], "--mean: 0.5 0.5: give 1 value (every channel) or 3"),
+    (["--std", "0.2", "0.2", "0.2", "0.2"], "--std: 0.2 0.2 0.2 0.2: give 1 value"),
+    (["--mean", "123.68", "116.78", "103.94"], "--mean: 123.68 116.78 103.94: every value must"),
+    (["--std", "0"], "--std: 0: every value must be in (0, 1]"),
     (["--lr-rule", "linear"], "must be one of ['none', 'deit', 'timm'], got 'linear'"),
-    (["--lr-base-size", "128"], "--lr-base-size belongs to --lr-rule timm"),
-    (["--lr-rule", "deit", "--lr-base-scale", "sqrt"], "--lr-base-scale belongs to --lr-rule"),
-    (["--lr-rule", "timm", "--lr-base-size", "0"], "--lr-base-size must be an integer >= 1"),
+    (["--lr-base-size", "128"], "--lr-base-size: belongs to --lr-rule timm"),
+    (["--lr-rule", "deit", "--lr-base-scale", "sqrt"], "--lr-base-scale: belongs to --lr-rule"),
+    (["--lr-rule", "timm", "--lr-base-size", "0"], "--lr-base-size: must be an integer >= 1"),
 ]
 
 

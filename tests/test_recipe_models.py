@@ -107,7 +107,7 @@ def test_a_failing_factory_is_exit_2_naming_model_not_a_bug(models_here, capsys)
     argv = ["train", "--model", "models_i26:broken", "--epochs", "1", "--replicas", "4"]
     assert main([*argv, "--run-dir", str(models_here / "run")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tfdp: error: --model 'models_i26:broken': broken(") and "bug" not in err
+    assert err.startswith("tfdp: error: --model: 'models_i26:broken': broken(") and "bug" not in err
 
 
 # -- DeiT's and ViT's models by name, drop path, --finetune, distillation (issue 35) -----------
@@ -121,7 +121,7 @@ def test_vit_names_are_models_and_an_unknown_name_lists_every_one():
     with pytest.raises(ConfigError, match=listed + r"'deit_small_patch16_224'\?\)") as err:
         check_model_ref("deit_smal_patch16_224")
     assert all(name in str(err.value) for name in MODELS) and err.value.argument == "model"
-    with pytest.raises(ConfigError, match=r"^drop_path 0.1: model 'cnn' has no stochastic depth"):
+    with pytest.raises(ConfigError, match=r"^drop_path: 0.1: model 'cnn' has no stochastic depth"):
         build_model("cnn", (8, 8, 1), 10, drop_path=0.1)
     with pytest.raises(ConfigError, match=r"model factory _resnet50_like takes no drop_path_rate"):
         _factory_arguments(_resnet50_like, (32, 32, 3), 10, drop_path=0.1)
@@ -153,50 +153,50 @@ def test_every_model_refusal_comes_before_tensorflow_loads(tmp_path):
     dist = ["train", "--model", "deit_tiny_distilled_patch16_224", "--run-dir", f"{t}/r"]
     cases = [
         (["train", "--model", "deit_tiny", "--run-dir", f"{t}/r"],
-         "--model 'deit_tiny': expected 'cnn', 'resnet', a ViT / DeiT name "
+         "--model: 'deit_tiny': expected 'cnn', 'resnet', a ViT / DeiT name "
          "(deit_base_distilled_patch16_224, deit_base_patch16_224"),
-        ([*vit, "--image-size", "40"], "--image-size 40: --model deit_tiny_patch16_224 takes "
+        ([*vit, "--image-size", "40"], "--image-size: 40: --model deit_tiny_patch16_224 takes "
          "images whose size is a multiple of its patch, 16 (e.g. 32 or 48)"),
-        ([*vit, "--drop-path", "1.0"], "--drop-path must be in [0, 1), got 1.0"),
-        ([*vit, "--drop-path", "-0.1"], "--drop-path must be in [0, 1), got -0.1"),
+        ([*vit, "--drop-path", "1.0"], "--drop-path: must be in [0, 1), got 1.0"),
+        ([*vit, "--drop-path", "-0.1"], "--drop-path: must be in [0, 1), got -0.1"),
         (["train", "--drop-path", "0.1", "--run-dir", f"{t}/r"],
-         "--drop-path 0.1: model 'cnn' has no stochastic depth"),
-        ([*dist, "--distillation-type", "hard"], "--distillation-type hard needs a teacher: "
+         "--drop-path: 0.1: model 'cnn' has no stochastic depth"),
+        ([*dist, "--distillation-type", "hard"], "--distillation-type: hard needs a teacher: "
          "give --teacher-model"),
         ([*vit, "--distillation-type", "soft", "--teacher-model", f"{t}/t.keras"],
          "--model 'deit_tiny_patch16_224' has none; use deit_*_distilled_patch16_224 (e.g. "
          "deit_tiny_distilled_patch16_224)"),
         ([*dist, "--distillation-type", "hard", "--teacher-model", f"{t}/no.keras"],
-         f"--teacher-model '{t}/no.keras' does not exist"),
+         f"--teacher-model: '{t}/no.keras' does not exist"),
         ([*dist, "--teacher-model", f"{t}/t.keras"],
-         "--teacher-model is given but --distillation-type is none"),
+         "--teacher-model: given, but --distillation-type is none"),
         ([*dist, "--distillation-type", "hard", "--teacher-model", "deit_base_patch16_224"],
          "give its weights in --teacher-path"),
         ([*dist, "--distillation-type", "hard", "--teacher-model", "deit_base_patch16_224",
-          "--teacher-path", f"{t}/no.pth"], f"--teacher-path '{t}/no.pth' does not exist"),
+          "--teacher-path", f"{t}/no.pth"], f"--teacher-path: '{t}/no.pth' does not exist"),
         ([*dist, "--distillation-type", "hard", "--teacher-model", "nosuch_teacher",
-          "--teacher-path", f"{t}/w.weights.h5"], "--teacher-model 'nosuch_teacher': expected"),
+          "--teacher-path", f"{t}/w.weights.h5"], "--teacher-model: 'nosuch_teacher': expected"),
         ([*dist, "--distillation-type", "soft", "--teacher-model", f"{t}/t.keras",
-          "--distillation-tau", "0"], "--distillation-tau must be a finite number > 0, got 0.0"),
+          "--distillation-tau", "0"], "--distillation-tau: must be a finite number > 0, got 0.0"),
         ([*dist, "--distillation-type", "soft", "--teacher-model", f"{t}/t.keras",
-          "--distillation-alpha", "1.5"], "--distillation-alpha must be in [0, 1], got 1.5"),
-        ([*vit, "--finetune", f"{t}/no.pth"], f"--finetune '{t}/no.pth' does not exist"),
+          "--distillation-alpha", "1.5"], "--distillation-alpha: must be in [0, 1], got 1.5"),
+        ([*vit, "--finetune", f"{t}/no.pth"], f"--finetune: '{t}/no.pth' does not exist"),
         ([*vit, "--finetune", f"{t}/t.keras"], "expected a timm / DeiT checkpoint (.pth, .pt"),
         (["train", "--finetune", f"{t}/x.pth", "--run-dir", f"{t}/r"],
-         "--finetune loads timm / DeiT checkpoints into the ViT / DeiT models"),
+         "--finetune: loads timm / DeiT checkpoints into the ViT / DeiT models"),
         (["models", "import", "deit_tiny", "--from", f"{t}/x.pth", "--out", f"{t}/m.keras"],
-         "NAME 'deit_tiny' is not one of the ViT / DeiT names (did you mean "
+         "NAME: 'deit_tiny' is not one of the ViT / DeiT names (did you mean "
          "'deit_tiny_patch16_224'?)"),
         (["models", "import", "deit_tiny_patch16_224", "--from", f"{t}/x.pth", "--out",
-          f"{t}/m.keras"], f"--from '{t}/x.pth' does not exist"),
+          f"{t}/m.keras"], f"--from: '{t}/x.pth' does not exist"),
         (["models", "import", "deit_tiny_patch16_224", "--from", f"{t}/t.keras", "--out",
-          f"{t}/m.h5"], f"--out '{t}/m.h5': give a .keras file name"),
+          f"{t}/m.h5"], f"--out: '{t}/m.h5': give a .keras file name"),
     ]  # fmt: skip
     hidden = [
-        (vit, "--model 'deit_tiny_patch16_224' is built on keras-hub, which is not installed: "
+        (vit, "--model: 'deit_tiny_patch16_224' is built on keras-hub, which is not installed: "
          "pip install 'tfdp[models]'"),
         (["models", "import", "vit_small_patch16_224", "--from", f"{t}/x.pth", "--out",
-          f"{t}/m.keras"], "NAME 'vit_small_patch16_224' is built on keras-hub, which is not "
+          f"{t}/m.keras"], "NAME: 'vit_small_patch16_224' is built on keras-hub, which is not "
          "installed: pip install 'tfdp[models]'"),
     ]  # fmt: skip
     argvs = [[False, argv] for argv, _ in cases] + [[True, argv] for argv, _ in hidden]
@@ -304,7 +304,7 @@ def test_a_teacher_by_name_gets_its_weights_from_teacher_path(tmp_path):
     model = student_and_teacher(cfg, student, shape, 3, ModelFiles(teacher=state))
     assert all((w.numpy() == 0.25).all() for w in model.teacher.trainable_weights)
     cfg.teacher_model, cfg.teacher_path = "resnet", weights
-    with pytest.raises(ConfigError, match=r"^--teacher-model 'resnet': "):
+    with pytest.raises(ConfigError, match=r"^teacher_model: 'resnet': "):
         student_and_teacher(cfg, student, shape, 3, ModelFiles())
 
 

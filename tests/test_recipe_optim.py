@@ -160,13 +160,13 @@ def test_label_smoothing_is_timms():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"momentum": -0.5}, "--momentum must be a finite number >= 0"),
-        ({"smoothing": 1.0}, r"--smoothing must be in \[0, 1\)"),
-        ({"clip_grad": 0.0}, "--clip-grad must be a finite number > 0"),
-        ({"model_ema_decay": 1.5}, "--model-ema-decay must be in"),
-        ({"min_lr": -1.0}, "--min-lr must be a finite number >= 0"),
-        ({"accum_steps": 0}, "--accum-steps must be an integer >= 1"),
-        ({"keep_checkpoints": 0}, "--keep-checkpoints must be an integer >= 1"),
+        ({"momentum": -0.5}, "momentum: must be a finite number >= 0"),
+        ({"smoothing": 1.0}, r"smoothing: must be in \[0, 1\)"),
+        ({"clip_grad": 0.0}, "clip_grad: must be a finite number > 0"),
+        ({"model_ema_decay": 1.5}, "model_ema_decay: must be in"),
+        ({"min_lr": -1.0}, "min_lr: must be a finite number >= 0"),
+        ({"accum_steps": 0}, "accum_steps: must be an integer >= 1"),
+        ({"keep_checkpoints": 0}, "keep_checkpoints: must be an integer >= 1"),
         ({"sched_one_epoch_late": True}, "give --no-sched-on-updates with it"),
     ],
 )
@@ -195,11 +195,11 @@ def test_a_momentum_given_to_an_optimizer_without_one_is_refused_naming_the_flag
     def request(*argv):
         return train_request(build_parser().parse_args(["train", *argv]))
 
-    only = r"--momentum 0.5 with --optimizer adamw: only sgd, nesterov and momentum"
+    only = r"momentum: 0.5 with --optimizer adamw: only sgd, nesterov and momentum"
     with pytest.raises(ConfigError, match=only):
         check_given(*request("--opt", "adamw", "--momentum", "0.5"))
     (tmp_path / "c.yaml").write_text("opt: lion\nmomentum: 0.95\n")
-    with pytest.raises(ConfigError, match=r"--momentum 0.95 with --optimizer lion"):
+    with pytest.raises(ConfigError, match=r"momentum: 0.95 with --optimizer lion"):
         check_given(*request("--config", str(tmp_path / "c.yaml")))
     for argv in (["--opt", "adamw"], ["--opt", "nesterov", "--momentum", "0.5"], []):
         check_given(*request(*argv))
@@ -217,10 +217,10 @@ def test_a_momentum_given_to_an_optimizer_without_one_is_refused_naming_the_flag
             check_given(merged, given)
             assert (merged.optimizer, merged.momentum) == ("sgd", 0.5)
         else:
-            with pytest.raises(ConfigError, match=r"--momentum 0.5 with --optimizer adamw"):
+            with pytest.raises(ConfigError, match=r"momentum: 0.5 with --optimizer adamw"):
                 check_given(merged, given)
     # the Python API: every option set (not None) counts as given
-    with pytest.raises(ConfigError, match=r"--momentum 0.9 with --optimizer adam"):
+    with pytest.raises(ConfigError, match=r"momentum: 0.9 with --optimizer adam"):
         check_given(TrainConfig(momentum=0.9))
     check_given(TrainConfig(optimizer="momentum", momentum=0.9))
 
@@ -258,9 +258,9 @@ def test_optimizer_flags_are_refused_before_tensorflow_loads(tmp_path):
     (tmp_path / "c.toml").write_text('opt = "adam"\nmomentum = 0.8\n')
     adamw, old = _run_dir(tmp_path, "adamw", "adamw"), _run_dir(tmp_path, "old", "adamw", fmt=1)
     cases = [
-        (["--opt", "adamw", "--momentum", "0.5"], "--momentum 0.5 with --optimizer adamw"),
-        (["--config", str(tmp_path / "c.toml")], "--momentum 0.8 with --optimizer adam:"),
-        (["--resume", "--run-dir", str(adamw), "--momentum", "0"], "--momentum 0 with "),
+        (["--opt", "adamw", "--momentum", "0.5"], "--momentum: 0.5 with --optimizer adamw"),
+        (["--config", str(tmp_path / "c.toml")], "--momentum: 0.8 with --optimizer adam:"),
+        (["--resume", "--run-dir", str(adamw), "--momentum", "0"], "--momentum: 0 with "),
         (["--resume", "--run-dir", str(old)], "by an earlier tfdp (config.json format 1"),
     ]
     argv = [["train", *a, *([] if "--run-dir" in a else ["--run-dir", str(tmp_path / "r")])]

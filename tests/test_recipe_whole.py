@@ -172,7 +172,7 @@ def test_deit_tiny_distilled_whole_recipe_resumes_bit_identically_and_its_comman
                             "weights sha256 ")  # fmt: skip
     assert f"is not the run's (--teacher-model 'teacher.keras', weights sha256 " \
            f"{record['sha256']})" in other  # fmt: skip
-    assert "--teacher-model 'teacher5.keras' outputs (None, 5), the data has 3 classes" in five
+    assert "--teacher-model: 'teacher5.keras' outputs (None, 5), the data has 3 classes" in five
     assert ("--finetune 'bad.safetensors': key 'blocks.3.attn.proj.weight' has shape (192, 96), "
             "the model needs (192, 192)") in finetune  # fmt: skip
     assert "Traceback" not in proc.stderr

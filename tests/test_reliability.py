@@ -273,7 +273,7 @@ def test_a_corrupt_image_is_named_or_skipped(tmp_path, folder_with_a_bad_file):
 def test_meaningful_line_of_real_tensorflow_errors(folder_with_a_bad_file):
     import tensorflow as tf
 
-    from tfdp.errors import user_message
+    from tfdp.cli.messages import user_message
     from tfdp.sources import ImageFolderSource
 
     root, bad = folder_with_a_bad_file
@@ -310,7 +310,7 @@ def test_meaningful_line_of_real_tensorflow_errors(folder_with_a_bad_file):
 
 def test_meaningful_line_names_the_peer():
     """The text TensorFlow 2.21 gave worker 0 when worker 1 was killed (captured)."""
-    from tfdp.errors import meaningful_line
+    from tfdp.cli.messages import meaningful_line
 
     text = (
         "Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most recent "
@@ -333,40 +333,40 @@ def test_meaningful_line_names_the_peer():
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--image-size", "-4"], "--image-size must be an integer >= 1, got -4"),
-        (["--image-size", "0"], "--image-size must be an integer >= 1, got 0"),
-        (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
-        (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
-        (["--lr", "0"], "--lr must be a finite number > 0"),
-        (["--epochs", "0"], "--epochs must be an integer >= 1"),
-        (["--batch-size", "-8"], "--batch-size must be an integer >= 1"),
-        (["--replicas", "0"], "--replicas must be an integer >= 1"),
-        (["--steps-per-call", "0"], "--steps-per-call must be an integer >= 1"),
-        (["--checkpoint-every", "0"], "--checkpoint-every must be an integer >= 1"),
-        (["--num-classes", "0"], "--num-classes must be an integer >= 1"),
-        (["--eval-fraction", "1"], "--eval-fraction must be in (0, 1)"),
-        (["--repeats", "0.5"], "--repeats must be a finite number >= 1"),
-        (["--seed", "-1"], "--seed must be an integer >= 0"),
-        (["--weight-decay", "-0.1"], "--weight-decay must be a finite number >= 0"),
-        (["--selected-round", "-2"], "--selected-round must be an integer >= 0"),
+        (["--image-size", "-4"], "--image-size: must be an integer >= 1, got -4"),
+        (["--image-size", "0"], "--image-size: must be an integer >= 1, got 0"),
+        (["--lr", "nan"], "--lr: must be a finite number > 0, got nan"),
+        (["--lr", "inf"], "--lr: must be a finite number > 0, got inf"),
+        (["--lr", "0"], "--lr: must be a finite number > 0"),
+        (["--epochs", "0"], "--epochs: must be an integer >= 1"),
+        (["--batch-size", "-8"], "--batch-size: must be an integer >= 1"),
+        (["--replicas", "0"], "--replicas: must be an integer >= 1"),
+        (["--steps-per-call", "0"], "--steps-per-call: must be an integer >= 1"),
+        (["--checkpoint-every", "0"], "--checkpoint-every: must be an integer >= 1"),
+        (["--num-classes", "0"], "--num-classes: must be an integer >= 1"),
+        (["--eval-fraction", "1"], "--eval-fraction: must be in (0, 1)"),
+        (["--repeats", "0.5"], "--repeats: must be a finite number >= 1"),
+        (["--seed", "-1"], "--seed: must be an integer >= 0"),
+        (["--weight-decay", "-0.1"], "--weight-decay: must be a finite number >= 0"),
+        (["--selected-round", "-2"], "--selected-round: must be an integer >= 0"),
         (["--on-bad-file", "ignore"], "must be one of ['error', 'skip']"),
         (
             ["--gradient-compression", "fp16", "--mixed-precision", "mixed_float16"],
-            "--gradient-compression fp16 cannot be combined with --mixed-precision mixed_float16",
+            "--gradient-compression: fp16 cannot be combined with --mixed-precision mixed_float16",
         ),
-        (["--aa", "rand-m9-mstd0.5-foo"], "--aa 'rand-m9-mstd0.5-foo': unknown section 'foo'"),
-        (["--aa", "v0"], "--aa 'v0': only timm's RandAugment strings are supported"),
+        (["--aa", "rand-m9-mstd0.5-foo"], "--aa: 'rand-m9-mstd0.5-foo': unknown section 'foo'"),
+        (["--aa", "v0"], "--aa: 'v0': only timm's RandAugment strings are supported"),
         (["--aa", "rand-m15"], "magnitude 15 (section 'm15') is above its bound 10"),
         (["--aa", "rand-m9-n0"], "section 'n0': n (ops per image) must be >= 1"),
-        (["--reprob", "1.5"], "--reprob must be a number in [0, 1], got 1.5"),
-        (["--reprob", "-0.25"], "--reprob must be a number in [0, 1], got -0.25"),
+        (["--reprob", "1.5"], "--reprob: must be a number in [0, 1], got 1.5"),
+        (["--reprob", "-0.25"], "--reprob: must be a number in [0, 1], got -0.25"),
         (["--remode", "zeros"], "must be one of ['pixel', 'rand', 'const']"),
-        (["--mixup", "-0.8"], "--mixup must be a finite number >= 0"),
-        (["--cutmix", "-1"], "--cutmix must be a finite number >= 0"),
-        (["--mixup", "0.8", "--mixup-prob", "1.2"], "--mixup-prob must be a number in [0, 1]"),
+        (["--mixup", "-0.8"], "--mixup: must be a finite number >= 0"),
+        (["--cutmix", "-1"], "--cutmix: must be a finite number >= 0"),
+        (["--mixup", "0.8", "--mixup-prob", "1.2"], "--mixup-prob: must be a number in [0, 1]"),
         (["--mixup-mode", "half"], "must be one of ['batch', 'pair', 'elem'], got 'half'"),
-        (["--smoothing", "1"], "--smoothing must be in [0, 1), got 1.0"),
-        (["--smoothing", "-0.1"], "--smoothing must be in [0, 1), got -0.1"),
+        (["--smoothing", "1"], "--smoothing: must be in [0, 1), got 1.0"),
+        (["--smoothing", "-0.1"], "--smoothing: must be in [0, 1), got -0.1"),
     ],
 )
 def test_bad_numbers_are_refused_before_anything_runs(flags, message, capsys, tmp_path):
@@ -401,7 +401,7 @@ def test_equal_size_folder_is_not_said_to_vary_and_big_batches_name_the_flag(tmp
     cfg = TrainConfig(data=str(tmp_path / "small.npz"), batch_size=512)
     with pytest.raises(ValueError) as err:
         check_one_step(cfg, build_data(cfg), 2)
-    assert "--batch-size 512 is more than one epoch holds" in str(err.value)
+    assert "batch_size: 512 is more than one epoch holds" in str(err.value)
     assert "at most 28" in str(err.value) and "drop_remainder" not in str(err.value)
 
 
@@ -438,7 +438,7 @@ def test_float_labels_are_refused_and_one_class_is_warned_about(tmp_path, capsys
             str(tmp_path / "r2")]  # fmt: skip
     assert main(argv) == 2  # soft targets need classes: refused before a step, not a bug
     err = capsys.readouterr().err
-    assert "--mixup / --cutmix mix class labels into soft targets" in err, err
+    assert "--mixup: mixes class labels into soft targets (as --cutmix does)" in err, err
     assert "at least 2 classes, and this one has 1" in err and "Traceback" not in err
 
 

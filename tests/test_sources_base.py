@@ -92,7 +92,7 @@ def test_a_duck_typed_source_is_read_by_index():
 
 
 def test_an_object_meeting_no_contract_is_refused_naming_the_argument():
-    with pytest.raises(TypeError, match=r"^source must be a random-access source .* got list$"):
+    with pytest.raises(TypeError, match=r"^source: must be a random-access source .* got list$"):
         DistributedInput(None, [1, 2, 3], batch_size=1)
 
 
@@ -109,7 +109,7 @@ def test_augmentations_are_told_apart_by_the_protocol():
 
     assert isinstance(Flagged(), augment.BatchedAugmentation)  # the attribute is declared ...
     assert not augment.is_batched_augmentation(Flagged())  # ... and says per-example
-    with pytest.raises(TypeError, match="stages must be batched"):
+    with pytest.raises(TypeError, match="stages: must be batched"):
         augment.Compose([Flagged()])
 
 

@@ -227,7 +227,7 @@ def test_gzip_round_trip(tmp_path):
     src = TFRecordSource(files)
     assert src.compression == "GZIP"
     assert sorted(int(y) for _, y in _read_all(src)) == list(range(12))
-    with pytest.raises(ValueError, match="compression='ZLIB' but the manifest says 'GZIP'"):
+    with pytest.raises(ValueError, match="compression: 'ZLIB', but the manifest says 'GZIP'"):
         TFRecordSource(files, compression="ZLIB")
     # Without a manifest, a compressed file read as uncompressed is named.
     lone = tmp_path / "lone" / "part.tfrecord"

@@ -265,7 +265,7 @@ def test_a_trainer_of_parts_trains_as_the_constructor_and_refuses_a_part_of_the_
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert composed.model is parts.step.model and composed.optimizer is parts.step.optimizer
     parts.logs = object()
-    with pytest.raises(ConfigError, match=r"^logs must meet tfdp\.train\.parts\.RunLog") as err:
+    with pytest.raises(ConfigError, match=r"^logs: must meet tfdp\.train\.parts\.RunLog") as err:
         Trainer.from_parts(parts)
     assert err.value.argument == "logs"
 

@@ -145,7 +145,7 @@ def test_types_tfdp_cannot_train_are_refused_naming_them(mirrored_of):
     trainer = Trainer(
         strategy, model64, lambda: keras.optimizers.SGD(LR), float32_only, progress=False, verbose=0
     )
-    with pytest.raises(ConfigError, match=r"loss 'float32_only' failed on the model's float64"):
+    with pytest.raises(ConfigError, match=r"loss: 'float32_only' failed on the model's float64"):
         trainer.fit(inp, 1)
 
     with strategy.scope():

@@ -546,7 +546,7 @@ def test_tfrecords_of_a_jpeg_folder_hold_the_files_byte_for_byte(tmp_path):
     assert got == want
     encoded = TFRecordSource(files, images="encoded")
     assert encoded.element_spec[0] == tf.TensorSpec([], tf.string)
-    with pytest.raises(ValueError, match="images must be 'decoded' or 'encoded'"):
+    with pytest.raises(ValueError, match="images: must be 'decoded' or 'encoded'"):
         TFRecordSource(files, images="raw")
 
 
@@ -599,7 +599,7 @@ def test_encoded_images_through_a_window_stage_equal_decoded_ones(folder):
     aug = augment.Compose([rrc, augment.RandomFlip()])
     out, labels = aug((data[:3], tf.constant([1, 2, 3])), seeds[:3])
     assert out.shape == (3, 16, 16, 3) and labels.numpy().tolist() == [1, 2, 3]
-    with pytest.raises(ValueError, match="images must be a batch"):
+    with pytest.raises(ValueError, match="images: must be a batch"):
         augment.RandomFlip()(data[:3], seeds[:3])
 
 

@@ -34,15 +34,20 @@ def check_int(name: str, value: Any, low: int, high: int | None = None, what: st
         >>> check_int("lane", 4, 0, 3)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: lane must be in [0, 3], got 4
+        tfdp.errors.ConfigError: lane: must be in [0, 3], got 4
+        >>> check_int("state['epoch']", -1, 0)
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.ConfigError: state: ['epoch'] must be >= 0, got -1
     """
     argument = name.split("[", 1)[0]  # "state['epoch']" names the argument state
+    field = name[len(argument) :] + " " if name != argument else ""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"{name} must be an integer{what}, got {value!r}", argument=argument)
+        raise ConfigError(f"{field}must be an integer{what}, got {value!r}", argument=argument)
     value = int(value)
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ConfigError(f"{name} must be {bound}{what}, got {value}", argument=argument)
+        raise ConfigError(f"{field}must be {bound}{what}, got {value}", argument=argument)
     return value
 
 

@@ -1,32 +1,39 @@
-r"""What a user is told when something fails: the meaningful line of an exception.
+"""The errors tfdp raises for input or state a user can fix: the argument at fault as data.
 
-This module owns the :class:`TfdpError` family -- the errors tfdp raises for
-input or state a user can fix, which a command line reports as "bad input"
-(exit 2) while any other exception is a bug to report --, :func:`said_as`,
-which says the Python arguments such an error names in a caller's words
-(``num_classes`` -> ``--num-classes``), and :func:`user_message`, which turns
-any exception into one
-line that keeps its cause: the file, the label, the peer. TensorFlow errors
-raised inside a graph (``tf.errors.OpError``) start with boilerplate such as
-``Graph execution error:`` and ``Detected at node ...``; the line that names
-the bad file (``assertion failed: [ImageFolderSource: cannot decode image
-/data/a/1.png: ...]``), the bad label (``Received a label value of -1 ...``)
-or the dead peer (``... stopped sending heartbeats: /job:worker/...``) comes
-later. Pure Python: importing it loads no TensorFlow.
+This module owns the :class:`TfdpError` family. A command line reports exactly
+this family as "bad input" (exit 2); any other exception is a bug to report.
+
+An error names the Python argument at fault in ``argument`` (``port_base``)
+and says, in ``message``, what is wrong and what would be valid, without
+repeating the argument's name: ``str(exc)`` puts them together for a Python
+caller (``port_base: must be in 1..65535, got 0``), and a caller that names
+its arguments otherwise says them its own way from the same data
+(:meth:`TfdpError.said`: ``tfdp launch`` prints ``--port-base: must be ...``).
+A message that names other arguments holds them as ``{name}`` placeholders
+listed in ``mentions``, filled by whoever says the error; a caller that knows
+an argument under another name (the training job's ``data`` for a data
+opener's ``spec``) renames it (:meth:`TfdpError.renamed`, :func:`renaming`).
+No message text is searched or rewritten.
+
+Saved state that does not match what it is restored into
+(:class:`StateError`) and data that cannot be used as given
+(:class:`DataError`) name the file or the field in their message, mostly
+without an ``argument``: a field of a file is no argument of a call.
 
 Example:
-    >>> err = RuntimeError("Graph execution error:\n\nDetected at node x defined at:\n"
-    ...                    "  (0) INVALID_ARGUMENT:  assertion failed: [bad.png: empty file]\n"
-    ...                    "\t [[{{node Assert}}]]")
-    >>> user_message(err)
-    'RuntimeError: bad.png: empty file'
+    >>> err = ConfigError("must be in 1..65535, got 0", argument="port_base")
+    >>> str(err), err.message
+    ('port_base: must be in 1..65535, got 0', 'must be in 1..65535, got 0')
+    >>> err.said(str.upper)  # a caller's words for its arguments
+    'PORT_BASE: must be in 1..65535, got 0'
 """
 
 from __future__ import annotations
 
 import copy
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TypeVar
 
 __all__ = [
     "CheckpointError",
@@ -35,32 +42,120 @@ __all__ = [
     "DataError",
     "StateError",
     "TfdpError",
-    "meaningful_line",
-    "said_as",
-    "user_message",
+    "renaming",
 ]
+
+_E = TypeVar("_E", bound="TfdpError")
+
+
+def _as_named(name: str) -> str:
+    return name
 
 
 class TfdpError(ValueError):
-    """Input or state a user can fix; the message names the field and what would be valid.
+    """Input or state a user can fix: the argument at fault, and what is wrong with it.
 
     A ``ValueError`` (so ``except ValueError`` keeps working); a command line
-    maps exactly this family to "bad input". ``argument`` names the Python
-    argument the message starts with, so that a command line can say it in
-    its own words (``port_base`` -> ``--port-base``) while the library never
-    names a flag.
+    maps exactly this family to "bad input".
+
+    Args:
+        message: What is wrong and what would be valid, without the name of
+            ``argument`` (``"must be >= 1, got 0"``). Other arguments it names
+            are written ``{name}`` and listed in ``mentions``.
+        argument: The Python argument at fault (``"batch_size"``), or ``None``
+            when the message names what is at fault (a file, a field of saved
+            state).
+        mentions: The arguments the message names as ``{name}`` placeholders.
+
+    Attributes:
+        argument: As given (or as :meth:`renamed`).
+        mentions: As given (or as :meth:`renamed`).
 
     Example:
         >>> try:
-        ...     raise ConfigError("batch_size must be >= 1, got 0", argument="batch_size")
+        ...     raise ConfigError("must be >= 1, got 0", argument="batch_size")
         ... except TfdpError as exc:
         ...     print(type(exc).__name__, isinstance(exc, ValueError), exc.argument, "|", exc)
-        ConfigError True batch_size | batch_size must be >= 1, got 0
-    """
+        ConfigError True batch_size | batch_size: must be >= 1, got 0
+        >>> err = ConfigError("gives no step with {num_replicas}=4", argument="drop_last",
+        ...                   mentions=["num_replicas"])
+        >>> str(err)
+        'drop_last: gives no step with num_replicas=4'
+        >>> err  # as constructed
+        ConfigError('gives no step with {num_replicas}=4', argument='drop_last', mentions=('num_replicas',))
+    """  # noqa: E501
 
-    def __init__(self, *args: object, argument: str | None = None) -> None:
-        super().__init__(*args)
+    def __init__(
+        self, message: str, *, argument: str | None = None, mentions: Iterable[str] = ()
+    ) -> None:
+        super().__init__(message)  # args: (message,), placeholders kept (pickling, copies)
         self.argument = argument
+        self.mentions = tuple(mentions)
+
+    @property
+    def message(self) -> str:
+        """What is wrong and what would be valid, each mentioned argument by its name.
+
+        Example:
+            >>> ConfigError("give {num_classes}", argument="labels",
+            ...             mentions=["num_classes"]).message
+            'give num_classes'
+        """
+        return self._filled(_as_named)
+
+    def said(self, say: Callable[[str], str] = _as_named) -> str:
+        """The error in a caller's words: ``say(argument): message``, each mention ``say(name)``.
+
+        ``str(exc)`` is ``exc.said()`` (the Python names); a command line
+        passes its flags (``port_base`` -> ``--port-base``). An argument said
+        as ``""`` is left out (the message names what to fix).
+
+        Example:
+            >>> err = DataError("labels 3, 9 occur: give {num_classes}", argument="spec",
+            ...                 mentions=["num_classes"])
+            >>> err.said({"spec": "SRC", "num_classes": "K"}.__getitem__)
+            'SRC: labels 3, 9 occur: give K'
+        """
+        text = self._filled(say)
+        who = say(self.argument) if self.argument else ""
+        return f"{who}: {text}" if who else text
+
+    def renamed(self: _E, names: Mapping[str, str]) -> _E:
+        """A copy whose argument and mentions are called as ``names`` says (the others kept).
+
+        For a caller that knows an argument under its own name: the training
+        job's ``data`` is the ``spec`` of the data opener it calls. The type,
+        the message and any other attribute stay.
+
+        Example:
+            >>> err = DataError("'x.npz' does not exist", argument="spec")
+            >>> moved = err.renamed({"spec": "eval_data"})
+            >>> type(moved).__name__, moved.argument, str(moved)
+            ('DataError', 'eval_data', "eval_data: 'x.npz' does not exist")
+        """
+        out = copy.copy(self)
+        out.args = (self._filled(lambda name: "{" + names.get(name, name) + "}"),)
+        if self.argument is not None:
+            out.argument = names.get(self.argument, self.argument)
+        out.mentions = tuple(names.get(name, name) for name in self.mentions)
+        return out
+
+    def _filled(self, say: Callable[[str], str]) -> str:
+        text = str(self.args[0]) if self.args else ""
+        for name in self.mentions:
+            text = text.replace("{" + name + "}", say(name))
+        return text
+
+    def __str__(self) -> str:
+        return self.said()
+
+    def __repr__(self) -> str:
+        data = "".join(
+            f", {k}={v!r}"
+            for k, v in (("argument", self.argument), ("mentions", self.mentions))
+            if v
+        )
+        return f"{type(self).__name__}({self.args[0] if self.args else ''!r}{data})"
 
 
 class ConfigError(TfdpError):
@@ -79,9 +174,9 @@ class ConfigTypeError(ConfigError, TypeError):
     Python's convention raises for a value of the wrong type.
 
     Example:
-        >>> err = ConfigTypeError("source must be a tfdp source, got int", argument="source")
-        >>> isinstance(err, ConfigError), isinstance(err, TypeError), err.argument
-        (True, True, 'source')
+        >>> err = ConfigTypeError("must be a tfdp source, got int", argument="source")
+        >>> isinstance(err, ConfigError), isinstance(err, TypeError), str(err)
+        (True, True, 'source: must be a tfdp source, got int')
     """
 
 
@@ -97,8 +192,10 @@ class DataError(TfdpError):
 class StateError(TfdpError):
     """Saved state that does not match what it is restored into (run, checkpoint, sampler).
 
+    The message names the field and the file: no ``argument``.
+
     Example:
-        >>> isinstance(StateError("num_replicas: saved 2, now 3"), ValueError)
+        >>> isinstance(StateError("sampler state: num_replicas saved 2, now 3"), ValueError)
         True
     """
 
@@ -116,134 +213,22 @@ class CheckpointError(StateError):
     """
 
 
-def said_as(exc: TfdpError, names: Mapping[str, str]) -> TfdpError:
-    """``exc`` with the Python arguments it names said as a caller's users say them.
+@contextmanager
+def renaming(names: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised inside, their arguments renamed as ``names`` says (:meth:`TfdpError.renamed`).
 
-    The library names its arguments (``spec``, ``num_classes``); a command
-    line says its flags or positionals (``--data``, ``SRC``). Every whole-word
-    occurrence of a name in ``names`` -- not inside a quoted value, a path or a
-    longer identifier -- is replaced; the copy keeps the type and
-    ``argument``. ``exc`` itself when nothing is named.
-
-    Example:
-        >>> err = DataError("spec 'x.npz' does not exist", argument="spec")
-        >>> said = said_as(err, {"spec": "--data"})
-        >>> print(type(said).__name__, said.argument, "|", said)
-        DataError spec | --data 'x.npz' does not exist
-        >>> str(said_as(DataError("labels 3, 9: give num_classes"), {"num_classes": "K"}))
-        'labels 3, 9: give K'
-    """
-    text = str(exc)
-    said = text
-    for name, words in names.items():
-        said = re.sub(rf"(?<![\w.'\"/-]){re.escape(name)}(?![\w'\"/-])", words, said)
-    if said == text:
-        return exc
-    out = copy.copy(exc)
-    out.args = (said,)
-    return out
-
-
-#: Longest message kept (a label list can run to thousands of characters).
-MAX_CHARS = 400
-
-_BOILERPLATE = (
-    re.compile(r"^graph execution error:?$", re.I),
-    re.compile(r"^detected at node", re.I),
-    re.compile(r"^<stack traces unavailable>$"),
-    re.compile(r"^\d+ root error\(s\) found\.?$"),
-    re.compile(r"^\d+ successful operations\.?$"),
-    re.compile(r"^\d+ derived errors ignored\.?"),
-    re.compile(r"^\[\[.*\]\]"),  # [[{{node ...}}]] and [[RemoteCall]]
-    re.compile(r"^file \".*\", line \d+", re.I),  # traceback frames
-    re.compile(r"^traceback \(most recent call last\)", re.I),
-    re.compile(r"^the error could be from a previous operation", re.I),
-    re.compile(r"^\{\{function_node [^}]*\}\}$"),
-)
-_PREFIXES = (
-    re.compile(r"^\(\d+\)\s+[A-Z_]+:\s*"),  # "(0) INVALID_ARGUMENT:  "
-    re.compile(r"^\{\{function_node [^}]*\}\}\s*"),
-    re.compile(r"^assertion failed:\s*"),
-)
-_SUFFIXES = (
-    re.compile(r"\s*\[Op:[^\]]*\]( name: ?\S*)?\s*$"),
-    re.compile(r"\s*\[\[\{\{node [^}]*\}\}\]\]\s*$"),
-)
-
-
-def _clean(line: str) -> str:
-    line = line.strip()
-    if "assertion failed:" in line:  # "Error in user-defined function ...: assertion failed: [...]"
-        line = line[line.index("assertion failed:") :]
-    changed = True
-    while changed:
-        changed = False
-        for pattern in (*_PREFIXES, *_SUFFIXES):
-            new = pattern.sub("", line).strip()
-            if new != line:
-                line, changed = new, True
-    if line.startswith("[") and line.endswith("]"):  # tf.debugging.Assert's data list
-        line = line[1:-1].strip()
-    return line
-
-
-def _boilerplate(line: str) -> bool:
-    stripped = line.strip()
-    return not stripped or any(p.search(stripped) for p in _BOILERPLATE)
-
-
-_REMOTE = re.compile(r"remote target (/job:[\w-]+/replica:\d+/task:\d+)")
-
-
-def meaningful_line(text: str) -> str:
-    r"""The first line of ``text`` that says what went wrong (boilerplate of TF errors skipped).
-
-    A failed ``tf.debugging.Assert`` (``assertion failed: [...]``: tfdp's
-    checks name the file) comes first, before the other root errors of the
-    step. A line ending in ``:`` is joined with the next one (``... unhealthy
-    (stopped sending heartbeats):`` + the task that died); a peer named
-    only further down (gRPC's ``... from remote target /job:worker/...``) is
-    appended. Returns ``""`` when ``text`` holds nothing but boilerplate.
+    Around a call whose arguments the caller knows under its own names: the
+    training job opens its ``eval_data`` with a data opener whose argument is
+    ``spec``.
 
     Example:
-        >>> meaningful_line("Graph execution error:\n\n  (0) INVALID_ARGUMENT:  Received a "
-        ...                 "label value of -1 which is outside the valid range of [0, 3).")
-        'Received a label value of -1 which is outside the valid range of [0, 3).'
+        >>> with renaming({"spec": "eval_data"}):
+        ...     raise DataError("'x.npz' does not exist", argument="spec")
+        Traceback (most recent call last):
+        ...
+        tfdp.errors.DataError: eval_data: 'x.npz' does not exist
     """
-    lines = [ln for ln in text.splitlines() if not _boilerplate(ln)]
-    # A failed check of tfdp's own (tf.debugging.Assert: it names the file) is the cause; other
-    # root errors of the same step (a collective aborted on the other replicas) follow from it.
-    asserted = [i for i, ln in enumerate(lines) if "assertion failed:" in ln]
-    order = asserted + [i for i in range(len(lines)) if i not in asserted]
-    for i in order:
-        raw = lines[i]
-        line = _clean(raw)
-        if not line:
-            continue
-        if line.endswith(":") and i + 1 < len(lines):
-            line = f"{line} {_clean(lines[i + 1])}".strip()
-        if "/job:" not in line:
-            peers = list(dict.fromkeys(_REMOTE.findall(text)))
-            if peers:
-                line = f"{line} (from {', '.join(peers[:3])})"
-        if len(line) > MAX_CHARS:
-            line = line[: MAX_CHARS - 3].rstrip() + "..."
-        return line
-    return ""
-
-
-def user_message(exc: BaseException) -> str:
-    """``"<ExceptionType>: <meaningful line>"`` for an unexpected exception.
-
-    TensorFlow's ``OpError`` keeps its text in ``message``; other exceptions
-    in ``str(exc)``. The type name stays (it tells a bug from bad input).
-
-    Example:
-        >>> user_message(KeyError("labels"))
-        "KeyError: 'labels'"
-    """
-    text = getattr(exc, "message", None)
-    if not isinstance(text, str) or not text.strip():
-        text = str(exc)
-    line = meaningful_line(text)
-    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    try:
+        yield
+    except TfdpError as exc:
+        raise exc.renamed(names) from exc

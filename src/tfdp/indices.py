@@ -113,7 +113,7 @@ class KeyedPermutation:
 
     def __init__(self, n: int, seed: int, epoch: int) -> None:
         if not 1 <= n <= MAX_EXAMPLES:
-            raise ConfigError(f"n must be in [1, {MAX_EXAMPLES}], got {n}", argument="n")
+            raise ConfigError(f"must be in [1, {MAX_EXAMPLES}], got {n}", argument="n")
         self.n = int(n)
         self._table: np.ndarray | None = None
         if self.n <= _SMALL_N:
@@ -203,35 +203,33 @@ def validate_permutation(perm: object, n: int, name: str = "permutation") -> np.
         >>> validate_permutation([1, 0, 2], 3).tolist()
         [1, 0, 2]
     """
-    argument = name.split("(", 1)[0]  # "permutation(epoch)" names the argument permutation
     arr = np.asarray(perm)
     if arr.ndim != 1:
         raise ConfigError(
-            f"{name} must return a 1-D permutation of range(num_examples={n}), got shape "
-            f"{arr.shape}",
-            argument=argument,
+            f"must return a 1-D permutation of range(num_examples={n}), got shape {arr.shape}",
+            argument=name,
         )
     if arr.shape[0] != n:
         raise ConfigError(
-            f"{name} must return a permutation of range(num_examples={n}), "
+            f"must return a permutation of range(num_examples={n}), "
             f"got an array of length {arr.shape[0]}",
-            argument=argument,
+            argument=name,
         )
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
             arr = arr.astype(np.int64)
         else:
             raise ConfigError(
-                f"{name} must return integers (a permutation of range(num_examples={n})), "
+                f"must return integers (a permutation of range(num_examples={n})), "
                 f"got dtype {arr.dtype}",
-                argument=argument,
+                argument=name,
             )
     arr = arr.astype(np.int64, copy=False)
     if n and (arr.min() < 0 or arr.max() >= n or np.bincount(arr, minlength=n).max() != 1):
         raise ConfigError(
-            f"{name} must return a permutation of range(num_examples={n}): "
+            f"must return a permutation of range(num_examples={n}): "
             "every value in [0, num_examples) exactly once",
-            argument=argument,
+            argument=name,
         )
     return arr
 
@@ -346,7 +344,7 @@ def distributed_entries(
         out[real] = perm(q[real])
         if extra_ids is None or len(extra_ids) != shortfall:
             raise ConfigError(
-                f"extra_ids must hold {shortfall} ids for padding='random' (total - n), got "
+                f"must hold {shortfall} ids for padding='random' (total - n), got "
                 f"{None if extra_ids is None else len(extra_ids)}",
                 argument="extra_ids",
             )

@@ -23,7 +23,7 @@ tf.config.experimental.enable_op_determinism()
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tfdp._compat import end_process  # noqa: E402
+from tfdp._compat.fast.process import end_process  # noqa: E402
 from tfdp.input import DistributedInput  # noqa: E402
 from tfdp.sources import ArraySource  # noqa: E402
 from tfdp.train import Trainer  # noqa: E402

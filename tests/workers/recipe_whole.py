@@ -33,7 +33,7 @@ import time
 
 import keras
 
-from tfdp._compat import end_process
+from tfdp._compat.fast.process import end_process
 from tfdp.cli.train import train
 from tfdp.recipe import TrainConfig
 

@@ -21,7 +21,7 @@ import sys
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.ops import gen_io_ops
 
-from tfdp._compat import end_process
+from tfdp._compat.fast.process import end_process
 from tfdp.cli import build_parser, train_request
 from tfdp.recipe import run_train
 

@@ -17,20 +17,6 @@ from typing import Any
 
 from tfdp.errors import ConfigTypeError
 
-__all__ = [
-    "DecaysInUpdateStep",
-    "attach_optimizer",
-    "backing_variable",
-    "checkpoint_value_key",
-    "compiled_metrics_container",
-    "fit_step_overrides",
-    "gradients_reduced",
-    "hold_untracked",
-    "optimizer_slot",
-    "seed_generator_states",
-    "weight_decay_applies",
-]
-
 
 def compiled_metrics_container(model: Any) -> Any | None:
     """Keras 3's container of a compiled model's metrics (``model._compile_metrics``), or None.

@@ -22,20 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BLOCK_SUBLAYERS", "CHECKED_KERAS_HUB", "CONFIG_ONLY_KEYS", "vit_layers"]
-
-#: The keras-hub version (major.minor) these reaches were checked on.
-CHECKED_KERAS_HUB = "0.32"
-
 #: Keys each layer's ``get_config`` writes that its ``__init__`` does not take.
 CONFIG_ONLY_KEYS = {
     "ViTPatchingAndEmbedding": ("num_patches", "num_positions"),
     "DeiTEmbeddings": ("num_patches", "num_positions"),
     "ViTEncoderBlock": ("key_dim",),
 }
-
-#: The sub-layers ``ViTEncoderBlock.build`` sets, in the order its ``call`` runs them.
-BLOCK_SUBLAYERS = ("layer_norm_1", "mha", "dropout", "layer_norm_2", "mlp")
 
 
 def vit_layers() -> tuple[Any, Any, Any]:

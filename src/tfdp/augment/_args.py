@@ -18,12 +18,14 @@ def pair(value: Any, name: str, minimum: int) -> tuple[int, int]:
     if len(items) != 2 or any(
         isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items
     ):
-        raise ConfigError(f"{name} must be an int >= {minimum} or a pair of them, got {value!r}")
+        raise ConfigError(
+            f"must be an int >= {minimum} or a pair of them, got {value!r}", argument=name
+        )
     return items[0], items[1]
 
 
 def probability(value: Any, name: str) -> float:
     """``value`` as a float in ``[0, 1]``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
+        raise ConfigError(f"must be a number in [0, 1], got {value!r}", argument=name)
     return float(value)

@@ -35,14 +35,14 @@ def get_image(example: Any, image_key: str) -> Any:
     if isinstance(example, Mapping):
         if image_key not in example:
             raise DataError(
-                f"image_key {image_key!r} is not a key of the example; its keys: {sorted(example)}",
+                f"{image_key!r} is not a key of the example; its keys: {sorted(example)}",
                 argument="image_key",
             )
         return example[image_key]
     if isinstance(example, (tuple, list)):
         if not example:
             raise ConfigError(
-                "example is an empty tuple/list; its first element must be the images"
+                "an empty tuple/list; its first element must be the images", argument="example"
             )
         return example[0]
     return example
@@ -82,10 +82,15 @@ def as_images(images: Any, encoded: bool = False) -> tf.Tensor:
     images = tf.convert_to_tensor(images)
     if encoded and images.dtype == tf.string:
         if images.shape.rank is not None and images.shape.rank != 1:
-            raise ConfigError(f"encoded images must be a batch [B] of strings, got {images.shape}")
+            raise ConfigError(
+                f"must be a batch [B] of strings when encoded, got {images.shape}",
+                argument="images",
+            )
         return images
     if images.shape.rank is not None and images.shape.rank != 4:
-        raise ConfigError(f"images must be a batch [B, H, W, C], got shape {images.shape}")
+        raise ConfigError(
+            f"must be a batch [B, H, W, C], got shape {images.shape}", argument="images"
+        )
     return images
 
 
@@ -132,9 +137,7 @@ class Augmentation:
 
     def __init__(self, *, image_key: str = "image") -> None:
         if not isinstance(image_key, str):
-            raise ConfigTypeError(
-                f"image_key must be a str, got {image_key!r}", argument="image_key"
-            )
+            raise ConfigTypeError(f"must be a str, got {image_key!r}", argument="image_key")
         self.image_key = image_key
 
     def __call__(self, example: Any, seeds: Any) -> Any:
@@ -143,7 +146,9 @@ class Augmentation:
         images = as_images(get_image(example, self.image_key), self.accepts_encoded)
         batch, seed_batch = images.shape[0], seeds.shape[0]
         if batch is not None and seed_batch is not None and batch != seed_batch:
-            raise ConfigError(f"seeds has {seed_batch} rows but the image batch has {batch}")
+            raise ConfigError(
+                f"has {seed_batch} rows but the image batch has {batch}", argument="seeds"
+            )
         return put_image(example, self.augment(images, seeds), self.image_key)
 
     def augment(self, images: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:

@@ -47,12 +47,13 @@ class RandomBrightness(Augmentation):
     ) -> None:
         super().__init__(image_key=image_key)
         if isinstance(max_delta, bool) or not isinstance(max_delta, (int, float)) or max_delta < 0:
-            raise ConfigError(f"max_delta must be a number >= 0, got {max_delta!r}")
+            raise ConfigError(f"must be a number >= 0, got {max_delta!r}", argument="max_delta")
         if value_range is not None:
             low, high = value_range
             if not low <= high:
                 raise ConfigError(
-                    f"value_range must be (low, high) with low <= high, got {value_range!r}"
+                    f"must be (low, high) with low <= high, got {value_range!r}",
+                    argument="value_range",
                 )
             value_range = (float(low), float(high))
         self.max_delta = float(max_delta)

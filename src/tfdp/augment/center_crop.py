@@ -67,6 +67,8 @@ class CenterCrop(WindowAugmentation):
             or not isinstance(crop_fraction, (int, float))
             or not 0 < crop_fraction <= 1
         ):
-            raise ConfigError(f"crop_fraction must be a number in (0, 1], got {crop_fraction!r}")
+            raise ConfigError(
+                f"must be a number in (0, 1], got {crop_fraction!r}", argument="crop_fraction"
+            )
         self.crop_fraction = float(crop_fraction)
         self.geometry = CentredWindows(self.size, self.crop_fraction)

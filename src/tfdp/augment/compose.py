@@ -56,8 +56,7 @@ class Compose:
         for stage in stages:
             if not isinstance(stage, BatchedAugmentation) or stage.batched is not True:
                 raise ConfigTypeError(
-                    f"stages must be batched augmentations (callable with batched = True), "
-                    f"got {stage!r}",
+                    f"must be batched augmentations (callable with batched = True), got {stage!r}",
                     argument="stages",
                 )
         self.stages = stages

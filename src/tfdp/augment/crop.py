@@ -60,7 +60,7 @@ class RandomCrop(Augmentation):
         self.size = pair(size, "size", 1)
         self.padding = pair(padding, "padding", 0)
         if pad_mode not in PAD_MODES:
-            raise ConfigError(f"pad_mode must be one of {PAD_MODES}, got {pad_mode!r}")
+            raise ConfigError(f"must be one of {PAD_MODES}, got {pad_mode!r}", argument="pad_mode")
         self.pad_mode = pad_mode
         self.fill = fill
 

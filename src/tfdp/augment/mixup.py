@@ -16,7 +16,6 @@ from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
 
-from tfdp._compat import RowsInPlace
 from tfdp.augment._fast import select
 from tfdp.augment._pil_ops import as_double
 from tfdp.augment.base import as_images, get_image, put_image, replace_item
@@ -197,21 +196,19 @@ def _blend(images: tf.Tensor, partner: tf.Tensor, lam: tf.Tensor) -> tf.Tensor:
 def _mix_batch(images: tf.Tensor, params: MixParams) -> tf.Tensor:
     """Batch mode: every sample ``i`` mixed with ``B - 1 - i`` by one draw (scalar ``params``).
 
-    Sample by sample into one batch written in place
-    (:class:`tfdp._compat.RowsInPlace`): the partner is a row read, not a reversed
-    copy of the batch, and no temporary is of the batch's size -- each new one
-    (tens of MB) is fresh memory that the kernel pages in, which cost more than the
-    arithmetic. The same float32 operations per value as on the whole batch.
+    Sample by sample, the rows gathered in a ``tf.TensorArray`` and stacked: the
+    partner is a row read, not a reversed copy of the batch. The same float32
+    operations per value as on the whole batch.
     """
     n = tf.shape(images)[0]
 
     def rows(one: Any) -> tf.Tensor:
-        out = RowsInPlace(n, tf.shape(images)[1:], tf.float32)
+        def body(i: tf.Tensor, out: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
+            return i + 1, out.write(i, one(images[i], images[n - 1 - i]))
 
-        def body(i: tf.Tensor, batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            return i + 1, out.write(batch, i, one(images[i], images[n - 1 - i]))
-
-        _, batch = tf.while_loop(lambda i, _: i < n, body, (tf.constant(0), out.batch))
+        out = tf.TensorArray(tf.float32, n, element_shape=images.shape[1:])
+        _, out = tf.while_loop(lambda i, _: i < n, body, (tf.constant(0), out))
+        batch = out.stack()
         batch.set_shape(images.shape)
         return batch
 
@@ -309,7 +306,7 @@ class Mixup:
         if isinstance(example, Mapping):
             if self.label_key not in example:
                 raise ConfigError(
-                    f"labels: the example has no label key {self.label_key!r} (keys: "
+                    f"the example has no label key {self.label_key!r} (keys: "
                     f"{sorted(example)}); Mixup needs class labels",
                     argument="label_key",
                 )
@@ -318,7 +315,7 @@ class Mixup:
             labels = example[1]
         else:
             raise ConfigError(
-                "labels: Mixup needs (images, labels) examples or a dict with a label key, got "
+                "Mixup needs (images, labels) examples or a dict with a label key, got "
                 f"{type(example).__name__}",
                 argument="labels",
             )
@@ -328,7 +325,7 @@ class Mixup:
             labels = labels[:, 0]
         if not labels.dtype.is_integer or labels.shape.rank != 1:
             raise ConfigError(
-                f"labels: Mixup needs integer class labels [batch] (a classification data set), "
+                f"Mixup needs integer class labels [batch] (a classification data set), "
                 f"got {labels.dtype.name} of shape {labels.shape}",
                 argument="labels",
             )

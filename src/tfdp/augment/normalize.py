@@ -47,10 +47,10 @@ class Normalize(Augmentation):
         self.std = tuple(float(s) for s in std) if isinstance(std, Sequence) else float(std)
         stds = self.std if isinstance(self.std, tuple) else (self.std,)
         if not stds or any(not s > 0 for s in stds):
-            raise ConfigError(f"std must be > 0, got {std!r}")
+            raise ConfigError(f"must be > 0, got {std!r}", argument="std")
         means = self.mean if isinstance(self.mean, tuple) else (self.mean,)
         if isinstance(self.mean, tuple) and isinstance(self.std, tuple) and len(means) != len(stds):
-            raise ConfigError(f"mean and std differ in length: {mean!r}, {std!r}")
+            raise ConfigError(f"differs in length from mean: {mean!r}, {std!r}", argument="std")
 
     def apply(self, images: tf.Tensor, params: tf.Tensor) -> tf.Tensor:
         """Return the standardised float32 batch."""

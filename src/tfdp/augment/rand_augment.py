@@ -122,8 +122,7 @@ class RandAugment(Augmentation):
         )  # fmt: skip
         if interpolation not in (*AFFINE_INTERPOLATIONS, "random"):
             raise ConfigError(
-                f"interpolation must be one of {(*AFFINE_INTERPOLATIONS, 'random')}, got "
-                f"{interpolation!r}",
+                f"must be one of {(*AFFINE_INTERPOLATIONS, 'random')}, got {interpolation!r}",
                 argument="interpolation",
             )
         self.interpolation = interpolation
@@ -132,7 +131,7 @@ class RandAugment(Augmentation):
             isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 255 for v in fills
         ):
             raise ConfigError(
-                f"fill must be a value in [0, 255] or one per channel, got {fill!r}",
+                f"must be a value in [0, 255] or one per channel, got {fill!r}",
                 argument="fill",
             )
         self.fill = tuple(float(v) for v in fills)

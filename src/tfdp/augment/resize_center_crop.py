@@ -81,11 +81,11 @@ class ResizeCenterCrop(WindowAugmentation):
         height, width = pair(size, "size", 1)
         if height != width:
             raise ConfigError(
-                f"size must be one int (a square crop, as DeiT's), got {size!r}", argument="size"
+                f"must be one int (a square crop, as DeiT's), got {size!r}", argument="size"
             )
         if interpolation not in FILTER_RADII:
             raise ConfigError(
-                f"interpolation must be one of {sorted(FILTER_RADII)} (PIL's antialiased filters), "
+                f"must be one of {sorted(FILTER_RADII)} (PIL's antialiased filters), "
                 f"got {interpolation!r}",
                 argument="interpolation",
             )
@@ -96,8 +96,7 @@ class ResizeCenterCrop(WindowAugmentation):
             or not 0 < crop_ratio <= 1
         ):
             raise ConfigError(
-                f"crop_ratio must be a number in (0, 1] (DeiT's 0.875: 224 of 256), got "
-                f"{crop_ratio!r}",
+                f"must be a number in (0, 1] (DeiT's 0.875: 224 of 256), got {crop_ratio!r}",
                 argument="crop_ratio",
             )
         self.crop_ratio = float(crop_ratio)

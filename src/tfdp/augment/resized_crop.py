@@ -76,11 +76,15 @@ class RandomResizedCrop(WindowAugmentation):
         scale_lo, scale_hi = (float(v) for v in scale)
         ratio_lo, ratio_hi = (float(v) for v in ratio)
         if not 0 < scale_lo <= scale_hi:
-            raise ConfigError(f"scale must be (min, max) with 0 < min <= max, got {scale!r}")
+            raise ConfigError(
+                f"must be (min, max) with 0 < min <= max, got {scale!r}", argument="scale"
+            )
         if not 0 < ratio_lo <= ratio_hi:
-            raise ConfigError(f"ratio must be (min, max) with 0 < min <= max, got {ratio!r}")
+            raise ConfigError(
+                f"must be (min, max) with 0 < min <= max, got {ratio!r}", argument="ratio"
+            )
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigError(f"attempts must be an int >= 1, got {attempts!r}")
+            raise ConfigError(f"must be an int >= 1, got {attempts!r}", argument="attempts")
         self.scale = (scale_lo, scale_hi)
         self.ratio = (ratio_lo, ratio_hi)
         self.attempts = attempts

@@ -25,7 +25,7 @@ Example:
     >>> parse_rand_augment("rand-m9-x3")
     Traceback (most recent call last):
     ...
-    tfdp.errors.ConfigError: auto_augment 'rand-m9-x3': unknown section 'x3'; valid sections: \
+    tfdp.errors.ConfigError: auto_augment: 'rand-m9-x3': unknown section 'x3'; valid sections: \
 m<int> (magnitude), n<int> (ops per image), p<float> (probability of each op), mstd<float> \
 (magnitude noise), mmax<int> (magnitude bound), inc<0|1> (increasing ops), tweights \
 (weighted op choice)
@@ -113,13 +113,13 @@ def _number(value: Any, name: str, low: float, high: float = math.inf, *, open_l
         bound = f"> {low}" if high == math.inf and open_low else f">= {low}"
         if high != math.inf:
             bound = f"in {lo}{low}, {high}]"
-        raise ConfigError(f"{name} must be a number {bound}, got {value!r}", argument=name)
+        raise ConfigError(f"must be a number {bound}, got {value!r}", argument=name)
     return float(value)
 
 
 def _integer(value: Any, name: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}", argument=name)
+        raise ConfigError(f"must be an integer >= {low}, got {value!r}", argument=name)
     return int(value)
 
 
@@ -153,7 +153,7 @@ class RandAugmentSpec:
         >>> RandAugmentSpec(magnitude=11)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: magnitude must be a number in [0, 10], got 11
+        tfdp.errors.ConfigError: magnitude: must be a number in [0, 10], got 11
     """
 
     magnitude: float = MAX_LEVEL
@@ -173,7 +173,7 @@ class RandAugmentSpec:
         _number(self.magnitude_std, "magnitude_std", 0)
         if self.weighted and self.num_layers > len(RAND_WEIGHTS):
             raise ConfigError(
-                f"num_layers must be at most {len(RAND_WEIGHTS)} with weighted=True (ops are "
+                f"must be at most {len(RAND_WEIGHTS)} with weighted=True (ops are "
                 f"chosen without replacement), got {self.num_layers}",
                 argument="num_layers",
             )
@@ -225,16 +225,16 @@ def parse_rand_augment(text: str, *, argument: str = "auto_augment") -> RandAugm
         >>> parse_rand_augment("rand-m12")
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: auto_augment 'rand-m12': magnitude 12 (section 'm12') is above \
+        tfdp.errors.ConfigError: auto_augment: 'rand-m12': magnitude 12 (section 'm12') is above \
 its bound 10 (timm would clip it to 10); lower it, or raise the bound with mmax12
     """
 
     def bad(message: str) -> ConfigError:
-        return ConfigError(f"{argument} {text!r}: {message}", argument=argument)
+        return ConfigError(f"{text!r}: {message}", argument=argument)
 
     if not isinstance(text, str):
         raise ConfigError(
-            f"{argument} must be a string such as 'rand-m9-mstd0.5-inc1', got {text!r}",
+            f"must be a string such as 'rand-m9-mstd0.5-inc1', got {text!r}",
             argument=argument,
         )
     parts = text.split("-")
@@ -300,7 +300,7 @@ def _jitter_range(value: Any, name: str, center: float, bound: float | None) -> 
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ConfigError(
-                f"{name} must be a number or a (min, max) pair, got {value!r}", argument=name
+                f"must be a number or a (min, max) pair, got {value!r}", argument=name
             )
         lo, hi = (_number(v, name, -math.inf) for v in value)
     else:
@@ -311,7 +311,7 @@ def _jitter_range(value: Any, name: str, center: float, bound: float | None) -> 
     limit = (0.0, math.inf) if bound is None else (-bound, bound)
     if not limit[0] <= lo <= hi <= limit[1]:
         raise ConfigError(
-            f"{name} must give a range within [{limit[0]}, {limit[1]}], got {value!r}",
+            f"must give a range within [{limit[0]}, {limit[1]}], got {value!r}",
             argument=name,
         )
     return lo, hi
@@ -360,7 +360,7 @@ class ColorJitterSpec:
         if isinstance(color_jitter, (tuple, list)):
             if len(color_jitter) not in (3, 4):
                 raise ConfigError(
-                    f"color_jitter must be a number or 3 or 4 values (brightness, contrast, "
+                    f"must be a number or 3 or 4 values (brightness, contrast, "
                     f"saturation[, hue]), got {color_jitter!r}",
                     argument="color_jitter",
                 )
@@ -446,7 +446,7 @@ class ErasingSpec:
         _number(self.max_aspect, "max_aspect", self.min_aspect)
         if self.mode not in ERASE_MODES:
             raise ConfigError(
-                f"mode must be one of {ERASE_MODES} (timm's erasing modes), got {self.mode!r}",
+                f"must be one of {ERASE_MODES} (timm's erasing modes), got {self.mode!r}",
                 argument="mode",
             )
         _integer(self.min_count, "min_count", 1)
@@ -455,7 +455,7 @@ class ErasingSpec:
         _integer(self.max_count, "max_count", self.min_count)
         if isinstance(self.num_splits, bool) or self.num_splits not in (0, 1):
             raise ConfigError(
-                "num_splits must be 0 or 1: timm's num_splits > 1 leaves the clean part of an "
+                "must be 0 or 1: timm's num_splits > 1 leaves the clean part of an "
                 f"AugMix split batch unerased, and tfdp makes no split batches; got "
                 f"{self.num_splits!r}",
                 argument="num_splits",
@@ -488,7 +488,7 @@ class MixupSpec:
         >>> MixupSpec(0.8, 1.0, label_smoothing=1.0, num_classes=10)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: label_smoothing must be in [0, 1), got 1.0
+        tfdp.errors.ConfigError: label_smoothing: must be in [0, 1), got 1.0
     """
 
     mixup_alpha: float = 1.0
@@ -513,7 +513,7 @@ class MixupSpec:
                 or not 0 < minmax[0] < minmax[1] <= 1
             ):
                 raise ConfigError(
-                    f"cutmix_minmax must be None or (min, max) with 0 < min < max <= 1 "
+                    f"must be None or (min, max) with 0 < min < max <= 1 "
                     f"(fractions of the image side), got {minmax!r}",
                     argument="cutmix_minmax",
                 )
@@ -521,29 +521,25 @@ class MixupSpec:
             object.__setattr__(self, "cutmix_alpha", 1.0)  # timm forces it
         if not (self.mixup_alpha > 0 or self.cutmix_alpha > 0):
             raise ConfigError(
-                "mixup_alpha or cutmix_alpha must be > 0 (or cutmix_minmax set): with both 0 "
+                "must be > 0, or {cutmix_alpha} (or cutmix_minmax set): with both 0 "
                 "nothing is mixed; leave Mixup out instead",
                 argument="mixup_alpha",
+                mentions=["cutmix_alpha"],
             )
         _number(self.prob, "prob", 0, 1)
         _number(self.switch_prob, "switch_prob", 0, 1)
         if self.mode not in MIX_MODES:
-            raise ConfigError(
-                f"mode must be one of {MIX_MODES}, got {self.mode!r}", argument="mode"
-            )
+            raise ConfigError(f"must be one of {MIX_MODES}, got {self.mode!r}", argument="mode")
         smoothing = self.label_smoothing
         if (
             isinstance(smoothing, bool)
             or not isinstance(smoothing, (int, float))
             or not 0 <= smoothing < 1
         ):
-            raise ConfigError(
-                f"label_smoothing must be in [0, 1), got {smoothing!r}", argument="label_smoothing"
-            )
+            raise ConfigError(f"must be in [0, 1), got {smoothing!r}", argument="label_smoothing")
         if self.num_classes is None:
             raise ConfigError(
-                "num_classes is required: Mixup turns class labels into soft targets "
-                "[batch, num_classes]",
+                "must be given: Mixup turns class labels into soft targets [batch, num_classes]",
                 argument="num_classes",
             )
         _integer(self.num_classes, "num_classes", 2)

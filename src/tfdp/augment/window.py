@@ -111,7 +111,7 @@ class WindowAugmentation(Augmentation):
         if interpolation not in INTERPOLATIONS:
             why = f" ({_NOT_HERE[interpolation]})" if interpolation in _NOT_HERE else ""
             raise ConfigError(
-                f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}{why}",
+                f"must be one of {INTERPOLATIONS}, got {interpolation!r}{why}",
                 argument="interpolation",
             )
         self.interpolation = interpolation
@@ -246,7 +246,7 @@ class WindowAugmentation(Augmentation):
         if placement is not None:
             if method not in _fast.SEPARABLE or window.shape.rank != 3:
                 raise ConfigError(
-                    f"interpolation must be one of {sorted(_fast.SEPARABLE)} for a placed window "
+                    f"must be one of {sorted(_fast.SEPARABLE)} for a placed window "
                     f"stage (a [h, w, C] window), got {self.interpolation!r}",
                     argument="interpolation",
                 )

@@ -21,7 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp._compat import checkpoint_value_key
+from tfdp._compat.keras import checkpoint_value_key
 from tfdp.checkpoint.position import DataPosition
 from tfdp.errors import StateError
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp._compat import call_outside_strategy
+from tfdp._compat.graph import call_outside_strategy
 from tfdp.checkpoint.files import (
     CHECKPOINT_NAME,
     DATA_NAME,
@@ -139,20 +139,20 @@ class CheckpointManager:
         reserved = sorted(RESERVED & set(trackables))
         if reserved:
             raise ConfigError(
-                f"trackables: the name(s) {reserved} are reserved by tfdp's CheckpointManager "
+                f"the name(s) {reserved} are reserved by tfdp's CheckpointManager "
                 "(it stores the global step and data position itself); use other names",
                 argument="trackables",
             )
         if not trackables:
             raise ConfigError(
-                "trackables: nothing to checkpoint; pass trackables, e.g. model=..., optimizer=...",
+                "nothing to checkpoint; pass trackables, e.g. model=..., optimizer=...",
                 argument="trackables",
             )
         if max_to_keep is not None and (
             isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1
         ):
             raise ConfigError(
-                f"max_to_keep must be an integer >= 1 or None, got {max_to_keep!r}",
+                f"must be an integer >= 1 or None, got {max_to_keep!r}",
                 argument="max_to_keep",
             )
         self.directory = os.fspath(directory)
@@ -364,7 +364,7 @@ class CheckpointManager:
             raise CheckpointError(f"{self!r} was created read_only=True: it does not save")
         if not isinstance(position, DataPosition):
             raise ConfigTypeError(
-                f"position must be a tfdp.checkpoint.DataPosition, got {type(position).__name__}",
+                f"must be a tfdp.checkpoint.DataPosition, got {type(position).__name__}",
                 argument="position",
             )
         global_step = check_count("global_step", global_step)

@@ -41,8 +41,7 @@ def json_plain(value: Any, what: str) -> Any:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as e:
         raise ConfigError(
-            f"{what} must be JSON-serialisable (dicts, lists, str, finite numbers, bools, None): "
-            f"{e}",
+            f"must be JSON-serialisable (dicts, lists, str, finite numbers, bools, None): {e}",
             argument=what,
         ) from e
 
@@ -51,7 +50,7 @@ def check_count(name: str, value: Any) -> int:
     """A Python int >= 0 from an int, NumPy integer, or integer scalar tensor or variable."""
     array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     if array.ndim != 0 or array.dtype.kind not in "iu" or int(array) < 0:
-        raise ConfigError(f"{name} must be an integer >= 0, got {value!r}", argument=name)
+        raise ConfigError(f"must be an integer >= 0, got {value!r}", argument=name)
     return int(array)
 
 
@@ -85,13 +84,12 @@ class DataPosition:
         object.__setattr__(self, "step", check_count("step", self.step))
         if self.sampler is not None and not isinstance(self.sampler, Mapping):
             raise ConfigTypeError(
-                "sampler must be a Sampler.state_dict() or None, got "
-                f"{type(self.sampler).__name__}",
+                f"must be a Sampler.state_dict() or None, got {type(self.sampler).__name__}",
                 argument="sampler",
             )
         if not isinstance(self.config, Mapping):
             raise ConfigTypeError(
-                f"config must be a dict, got {type(self.config).__name__}", argument="config"
+                f"must be a dict, got {type(self.config).__name__}", argument="config"
             )
         if self.sampler is not None:
             object.__setattr__(self, "sampler", json_plain(dict(self.sampler), "sampler"))

@@ -19,7 +19,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp._compat import seed_generator_states
+from tfdp._compat.keras import seed_generator_states
 
 
 def keras_trackables(model: Any, optimizer: Any) -> dict[str, Any]:

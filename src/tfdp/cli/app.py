@@ -5,7 +5,10 @@ module's ``add_parser``), :func:`run` (the process: ``tfdp``, ``python -m
 tfdp``) and :func:`main`, the one place where exceptions
 become exit statuses: bad input -- :class:`tfdp.errors.TfdpError`, a missing
 optional dependency, a run directory in use, a named path that is missing or
-not writable -- prints one ``tfdp: error: ...`` line and exits 2; a closed
+not writable -- prints one ``tfdp: error: ...`` line and exits 2 (a
+``TfdpError``'s arguments said as the command's flags:
+:func:`tfdp.cli.messages.said`, with the words a command sets as its
+``argument_words`` default, e.g. ``spec`` -> ``SRC``); a closed
 pipe (``tfdp sampler ... | head``) exits quietly; anything else is a bug,
 reported as one line asking for a report (the traceback with
 ``TFDP_DEBUG=1``), exit 1.
@@ -22,10 +25,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfdp._compat import end_process, prefer_bfc_cpu_allocator
+from tfdp._compat.fast.process import end_process, prefer_bfc_cpu_allocator
 from tfdp.cli import data, evaluate, launch, models, plot, sampler, tf_start, train
-from tfdp.cli.args import MissingExtraError, Parser, in_flags, quiet_tf
-from tfdp.errors import TfdpError, user_message
+from tfdp.cli.args import MissingExtraError, Parser, quiet_tf
+from tfdp.cli.messages import said, user_message
+from tfdp.errors import TfdpError
 
 #: Exceptions reported as bad input (exit 2). OSErrors about a named path (a file that does not
 #: exist, a directory that cannot be written) are the user's to fix too.
@@ -105,13 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     quiet_tf()  # before TensorFlow loads
     tf_start.install()  # its first import held to that level too
-    prefer_bfc_cpu_allocator(os.environ)  # likewise (the input's batches: no page faults)
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
     try:
+        # Before TensorFlow loads too (the input's batches: no page faults); a bad
+        # TFDP_SPEED_TRICKS is said here, as bad input.
+        prefer_bfc_cpu_allocator(os.environ)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return status
@@ -122,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         if _bad_input(exc):
-            print(f"tfdp: error: {in_flags(exc)}", file=sys.stderr)
+            words = getattr(args, "argument_words", None)  # a command's own, if it has any
+            print(f"tfdp: error: {said(exc, words)}", file=sys.stderr)
             return 2
         if os.environ.get("TFDP_DEBUG"):
             raise
@@ -141,7 +148,7 @@ def run() -> NoReturn:
     """The ``tfdp`` process (the console script, ``python -m tfdp``): :func:`main`, then its end.
 
     The process ends as soon as the command is done and its output flushed,
-    without waiting for TensorFlow's teardown (:func:`tfdp._compat.end_process`:
+    without waiting for TensorFlow's teardown (:func:`tfdp._compat.fast.process.end_process`:
     after a long run, tf.data's iterators could hold the process up to a minute
     after ``tfdp train`` said it was done). A worker of a multi-worker job exits
     the usual way, which tells its peers it ended.

@@ -5,8 +5,7 @@ This module owns the pieces of argparse the commands have in common: the
 a sub-command's flags included), the number converters (:func:`int_at_least`,
 :func:`seconds`, :func:`port`), :func:`quiet_tf` (TensorFlow's C++ log level,
 set before TensorFlow loads) and :func:`require` (an optional dependency,
-named with the ``pip install`` extra that brings it) and :func:`in_flags`
-(a library error said with the command line's flag). Importing it loads no
+named with the ``pip install`` extra that brings it). Importing it loads no
 TensorFlow.
 
 Example:
@@ -26,8 +25,6 @@ import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
-
-from tfdp.errors import TfdpError, said_as
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -115,26 +112,6 @@ class Parser(argparse.ArgumentParser):
             if hints:
                 message += " (" + "; ".join(hints) + ")"
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def in_flags(exc: BaseException) -> str:
-    """The message of ``exc`` with its argument said as the flag.
-
-    Library errors name the Python argument (:class:`tfdp.errors.TfdpError`'s
-    ``argument``: ``port_base``); the command line names its flag
-    (``--port-base``), which is the argument's name with dashes
-    (:func:`tfdp.errors.said_as`).
-
-    Example:
-        >>> from tfdp.errors import ConfigError
-        >>> in_flags(ConfigError("port_base must be in 1..65535, got 0", argument="port_base"))
-        '--port-base must be in 1..65535, got 0'
-        >>> in_flags(ValueError("anything else"))
-        'anything else'
-    """
-    if isinstance(exc, TfdpError) and exc.argument:
-        return str(said_as(exc, {exc.argument: "--" + exc.argument.replace("_", "-")}))
-    return str(exc)
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

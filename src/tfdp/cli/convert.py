@@ -25,8 +25,7 @@ from __future__ import annotations
 import os
 
 from tfdp.cli.progress import Progress
-from tfdp.errors import ConfigError, DataError
-from tfdp.recipe.data import data_errors
+from tfdp.errors import ConfigError, DataError, renaming
 from tfdp.recipe.dataspec import OpenedData, open_source, read_error, read_labels
 from tfdp.recipe.dataspec.contract import DataFormat, WriteRequest
 from tfdp.recipe.dataspec.formats import DEFAULT_WRITER, format_named, writers
@@ -47,7 +46,7 @@ def _destination_format(dst: str, to: str | None) -> DataFormat:
     if to is not None:
         names = [fmt.name for fmt in writers()]
         if to not in names:
-            raise ConfigError(f"--to must be one of {', '.join(names)}, got {to!r}")
+            raise ConfigError(f"must be one of {', '.join(names)}, got {to!r}", argument="to")
         return format_named(to)
     for fmt in writers():
         if fmt.suffix and dst.endswith(fmt.suffix):
@@ -59,19 +58,25 @@ def _check_dst(dst: str, fmt: DataFormat) -> None:
     """Refuse a destination of the wrong kind or not empty (before any data is opened)."""
     if os.path.isdir(dst):
         if fmt.writes == "file":
-            raise ConfigError(f"DST {dst!r} is a directory; --to {fmt.name} writes a file")
+            raise ConfigError(
+                f"{dst!r} is a directory; --to {fmt.name} writes a file", argument="dst"
+            )
         if os.listdir(dst):
             raise ConfigError(
-                f"DST {dst!r} exists and is not empty; remove it or choose another path "
-                "(tfdp data convert never overwrites)"
+                f"{dst!r} exists and is not empty; remove it or choose another path "
+                "(tfdp data convert never overwrites)",
+                argument="dst",
             )
     elif os.path.exists(dst):
         if fmt.writes != "file":
-            raise ConfigError(f"DST {dst!r} is a file; --to {fmt.name} writes a directory")
+            raise ConfigError(
+                f"{dst!r} is a file; --to {fmt.name} writes a directory", argument="dst"
+            )
         if os.path.getsize(dst) > 0:
             raise ConfigError(
-                f"DST {dst!r} exists and is not empty; remove it or choose another path "
-                "(tfdp data convert never overwrites)"
+                f"{dst!r} exists and is not empty; remove it or choose another path "
+                "(tfdp data convert never overwrites)",
+                argument="dst",
             )
 
 
@@ -83,7 +88,11 @@ def _check_dst_outside(dst: str, data: OpenedData) -> None:
         if dst_real == src_real or (
             os.path.isdir(src_real) and os.path.commonpath([src_real, dst_real]) == src_real
         ):
-            raise ConfigError(f"DST {dst!r} is SRC or lies inside it; write elsewhere")
+            raise ConfigError(
+                f"{dst!r} is {{src}} or lies inside it; write elsewhere",
+                argument="dst",
+                mentions=["src"],
+            )
 
 
 def convert_data(
@@ -135,18 +144,18 @@ def convert_data(
     """
     dst = os.path.expanduser(os.fspath(dst))
     if not dst:
-        raise ConfigError("DST is empty")
+        raise ConfigError("empty", argument="dst")
     fmt = _destination_format(dst, to)
     if shards is not None and "num_shards" not in fmt.write_options:
         takes = " or ".join(f.name for f in writers() if "num_shards" in f.write_options)
-        raise ConfigError(f"--shards applies to {takes} output only, not --to {fmt.name}")
-    for name, value in (("--shards", shards), ("--image-size", image_size)):
+        raise ConfigError(f"applies to {takes} output only, not --to {fmt.name}", argument="shards")
+    for name, value in (("shards", shards), ("image_size", image_size)):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
-            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+            raise ConfigError(f"must be an integer >= 1, got {value!r}", argument=name)
     _check_dst(dst, fmt)  # before open_source: bad paths are refused before TensorFlow loads
-    with data_errors(spec="SRC", num_classes="--num-classes"):
+    with renaming({"spec": "src"}):
         data = open_source(src, num_classes=num_classes)
     _check_dst_outside(dst, data)
     if data.dtype != "uint8":
@@ -159,8 +168,7 @@ def convert_data(
     import tensorflow as tf
 
     if data.labels is None:  # TFRecord without a class list: read and check the labels first
-        with data_errors(num_classes="--num-classes"):
-            read_labels(data, num_classes=num_classes)
+        read_labels(data, num_classes=num_classes)
 
     request = WriteRequest(
         image_size=image_size,
@@ -168,9 +176,9 @@ def convert_data(
         progress=lambda total, desc: Progress(total, desc, progress),
     )
     try:
-        with data_errors(image_size="--image-size S", num_shards="--shards"):
+        with renaming({"num_shards": "shards"}):
             written, notes = fmt.write(data, dst, request)
     except tf.errors.OpError as err:
-        raise DataError(str(read_error(data, err))) from None
+        raise read_error(data, err) from err
     summary = f"wrote {written} examples ({fmt.name}) to {dst}"
     return "\n".join([summary, *notes, *data.notes])

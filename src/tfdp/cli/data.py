@@ -17,6 +17,10 @@ from typing import Any
 
 from tfdp.cli.args import int_at_least
 
+#: The arguments of :func:`~tfdp.cli.convert.convert_data` and
+#: :func:`~tfdp.cli.inspect.inspect_data` said as positionals (the others as their flags).
+_WORDS = {"src": "SRC", "dst": "DST"}
+
 _NUM_CLASSES_HELP = (
     "number of classes, when some have no example (default: the class names, else the "
     "largest label + 1, and then every label below it must occur)"
@@ -70,7 +74,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     cp.add_argument(
         "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP
     )
-    cp.set_defaults(func=run_convert)
+    cp.set_defaults(func=run_convert, argument_words=_WORDS)
 
     ip = actions.add_parser(
         "inspect",
@@ -90,7 +94,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     ip.add_argument(
         "--num-classes", type=int_at_least(1), default=None, metavar="K", help=_NUM_CLASSES_HELP
     )
-    ip.set_defaults(func=run_inspect)
+    ip.set_defaults(func=run_inspect, argument_words=_WORDS)
     return dp
 
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfdp.errors import ConfigError, DataError
-from tfdp.recipe.data import data_errors
+from tfdp.errors import ConfigError, renaming
 from tfdp.recipe.dataspec import OpenedData, open_source, read_error
 
 _MAX_CLASSES_SHOWN = 30
@@ -59,8 +58,8 @@ def inspect_data(src: str, examples: int = 5, num_classes: int | None = None) ->
         examples: 1797
     """
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
-        raise ConfigError(f"--examples must be an integer >= 0, got {examples!r}")
-    with data_errors(spec="SRC", num_classes="--num-classes"):
+        raise ConfigError(f"must be an integer >= 0, got {examples!r}", argument="examples")
+    with renaming({"spec": "src"}):
         data = open_source(src, num_classes=num_classes)
     n = data.num_examples
     shape = "[" + ", ".join("?" if d is None else str(d) for d in data.image_shape) + "]"
@@ -128,4 +127,4 @@ def _sample_examples(data: OpenedData, k: int) -> list[tuple[int, np.ndarray, in
             for i, (image, label) in enumerate(data.dataset().take(k).as_numpy_iterator())
         ]
     except tf.errors.OpError as err:
-        raise DataError(str(read_error(data, err))) from None
+        raise read_error(data, err) from err

@@ -22,7 +22,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tfdp.cli.args import Parser, in_flags, int_at_least, port, seconds
+from tfdp.cli.args import Parser, int_at_least, port, seconds
+from tfdp.cli.messages import said
 from tfdp.launch import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_LAST_CALL,
@@ -37,6 +38,16 @@ from tfdp.launch import (
     launch_nodes,
     parse_nnodes,
 )
+
+#: The launcher's arguments this command says otherwise than as ``--<argument>`` (``""``: the
+#: message names what to set, e.g. the secret's environment variable).
+_WORDS = {
+    "env": "",
+    "host": "--node-addr",
+    "command": "COMMAND",
+    "heartbeat": "--heartbeat-timeout",
+    "silence": "--heartbeat-timeout",
+}
 
 _DESCRIPTION = """\
 Run COMMAND as N tf.distribute workers on this node (default 1; TF_CONFIG set for
@@ -84,7 +95,7 @@ def _nnodes(text: str) -> tuple[int, int]:
     try:
         return parse_nnodes(text)
     except LaunchError as exc:
-        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -198,7 +209,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="-- COMMAND ...",
         help="the worker command and its arguments",
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, argument_words=_WORDS)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -279,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if high == 1:
             if args.node_rank not in (None, 0):
-                _error(f"--node-rank {args.node_rank} is not in 0..0 (--nnodes 1)")
+                _error(f"--node-rank: {args.node_rank} is not in 0..0 (--nnodes 1)")
                 return 2
             return launch(
                 command,
@@ -291,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.node_rank is None:
             _error(
-                f"--node-rank is required with --nnodes {low if low == high else f'{low}:{high}'}"
+                f"--node-rank: required with --nnodes {low if low == high else f'{low}:{high}'}"
                 f": give every node its own rank in 0..{high - 1} (node 0 hosts the rendezvous "
                 "at --master-addr)"
             )
@@ -315,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
             silence=args.heartbeat_timeout,
         )
     except LaunchError as exc:
-        _error(in_flags(exc))
+        _error(said(exc, _WORDS))
         cause = exc.__cause__
         if isinstance(cause, FileNotFoundError):
             return 127

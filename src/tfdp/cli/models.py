@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from tfdp.cli.args import int_at_least, quiet_tf, require
-from tfdp.errors import ConfigError, TfdpError, said_as
+from tfdp.errors import ConfigError, renaming
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -62,54 +62,43 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="build for S x S images (a multiple of the patch), the position embeddings "
         "resampled bicubically as timm does (default: the checkpoint's own size)",
     )
-    ip.set_defaults(func=run_import)
+    ip.set_defaults(func=run_import, argument_words=_WORDS)
     lp = actions.add_parser("list", help="the model names and their sizes")
     lp.set_defaults(func=run_list)
     return mp
 
 
-#: The library's arguments as this command says them.
-_ARGUMENTS = {"model": "NAME", "path": "--from", "input_shape": "--image-size", "out": "--out"}
-
-
-def _said(exc: TfdpError) -> TfdpError:
-    """``exc`` with its argument (only) said as this command's."""
-    if exc.argument not in _ARGUMENTS:
-        return exc
-    said = said_as(exc, {exc.argument: _ARGUMENTS[exc.argument]})
-    said.argument = None
-    return said
+#: The library's arguments as :func:`import_model` names them.
+_ARGUMENTS = {"model": "name", "path": "source", "input_shape": "image_size"}
+#: :func:`import_model`'s arguments this command says otherwise than as ``--<argument>``.
+_WORDS = {"name": "NAME", "source": "--from"}
 
 
 def import_model(name: str, source: str, out: str, image_size: int | None = None) -> str:
     """Convert checkpoint ``source`` to model ``name``, saved as ``out``; returns what it did.
 
     Raises:
-        tfdp.errors.TfdpError: a bad name, file or state dict, said as the command's arguments.
+        tfdp.errors.TfdpError: a bad name, file or state dict (``argument``: this function's).
     """
     from tfdp.models.names import model_spec, require_keras_hub
     from tfdp.models.weights import read_state_dict
 
-    try:
+    with renaming(_ARGUMENTS):
         spec = model_spec(name)
         require_keras_hub(spec.name)
         if not out.endswith(".keras"):
-            raise ConfigError(f"out {out!r}: give a .keras file name", argument="out")
+            raise ConfigError(f"{out!r}: give a .keras file name", argument="out")
         folder = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(folder):
-            raise ConfigError(f"out {out!r}: folder {folder!r} does not exist", argument="out")
+            raise ConfigError(f"{out!r}: folder {folder!r} does not exist", argument="out")
         state = read_state_dict(source)  # before TensorFlow loads: torch reads a .pth
-    except TfdpError as exc:
-        raise _said(exc) from None
     require("tensorflow", "cpu|gpu", "tfdp models import")
     quiet_tf()
     from tfdp._util import replaced_atomically
     from tfdp.models.weights import from_timm
 
-    try:
+    with renaming(_ARGUMENTS):
         model = from_timm(spec.name, state, image_size=image_size, source=f"--from {source!r}")
-    except TfdpError as exc:
-        raise _said(exc) from None
     with replaced_atomically(out, suffix=".keras") as tmp:
         model.save(tmp)
     _, height, width, channels = model.input_shape

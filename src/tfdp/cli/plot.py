@@ -32,25 +32,26 @@ IMAGE_FORMATS = ("eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba",
                  "tif", "tiff", "webp")  # fmt: skip
 
 
-def image_format(path: str, option: str = "the output") -> str:
+def image_format(path: str, argument: str = "out") -> str:
     """The image format of ``path``, from its extension.
 
     Raises:
-        ConfigError: no extension, or one no image format has (naming ``option``).
+        ConfigError: no extension, or one no image format has (``argument``: ``path``'s).
 
     Example:
         >>> image_format("curves.svg")
         'svg'
-        >>> image_format("curves", "--out")
+        >>> image_format("curves")
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: --out 'curves': the image format comes from the extension; use .png, .svg, .pdf or another of .eps, .jpeg, .jpg, .pdf, .pgf, .png, .ps, .raw, .rgba, .svg, .svgz, .tif, .tiff, .webp
+        tfdp.errors.ConfigError: out: 'curves': the image format comes from the extension; use .png, .svg, .pdf or another of .eps, .jpeg, .jpg, .pdf, .pgf, .png, .ps, .raw, .rgba, .svg, .svgz, .tif, .tiff, .webp
     """  # noqa: E501
     ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
     if ext not in IMAGE_FORMATS:
         raise ConfigError(
-            f"{option} {os.fspath(path)!r}: the image format comes from the extension; use "
-            ".png, .svg, .pdf or another of " + ", ".join(f".{e}" for e in IMAGE_FORMATS)
+            f"{os.fspath(path)!r}: the image format comes from the extension; use "
+            ".png, .svg, .pdf or another of " + ", ".join(f".{e}" for e in IMAGE_FORMATS),
+            argument=argument,
         )
     return ext
 
@@ -232,7 +233,7 @@ def plot_metrics(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | 
     if not os.path.exists(run):
         raise FileNotFoundError(f"RUN_DIR {run!r} does not exist")
     if not os.path.isdir(run):
-        raise ConfigError(f"RUN_DIR {run!r} is not a directory")
+        raise ConfigError(f"{run!r} is not a directory", argument="run_dir")
     metrics_path = os.path.join(run, "metrics.jsonl")
     if not os.path.isfile(metrics_path):
         raise FileNotFoundError(
@@ -244,8 +245,8 @@ def plot_metrics(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | 
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"--out {target!r}: folder {folder!r} does not exist")
     if os.path.isdir(target):
-        raise ConfigError(f"--out {target!r} is a directory; give a file name")
-    fmt = image_format(target, "--out")
+        raise ConfigError(f"{target!r} is a directory; give a file name", argument="out")
+    fmt = image_format(target)
     import_extra("matplotlib", "plot", "tfdp plot")
     fig = metrics_figure(
         read_metrics(metrics_path),
@@ -271,7 +272,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     pp.add_argument(
         "--out", metavar="PATH", default=None, help="image to write (default: RUN_DIR/curves.png)"
     )
-    pp.set_defaults(func=run)
+    pp.set_defaults(func=run, argument_words={"run_dir": "RUN_DIR"})
     return pp
 
 

@@ -23,7 +23,6 @@ import numpy as np
 
 from tfdp.cli.args import import_extra, int_at_least
 from tfdp.cli.plot import image_format
-from tfdp.errors import ConfigError, TfdpError, said_as
 from tfdp.recipe.config import TrainConfig
 from tfdp.samplers import DistributedEvalSampler, DistributedSampler, RepeatAugSampler, Sampler
 
@@ -96,36 +95,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     sp.add_argument(
         "--png", default=None, metavar="FILE", help="also draw the layout to this image file"
     )
-    sp.set_defaults(func=run)
+    sp.set_defaults(func=run, argument_words=_WORDS)
     return sp
 
 
 #: The samplers' arguments this command's flags name otherwise (the rest are their own words).
-_FLAGS = {"num_repeats": "--repeats", "num_replicas": "--replicas"}
+_WORDS = {"num_repeats": "--repeats", "num_replicas": "--replicas"}
 
 
 def build_samplers(args: argparse.Namespace) -> list[Sampler]:
     """One sampler per rank from the parsed options, at ``args.epoch``.
 
     Raises:
-        ConfigError: the sampler refuses the options (its message names them).
+        tfdp.errors.ConfigError: the sampler refuses the options (its ``argument`` names
+            them: the command says them as :data:`_WORDS` does).
 
     Example:
         >>> ns = argparse.Namespace(sampler="eval", num_examples=3, replicas=2, epoch=0)
         >>> [s.indices().tolist() for s in build_samplers(ns)]
         [[0, 2], [1, 0]]
     """
-    out = []
-    try:
-        for rank in range(args.replicas):
-            out.append(_build(args, rank))
-    except TfdpError as exc:  # the samplers name their arguments: say them as this command's flags
-        said = said_as(exc, _FLAGS)
-        if said is exc:
-            raise
-        raise said from exc
-    except ValueError as exc:  # the sampler's refusal of these options: bad input
-        raise ConfigError(str(exc)) from exc
+    out = [_build(args, rank) for rank in range(args.replicas)]
     for s in out:
         s.set_epoch(args.epoch)
     return out
@@ -232,7 +222,7 @@ def draw_layout(samplers: Sequence[Sampler], batch_size: int, path: str) -> str:
         The path written.
     """
     import_extra("matplotlib", "plot", "--png")
-    fmt = image_format(path, "--png")
+    fmt = image_format(path, "png")
     layout_figure(samplers, batch_size).savefig(path, format=fmt, dpi=120)
     return path
 

@@ -52,6 +52,8 @@ PREFIX = "tfdp train"
 #: Exit status when another worker of a multi-worker job was lost (see PeerLostError).
 PEER_LOST_STATUS = 4
 _EXCLUSIVE = ("batch_size", "batch_size_per_replica")
+#: The library's arguments the job leaves in an error (its options are said as their flags).
+_WORDS = {"num_shards": "tfdp data convert --shards N"}
 #: Flags that set ``--mixed-precision`` (timm's ``--amp``, float16 by default as timm's).
 _PRECISION_ALIASES = {"--amp": "mixed_float16", "--bf16": "mixed_bfloat16"}
 _DESCRIPTION = (
@@ -155,7 +157,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             default=None,
             help=f"= --mixed-precision {value}",
         )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, argument_words=_WORDS)
     return p
 
 

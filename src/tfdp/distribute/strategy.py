@@ -18,7 +18,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp._compat import configure_heartbeat
+from tfdp._compat.process import configure_heartbeat
 from tfdp.distribute.tf_config import parse_tf_config
 from tfdp.distribute.watchdog import start as start_watchdog
 from tfdp.errors import ConfigError
@@ -80,9 +80,10 @@ def _configure_logical_cpus(n: int) -> list[str]:
         if not current and have == n:  # initialised as it would be: one device per CPU
             return [f"/cpu:{i}" for i in range(n)]
         raise ConfigError(
-            f"cpu_replicas={n} needs {n} logical CPU devices, but TensorFlow is already "
+            f"{n} needs {n} logical CPU devices, but TensorFlow is already "
             f"initialised with {have}: call tfdp.make_strategy(cpu_replicas={n}) before any "
-            "other TensorFlow work (creating tensors, models or datasets)"
+            "other TensorFlow work (creating tensors, models or datasets)",
+            argument="cpu_replicas",
         ) from None
     return [f"/cpu:{i}" for i in range(n)]
 
@@ -107,9 +108,9 @@ def _slurm_options() -> dict[str, Any]:
 
 def _heartbeat_timeout(seconds: float | None) -> float | None:
     """``seconds``, else ``$TFDP_HEARTBEAT_TIMEOUT``, else None (TensorFlow's default), checked."""
-    name, given = "heartbeat_timeout", seconds
+    given = seconds
     if given is None:
-        name, given = "TFDP_HEARTBEAT_TIMEOUT", os.environ.get("TFDP_HEARTBEAT_TIMEOUT") or None
+        given = os.environ.get("TFDP_HEARTBEAT_TIMEOUT") or None
     if given is None:
         return None
     try:
@@ -117,10 +118,10 @@ def _heartbeat_timeout(seconds: float | None) -> float | None:
     except (TypeError, ValueError):
         value = float("nan")
     if not 0 < value < float("inf"):
-        raise ConfigError(
-            f"{name} must be a number of seconds > 0, got {given!r}",
-            argument="heartbeat_timeout" if seconds is not None else None,
-        )
+        valid = f"must be a number of seconds > 0, got {given!r}"
+        if seconds is not None:
+            raise ConfigError(valid, argument="heartbeat_timeout")
+        raise ConfigError(f"TFDP_HEARTBEAT_TIMEOUT {valid}")
     return value
 
 
@@ -208,9 +209,11 @@ def make_strategy(
     import os
 
     if kind not in STRATEGY_KINDS:
-        raise ConfigError(f"strategy kind must be one of {', '.join(STRATEGY_KINDS)}, got {kind!r}")
+        raise ConfigError(
+            f"must be one of {', '.join(STRATEGY_KINDS)}, got {kind!r}", argument="kind"
+        )
     if cpu_replicas is not None and (isinstance(cpu_replicas, bool) or cpu_replicas < 1):
-        raise ConfigError(f"cpu_replicas must be an integer >= 1, got {cpu_replicas!r}")
+        raise ConfigError(f"must be an integer >= 1, got {cpu_replicas!r}", argument="cpu_replicas")
     if kind == "auto":
         slurm = int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in os.environ
         if parse_tf_config() is not None or slurm:
@@ -229,12 +232,12 @@ def make_strategy(
         }.get(communication)
         if impl is None:
             raise ConfigError(
-                f"communication must be 'auto', 'ring' or 'nccl', got {communication!r}"
+                f"must be 'auto', 'ring' or 'nccl', got {communication!r}", argument="communication"
             )
         pack = DEFAULT_BYTES_PER_PACK if bytes_per_pack is None else bytes_per_pack
         if isinstance(pack, bool) or not isinstance(pack, int) or pack < 0:
             raise ConfigError(
-                f"bytes_per_pack must be an integer >= 0 (0: one pack), got {bytes_per_pack!r}",
+                f"must be an integer >= 0 (0: one pack), got {bytes_per_pack!r}",
                 argument="bytes_per_pack",
             )
         options = tf.distribute.experimental.CommunicationOptions(

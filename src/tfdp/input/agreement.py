@@ -70,7 +70,7 @@ class PermutationAgreement:
         if len(set(per_worker)) > 1:
             shown = ", ".join(f"worker {w}: {fp:016x}" for w, fp in enumerate(per_worker))
             raise ConfigError(
-                f"permutation: the workers got different permutations for epoch {epoch + 1} "
+                f"the workers got different permutations for epoch {epoch + 1} "
                 f"(permutation({epoch}) fingerprints {shown}), so they would deal different "
                 "lists. permutation= must depend on the epoch alone, e.g. torch.randperm(N, "
                 "generator=torch.Generator().manual_seed(seed + epoch)), not one generator "

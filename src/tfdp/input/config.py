@@ -52,21 +52,21 @@ def resolve_batch_size(
     """
     if (batch_size is None) == (global_batch_size is None):
         raise ConfigError(
-            "batch_size: pass exactly one of batch_size (per replica) or global_batch_size",
+            "pass exactly one of batch_size (per replica) or global_batch_size",
             argument="batch_size",
         )
     if global_batch_size is not None:
         g = int(global_batch_size)
         if g < 1 or g % num_replicas:
             raise ConfigError(
-                f"global_batch_size={global_batch_size} must be a positive multiple of the "
+                f"{global_batch_size} must be a positive multiple of the "
                 f"{num_replicas} replicas in sync",
                 argument="global_batch_size",
             )
         return g // num_replicas
     if isinstance(batch_size, bool) or int(batch_size) < 1:  # type: ignore[arg-type]
         raise ConfigError(
-            f"batch_size must be an integer >= 1 per replica, got {batch_size!r}",
+            f"must be an integer >= 1 per replica, got {batch_size!r}",
             argument="batch_size",
         )
     return int(batch_size)  # type: ignore[arg-type]
@@ -101,7 +101,7 @@ def resolve_sampler(
         cls = SAMPLER_NAMES.get(spec)
         if cls is None:
             raise ConfigError(
-                f"sampler must be one of {sorted(SAMPLER_NAMES)}, a tfdp Sampler or a "
+                f"must be one of {sorted(SAMPLER_NAMES)}, a tfdp Sampler or a "
                 f"factory, got {spec!r}",
                 argument="sampler",
             )
@@ -114,17 +114,17 @@ def resolve_sampler(
         sampler = spec(n, w, 0)
         if not isinstance(sampler, Sampler):
             raise ConfigError(
-                f"sampler: the factory must return a tfdp Sampler, got {type(sampler).__name__}",
+                f"the factory must return a tfdp Sampler, got {type(sampler).__name__}",
                 argument="sampler",
             )
     else:
         raise ConfigError(
-            f"sampler must be a name, a tfdp Sampler or a factory, got {spec!r}",
+            f"must be a name, a tfdp Sampler or a factory, got {spec!r}",
             argument="sampler",
         )
     if sampler.num_replicas != w:
         raise ConfigError(
-            f"sampler has num_replicas={sampler.num_replicas} but the strategy has "
+            f"has num_replicas={sampler.num_replicas} but the strategy has "
             f"{w} replicas in sync; build the sampler with num_replicas={w}",
             argument="sampler",
         )
@@ -134,16 +134,14 @@ def resolve_sampler(
             if streaming
             else f"the source has {n}"
         )
-        raise ConfigError(
-            f"sampler has num_examples={sampler.num_examples} but {has}", argument="sampler"
-        )
+        raise ConfigError(f"has num_examples={sampler.num_examples} but {has}", argument="sampler")
     if (
         isinstance(sampler, DistributedSampler)
         and sampler.padding is None
         and not (sampler.drop_last or n % w == 0)
     ):
         raise ConfigError(
-            "sampler: DistributedSampler(padding=None) leaves ranks uneven, but replicas step "
+            "DistributedSampler(padding=None) leaves ranks uneven, but replicas step "
             "together; use padding='wrap' or 'random', drop_last=True, or sampler='eval'",
             argument="sampler",
         )
@@ -163,21 +161,21 @@ def stream_index_sampler(sampler: Sampler) -> Sampler:
     """
     if isinstance(sampler, DistributedEvalSampler):
         raise ConfigError(
-            "sampler='eval' needs a random-access source (exact evaluation pads and "
+            "'eval' needs a random-access source (exact evaluation pads and "
             "masks by index); convert the TFRecord files with tfdp.sources.write_tfrecords"
             " to arrays or an image folder, or evaluate with sampler='distributed'",
             argument="sampler",
         )
     if sampler.permutation is not None:
         raise ConfigError(
-            "sampler: a sampler's permutation= orders examples by index, which a streaming "
+            "a sampler's permutation= orders examples by index, which a streaming "
             "source cannot read; a stream is shuffled by the source (files and blocks, with "
             "shuffle=True): drop permutation=, or use a random-access source",
             argument="sampler",
         )
     if not isinstance(sampler, _ShufflingSampler):
         raise ConfigError(
-            f"sampler: {type(sampler).__name__} has no shuffle option, which a streaming "
+            f"{type(sampler).__name__} has no shuffle option, which a streaming "
             "source needs (the source shuffles, the sampler picks stream positions); use "
             "DistributedSampler or RepeatAugSampler",
             argument="sampler",

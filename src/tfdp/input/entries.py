@@ -107,9 +107,10 @@ class EntryPlan:
             self.steps_per_epoch = math.ceil(per_rank / self.batch_size)
         if self.steps_per_epoch < 1:
             raise ConfigError(
-                f"batch_size={self.batch_size} per replica gives no full step per epoch: each "
+                f"{self.batch_size} per replica gives no full step per epoch: each "
                 f"replica gets {per_rank} example(s) per epoch; use a smaller batch size or "
-                "drop_remainder=False"
+                "drop_remainder=False",
+                argument="batch_size",
             )
         # Elastic resume: epoch -> the rank-0 sampler of another world size whose global list
         # that epoch deals over this input's ranks (see follow).

@@ -31,7 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfdp._autograph import plain, user_code
-from tfdp._compat import lightly_optimized_map
+from tfdp._compat.fast.graph import lightly_optimized_map
 from tfdp.augment.base import get_image, put_image
 from tfdp.augment.compose import split_batch_stages
 from tfdp.augment.contract import is_batched_augmentation
@@ -140,7 +140,7 @@ class ExamplePipeline:
         What the input's maps call: a new dataset (every epoch, a resume)
         then traces a thin call instead of the whole loading and augmentation
         graph, and its iterators instantiate it optimised lightly
-        (:func:`tfdp._compat.lightly_optimized_map`): a DeiT pipeline cost every
+        (:func:`tfdp._compat.fast.graph.lightly_optimized_map`): a DeiT pipeline cost every
         epoch seconds of tracing and of Grappler on its RandAugment branches.
 
         Example:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from tfdp._autograph import plain
-from tfdp._compat import lightly_optimized_map
+from tfdp._compat.fast.graph import lightly_optimized_map
 from tfdp._util import deterministic_unsharded
 from tfdp.augment.contract import is_batched_augmentation
 from tfdp.input.entries import EntryPlan

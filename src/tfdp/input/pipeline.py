@@ -204,7 +204,7 @@ class DistributedInput:
         self.streaming = isinstance(source, StreamingSource)
         if not self.streaming and not isinstance(source, RandomAccessSource):
             raise ConfigTypeError(
-                f"source must be a random-access source (num_examples, element_spec, load) or a "
+                f"must be a random-access source (num_examples, element_spec, load) or a "
                 f"streaming one (num_examples, element_spec, stream_length, stream), see "
                 f"tfdp.sources.base; got {type(source).__name__}",
                 argument="source",
@@ -344,7 +344,7 @@ class DistributedInput:
         steps = self.steps_per_epoch if epoch is None else self.epoch_steps(epoch)
         if start_step < 0 or start_step > steps:
             raise ConfigError(
-                f"start_step must be in [0, steps_per_epoch={steps}], got {start_step}",
+                f"must be in [0, steps_per_epoch={steps}], got {start_step}",
                 argument="start_step",
             )
 
@@ -368,9 +368,7 @@ class DistributedInput:
             [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
         """
         if not 0 <= rank < self.num_replicas:
-            raise ConfigError(
-                f"rank must be in [0, {self.num_replicas}), got {rank}", argument="rank"
-            )
+            raise ConfigError(f"must be in [0, {self.num_replicas}), got {rank}", argument="rank")
         self._check_start_step(start_step, first_epoch)
         return self.loader.rank(rank, first_epoch, num_epochs, start_step)
 

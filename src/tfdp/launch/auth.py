@@ -67,7 +67,7 @@ def secret_key(env: Mapping[str, str]) -> bytes | None:
         >>> secret_key({SECRET_ENV: "short"})
         Traceback (most recent call last):
         ...
-        tfdp.launch.plan.LaunchError: TFDP_RDZV_SECRET has 5 characters: a shared secret needs at least 16 (e.g. python -c 'import secrets; print(secrets.token_hex(16))'), the same on every node
+        tfdp.launch.plan.LaunchError: env: TFDP_RDZV_SECRET has 5 characters: a shared secret needs at least 16 (e.g. python -c 'import secrets; print(secrets.token_hex(16))'), the same on every node
     """  # noqa: E501
     secret = env.get(SECRET_ENV)
     if secret is None:
@@ -117,7 +117,7 @@ class Session:
 
     def __init__(self, key: bytes | None, role: str, server_nonce: str, client_nonce: str) -> None:
         if role not in _ROLES:
-            raise LaunchError(f"role must be one of {_ROLES}, got {role!r}", argument="role")
+            raise LaunchError(f"must be one of {_ROLES}, got {role!r}", argument="role")
         self.key = key
         self.role = role
         self._nonces = f"{server_nonce}:{client_nonce}".encode()
@@ -172,7 +172,6 @@ class Session:
             raise ProtocolError(
                 f"the message carries no HMAC: this job's rendezvous needs the shared secret "
                 f"({SECRET_ENV}, the same on every node)",
-                argument="env",
                 kind="auth",
             )
         else:
@@ -182,7 +181,6 @@ class Session:
                 raise ProtocolError(
                     f"the message's HMAC does not match: another {SECRET_ENV}, or a message "
                     "recorded elsewhere",
-                    argument="env",
                     kind="auth",
                 )
         self._received += 1

@@ -126,7 +126,7 @@ class Joiner:
             if left <= pause:
                 if first:
                     raise LaunchError(
-                        f"master_addr {self.where}: the rendezvous did not take this node's "
+                        f"{self.where}: the rendezvous did not take this node's "
                         f"join within {self.timeout:g}s ({why})",
                         argument="master_addr",
                     )
@@ -188,7 +188,7 @@ class Joiner:
             except OSError as exc:
                 if self.node_addr and exc.errno == errno.EADDRNOTAVAIL:
                     raise LaunchError(
-                        f"node_addr {self.node_addr!r} is not an address of this machine",
+                        f"{self.node_addr!r} is not an address of this machine",
                         argument="node_addr",
                     ) from None
                 last = _connect_error(exc)
@@ -201,7 +201,7 @@ class Joiner:
             if now >= deadline:
                 if first:
                     raise LaunchError(
-                        f"master_addr {self.where}: no rendezvous there within "
+                        f"{self.where}: no rendezvous there within "
                         f"{self.timeout:g}s ({last}). Node 0's launcher hosts it: check "
                         "that it runs with this master address and port, and the firewall",
                         argument="master_addr",

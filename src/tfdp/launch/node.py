@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdp._compat import prefer_bfc_cpu_allocator
+from tfdp._compat.fast.process import prefer_bfc_cpu_allocator
 from tfdp.launch.auth import SECRET_ENV, secret_key
 from tfdp.launch.channel import Channel, ChannelClosedError
 from tfdp.launch.join import InterruptedJoinError, Joiner, MasterGoneError
@@ -315,7 +315,7 @@ def _worker_env(env: Mapping[str, str], silence: float) -> dict[str, str]:
     declare it lost after the same time (``TFDP_HEARTBEAT_TIMEOUT``, read by
     :func:`tfdp.distribute.make_strategy`), unless the environment sets that already. The
     workers' TensorFlow keeps its host memory for reuse
-    (:func:`tfdp._compat.prefer_bfc_cpu_allocator`), likewise. The rendezvous secret
+    (:func:`tfdp._compat.fast.process.prefer_bfc_cpu_allocator`), likewise. The rendezvous secret
     (``TFDP_RDZV_SECRET``) is the launchers' alone: the workers do not get it.
     """
     out = {k: v for k, v in env.items() if k != SECRET_ENV}
@@ -386,31 +386,32 @@ def launch_nodes(
     check_launch_options(max_restarts, grace_seconds)
     low, high = nnodes
     if not 1 <= low <= high:
-        raise LaunchError(f"nnodes {nnodes!r}: expected 1 <= MIN <= MAX", argument="nnodes")
+        raise LaunchError(f"{nnodes!r}: expected 1 <= MIN <= MAX", argument="nnodes")
     if isinstance(node_rank, bool) or not isinstance(node_rank, int):
-        raise LaunchError(f"node_rank must be an integer, got {node_rank!r}", argument="node_rank")
+        raise LaunchError(f"must be an integer, got {node_rank!r}", argument="node_rank")
     if not 0 <= node_rank < high:
         raise LaunchError(
-            f"node_rank {node_rank} is not in 0..{high - 1} (nnodes {nnodes_text(low, high)})",
+            f"{node_rank} is not in 0..{high - 1} ({{nnodes}} {nnodes_text(low, high)})",
             argument="node_rank",
+            mentions=["nnodes"],
         )
     check_host(master_addr, "master_addr")
     if node_addr is not None:
         check_host(node_addr, "node_addr")
     for name, value in (("rdzv_timeout", rdzv_timeout), ("rdzv_last_call", rdzv_last_call)):
         if not value >= 0:
-            raise LaunchError(f"{name} must be >= 0 seconds, got {value!r}", argument=name)
+            raise LaunchError(f"must be >= 0 seconds, got {value!r}", argument=name)
     for name, value in (("heartbeat", heartbeat), ("silence", silence)):
         if not value > 0:
-            raise LaunchError(f"{name} must be > 0 seconds, got {value!r}", argument=name)
+            raise LaunchError(f"must be > 0 seconds, got {value!r}", argument=name)
     if not command:
-        raise LaunchError("command is empty: give the program each worker runs",
+        raise LaunchError("nothing to run: give the program each worker runs",
                           argument="command")  # fmt: skip
     if port_base is not None:
         ports_from_base(port_base, nproc)
     job = rdzv_id if rdzv_id is not None else default_rdzv_id(command)
     if not job or len(job) > 200:
-        raise LaunchError(f"rdzv_id {job!r}: expected 1..200 characters", argument="rdzv_id")
+        raise LaunchError(f"{job!r}: expected 1..200 characters", argument="rdzv_id")
     base_env = os.environ if env is None else env
     key = secret_key(base_env)
 

@@ -40,7 +40,7 @@ class LaunchError(ConfigError):
         ...     ports_from_base(65535, 2)
         ... except LaunchError as exc:
         ...     print(exc.argument, "|", exc)
-        port_base | port_base 65535 with 2 workers needs ports up to 65536, past 65535: use a lower base port
+        port_base | port_base: 65535 with 2 workers needs ports up to 65536, past 65535: use a lower base port
     """  # noqa: E501
 
 
@@ -114,15 +114,13 @@ def bare_host(host: str) -> str:
 def check_host(host: str, argument: str = "host") -> None:
     """Refuse an empty host or one with spaces (a host name or IP address is expected)."""
     if not isinstance(host, str) or not host or any(c.isspace() for c in host):
-        raise LaunchError(
-            f"{argument} {host!r}: expected a host name or IP address", argument=argument
-        )
+        raise LaunchError(f"{host!r}: expected a host name or IP address", argument=argument)
 
 
 def check_workers(workers: int, argument: str = "workers") -> None:
     """Refuse a number of workers that is not an integer >= 1."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise LaunchError(f"{argument} must be an integer >= 1, got {workers!r}", argument=argument)
+        raise LaunchError(f"must be an integer >= 1, got {workers!r}", argument=argument)
 
 
 def _check_ports(ports: Sequence[int]) -> None:
@@ -166,7 +164,7 @@ def check_cluster(nodes: Sequence[NodeSlot]) -> None:
         >>> check_cluster([NodeSlot("127.0.0.1", (1,), 0), NodeSlot("10.0.0.2", (2,), 1)])
         Traceback (most recent call last):
         ...
-        tfdp.launch.plan.LaunchError: node 0's address 127.0.0.1 is a loopback address, which node 1 (10.0.0.2) cannot reach: start that node's launcher with an address the others reach (master_addr for node 0, else node_addr)
+        tfdp.launch.plan.LaunchError: node_addr: node 0's address 127.0.0.1 is a loopback address, which node 1 (10.0.0.2) cannot reach: start that node's launcher with an address the others reach (master_addr for node 0, else node_addr)
     """  # noqa: E501
     if not nodes:
         raise LaunchError("the cluster has no node")
@@ -190,8 +188,9 @@ def check_cluster(nodes: Sequence[NodeSlot]) -> None:
         raise LaunchError(
             f"node {bad.node_rank}'s address {bad.addr} is a loopback address, which node "
             f"{far.node_rank} ({far.addr}) cannot reach: start that node's launcher with an "
-            "address the others reach (master_addr for node 0, else node_addr)",
+            "address the others reach ({master_addr} for node 0, else {node_addr})",
             argument="node_addr",
+            mentions=["master_addr", "node_addr"],
         )
 
 
@@ -245,18 +244,20 @@ def plan_node(
     argv = [str(a) for a in command]
     if not argv:
         raise LaunchError(
-            "command is empty: give the program each worker runs and its arguments, "
+            "nothing to run: give the program each worker runs and its arguments, "
             "e.g. [sys.executable, 'train.py']",
             argument="command",
         )
     nodes = list(nodes)
     check_cluster(nodes)
     if isinstance(group_rank, bool) or not isinstance(group_rank, int):
-        raise LaunchError(f"group_rank must be an integer, got {group_rank!r}")
+        raise LaunchError(f"must be an integer, got {group_rank!r}", argument="group_rank")
     if not 0 <= group_rank < len(nodes):
-        raise LaunchError(f"group_rank {group_rank} is not in 0..{len(nodes) - 1}")
+        raise LaunchError(f"{group_rank} is not in 0..{len(nodes) - 1}", argument="group_rank")
     if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
-        raise LaunchError(f"restart count must be an integer >= 0, got {restart!r}")
+        raise LaunchError(
+            f"the restart count must be an integer >= 0, got {restart!r}", argument="restart"
+        )
 
     cluster = {"worker": [address(n.addr, p) for n in nodes for p in n.ports]}
     world = len(cluster["worker"])
@@ -354,12 +355,12 @@ def ports_from_base(port_base: int, workers: int) -> list[int]:
     check_workers(workers)
     if isinstance(port_base, bool) or not isinstance(port_base, int) or port_base < 1:
         raise LaunchError(
-            f"port_base must be an integer in 1..65535, got {port_base!r}", argument="port_base"
+            f"must be an integer in 1..65535, got {port_base!r}", argument="port_base"
         )
     last = port_base + workers - 1
     if last > 65535:
         raise LaunchError(
-            f"port_base {port_base} with {workers} workers needs ports up to {last}, "
+            f"{port_base} with {workers} workers needs ports up to {last}, "
             "past 65535: use a lower base port",
             argument="port_base",
         )
@@ -384,19 +385,17 @@ def parse_nnodes(text: str) -> tuple[int, int]:
         >>> parse_nnodes("3:2")
         Traceback (most recent call last):
         ...
-        tfdp.launch.plan.LaunchError: nnodes '3:2': MIN is above MAX; expected N or MIN:MAX with 1 <= MIN <= MAX, e.g. 2 or 1:4
+        tfdp.launch.plan.LaunchError: nnodes: '3:2': MIN is above MAX; expected N or MIN:MAX with 1 <= MIN <= MAX, e.g. 2 or 1:4
     """  # noqa: E501
     usage = "expected N or MIN:MAX with 1 <= MIN <= MAX, e.g. 2 or 1:4"
     parts = str(text).strip().split(":")
     if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
-        raise LaunchError(f"nnodes {text!r}: {usage}", argument="nnodes")
+        raise LaunchError(f"{text!r}: {usage}", argument="nnodes")
     low, high = int(parts[0]), int(parts[-1])
     if low < 1:
-        raise LaunchError(
-            f"nnodes {text!r}: a job needs at least 1 node; {usage}", argument="nnodes"
-        )
+        raise LaunchError(f"{text!r}: a job needs at least 1 node; {usage}", argument="nnodes")
     if low > high:
-        raise LaunchError(f"nnodes {text!r}: MIN is above MAX; {usage}", argument="nnodes")
+        raise LaunchError(f"{text!r}: MIN is above MAX; {usage}", argument="nnodes")
     return low, high
 
 

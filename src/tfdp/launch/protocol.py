@@ -42,7 +42,7 @@ Example:
     >>> decode(line, job="tfdp-2")
     Traceback (most recent call last):
     ...
-    tfdp.launch.protocol.ProtocolError: rdzv_id 'tfdp-1' is not this job's ('tfdp-2'): give every node the same job id
+    tfdp.launch.protocol.ProtocolError: rdzv_id: 'tfdp-1' is not this job's ('tfdp-2'): give every node the same job id
 """  # noqa: E501
 
 from __future__ import annotations
@@ -64,16 +64,18 @@ _MAX_WORKERS = 4096
 class ProtocolError(ValueError):
     """A message refused: malformed, too long, from another version or job, or not authentic.
 
-    ``argument`` names the launch argument at fault when there is one (``rdzv_id``);
+    ``argument`` names the launch argument at fault when there is one (``rdzv_id``), and
+    ``message`` says what is wrong without it (``str`` puts them together, as a
+    :class:`tfdp.errors.TfdpError` does: the refusal sent to a node carries both);
     ``kind`` says what was wrong in one word, for a count of refusals (``garbage``,
     ``too long``, ``version``, ``job``, ``type``, ``malformed``, ``auth``, ``order``,
     ``join``, ``ended``, ``busy``); ``retry``: the refusal is for load, not for what was
     said (the peer may try again).
 
     Example:
-        >>> err = ProtocolError("rdzv_id 'x' is not this job's", argument="rdzv_id", kind="job")
-        >>> err.argument, err.kind, err.retry
-        ('rdzv_id', 'job', False)
+        >>> err = ProtocolError("'x' is not this job's", argument="rdzv_id", kind="job")
+        >>> err.argument, err.kind, err.retry, str(err)
+        ('rdzv_id', 'job', False, "rdzv_id: 'x' is not this job's")
     """
 
     def __init__(
@@ -86,10 +88,14 @@ class ProtocolError(ValueError):
         retry: bool = False,
     ) -> None:
         super().__init__(message)
+        self.message = message
         self.argument = argument
         self.job = job  # the sender's job id, when it was another job's (to answer it)
         self.kind = kind
         self.retry = retry
+
+    def __str__(self) -> str:
+        return f"{self.argument}: {self.message}" if self.argument else self.message
 
 
 Check = Callable[[Any], bool]
@@ -241,7 +247,7 @@ def decode(line: bytes, job: str, expect: tuple[str, ...] | None = None) -> dict
     if other != job:
         shown = other if isinstance(other, str) and len(other) <= 200 else "?"
         raise ProtocolError(
-            f"rdzv_id {shown!r} is not this job's ({job!r}): give every node the same job id",
+            f"{shown!r} is not this job's ({job!r}): give every node the same job id",
             argument="rdzv_id",
             job=other if shown == other and other else None,
             kind="job",

@@ -2,7 +2,7 @@ r"""What the master's rendezvous refused, told to the operator without flooding 
 
 This module owns the master's account of the connections it refused (a launcher of another
 job, garbage, a stranger holding connections open): :class:`Refusals` tells the first few of
-each kind in full (``refused a launcher at 10.0.0.9: rdzv_id 'x' is not this job's ...``),
+each kind in full (``refused a launcher at 10.0.0.9: rdzv_id: 'x' is not this job's ...``),
 then counts the rest and tells the count once per ``every`` seconds, by kind and by address
 (``refused 412 more connection(s) in the last 30s, from 10.0.0.9 (412): 200 sent nothing
 valid within 5s, ...``), and keeps the last few in full for the rendezvous's timeout message.

@@ -219,23 +219,22 @@ class Rendezvous:
         where = f"{self.host}:{self.port}"
         if isinstance(exc, socket.gaierror):
             return LaunchError(
-                f"master_addr {self.host!r} cannot be resolved ({exc.strerror})",
+                f"{self.host!r} cannot be resolved ({exc.strerror})",
                 argument="master_addr",
             )
         if exc.errno == errno.EADDRNOTAVAIL:
             return LaunchError(
-                f"master_addr {self.host!r} is not an address of this machine: node 0 hosts "
+                f"{self.host!r} is not an address of this machine: node 0 hosts "
                 "the rendezvous there, so node 0 runs on the master's machine (is this node's "
                 "node_rank right?)",
                 argument="master_addr",
             )
         if exc.errno == errno.EADDRINUSE:
             return LaunchError(
-                f"master_port {self.port}: {where} is in use (another job's rendezvous?): "
-                "choose another port",
+                f"{self.port}: {where} is in use (another job's rendezvous?): choose another port",
                 argument="master_port",
             )
-        return LaunchError(f"master_addr {where}: cannot listen ({exc})", argument="master_addr")
+        return LaunchError(f"{where}: cannot listen ({exc})", argument="master_addr")
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -342,7 +341,7 @@ class Rendezvous:
         text = str(exc)
         if member is None:
             self.refusals.add(who, exc.kind, text)
-        refusal = {"type": "error", "message": text[:8000], "argument": exc.argument,
+        refusal = {"type": "error", "message": exc.message[:8000], "argument": exc.argument,
                    "retry": exc.retry}  # fmt: skip
         with contextlib.suppress(Exception):
             sealed = session.seal(refusal, self.job) if session else {**refusal, "seq": 0}
@@ -357,14 +356,14 @@ class Rendezvous:
         where = f"node 0 at {self.host}:{self.address[1]}"
         if theirs != ours:
             raise ProtocolError(
-                f"nnodes {theirs} differs from the master's {ours} ({where}): give every "
+                f"{theirs} differs from the master's {ours} ({where}): give every "
                 "node the same value",
                 argument="nnodes",
                 kind="join",
             )
         if rank >= self.max_nodes:
             raise ProtocolError(
-                f"node_rank {rank} is not in 0..{self.max_nodes - 1} (nnodes {ours})",
+                f"{rank} is not in 0..{self.max_nodes - 1} (nnodes {ours})",
                 argument="node_rank",
                 kind="join",
             )
@@ -372,7 +371,7 @@ class Rendezvous:
             raise ProtocolError("malformed join message: nproc differs from its ports", kind="join")
         if rank == 0 and instance != self.master_instance:
             raise ProtocolError(
-                f"node_rank 0 is the master's ({where} hosts the rendezvous): give this node "
+                f"0 is the master's ({where} hosts the rendezvous): give this node "
                 f"another rank in 1..{self.max_nodes - 1}",
                 argument="node_rank",
                 kind="join",
@@ -380,7 +379,7 @@ class Rendezvous:
         old = self.members.get(rank)
         if old is not None and old.instance != instance:
             raise ProtocolError(
-                f"node_rank {rank} is taken by the node at {old.addr}"
+                f"{rank} is taken by the node at {old.addr}"
                 + (f" ({old.host})" if old.host else "")
                 + f": give every node its own rank in 0..{self.max_nodes - 1}",
                 argument="node_rank",

@@ -79,7 +79,7 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             bare_host(host), 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except OSError as exc:
-        raise LaunchError(f"host {host!r} cannot be resolved: {exc}", argument="host") from None
+        raise LaunchError(f"{host!r} cannot be resolved: {exc}", argument="host") from None
     socks: list[socket.socket] = []
     try:
         for _ in range(n):
@@ -88,7 +88,7 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.bind(addr)
         return [s.getsockname()[1] for s in socks]
     except OSError as exc:
-        raise LaunchError(f"host {host!r}: cannot bind a port: {exc}", argument="host") from None
+        raise LaunchError(f"{host!r}: cannot bind a port: {exc}", argument="host") from None
     finally:
         for s in socks:
             s.close()
@@ -488,13 +488,9 @@ def check_launch_options(max_restarts: int, grace_seconds: float) -> None:
     if os.name != "posix":  # pragma: no cover - depends on the platform
         raise LaunchError("tfdp launch needs a POSIX system (process groups and signals)")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise LaunchError(
-            f"max_restarts must be an integer >= 0, got {max_restarts!r}", argument="max_restarts"
-        )
+        raise LaunchError(f"must be an integer >= 0, got {max_restarts!r}", argument="max_restarts")
     if not grace_seconds >= 0:
-        raise LaunchError(
-            f"grace_seconds must be >= 0, got {grace_seconds!r}", argument="grace_seconds"
-        )
+        raise LaunchError(f"must be >= 0, got {grace_seconds!r}", argument="grace_seconds")
 
 
 def launch(

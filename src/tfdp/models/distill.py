@@ -164,7 +164,7 @@ class Distiller(keras.Model):
         heads = distilled_heads(student)
         if heads is None:
             raise ConfigError(
-                f"student {student.name!r} has no distillation head: DeiT's distillation trains "
+                f"{student.name!r} has no distillation head: DeiT's distillation trains "
                 "a distilled model (deit_*_distilled_patch16_224), whose distillation token's "
                 "head learns from the teacher",
                 argument="student",
@@ -172,7 +172,7 @@ class Distiller(keras.Model):
         width = getattr(teacher, "output_shape", None) if teacher is not None else None
         if teacher is not None and (not isinstance(width, tuple) or width[-1] != heads.num_classes):
             raise ConfigError(
-                f"teacher {teacher.name!r} outputs {width}, the student {heads.num_classes} "
+                f"{teacher.name!r} outputs {width}, the student {heads.num_classes} "
                 "classes: the teacher must give one logit per class of the data",
                 argument="teacher",
             )
@@ -200,7 +200,7 @@ class Distiller(keras.Model):
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Refused: ``model.fit`` would read the ``[B, 3, K]`` training output as the prediction."""
         raise ConfigError(
-            f"model {self.name!r} is a Distiller: train it with tfdp.train.Trainer and "
+            f"{self.name!r} is a Distiller: train it with tfdp.train.Trainer and "
             "distillation_loss (model.fit's compiled metrics and held-out loss would read its "
             "stacked training output as one prediction)",
             argument="model",
@@ -245,14 +245,14 @@ def distillation_loss(
         >>> distillation_loss(zero, "none", 0.5, 1.0)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: kind must be 'soft' or 'hard', got 'none'
+        tfdp.errors.ConfigError: kind: must be 'soft' or 'hard', got 'none'
     """
     if kind not in DISTILLATION_TYPES:
-        raise ConfigError(f"kind must be 'soft' or 'hard', got {kind!r}", argument="kind")
+        raise ConfigError(f"must be 'soft' or 'hard', got {kind!r}", argument="kind")
     if not 0 <= alpha <= 1:
-        raise ConfigError(f"alpha must be in [0, 1], got {alpha!r}", argument="alpha")
+        raise ConfigError(f"must be in [0, 1], got {alpha!r}", argument="alpha")
     if not tau > 0:
-        raise ConfigError(f"tau must be > 0, got {tau!r}", argument="tau")
+        raise ConfigError(f"must be > 0, got {tau!r}", argument="tau")
 
     def loss(y_true: Any, y_pred: Any) -> Any:
         pred = tf.cast(y_pred, tf.float32)

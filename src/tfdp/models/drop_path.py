@@ -90,13 +90,13 @@ class DropPath(keras.layers.Layer):
         >>> DropPath(1.0)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: rate must be in [0, 1), got 1.0
+        tfdp.errors.ConfigError: rate: must be in [0, 1), got 1.0
     """
 
     def __init__(self, rate: float, seed: int = 0, index: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-            raise ConfigError(f"rate must be in [0, 1), got {rate!r}", argument="rate")
+            raise ConfigError(f"must be in [0, 1), got {rate!r}", argument="rate")
         self.rate = float(rate)
         self.seed = int(seed)
         self.index = int(index)

@@ -117,14 +117,14 @@ def model_spec(name: str) -> ViTSpec:
         >>> model_spec("deit_tiny_patch16")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: model 'deit_tiny_patch16' is not one of the ViT / DeiT names (did you mean 'deit_tiny_patch16_224'?): deit_base_distilled_patch16_224, ...
+        tfdp.errors.ConfigError: model: 'deit_tiny_patch16' is not one of the ViT / DeiT names (did you mean 'deit_tiny_patch16_224'?): deit_base_distilled_patch16_224, ...
     """  # noqa: E501
     spec = MODELS.get(name.lower()) if isinstance(name, str) else None
     if spec is None:
         close = difflib.get_close_matches(str(name).lower(), list(MODELS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            f"model {name!r} is not one of the ViT / DeiT names{hint}: " + ", ".join(MODELS),
+            f"{name!r} is not one of the ViT / DeiT names{hint}: " + ", ".join(MODELS),
             argument="model",
         )
     return spec
@@ -141,7 +141,7 @@ def require_keras_hub(name: str) -> None:
     """
     if importlib.util.find_spec("keras_hub") is None:
         raise ConfigError(
-            f"model {name!r} is built on keras-hub, which is not installed: {EXTRA}",
+            f"{name!r} is built on keras-hub, which is not installed: {EXTRA}",
             argument="model",
         )
 
@@ -162,9 +162,9 @@ def drop_path_rates(rate: float, depth: int) -> list[float]:
         ([0.0, 0.00909090880304575], 0.10000000149011612)
     """
     if not (isinstance(rate, (int, float)) and 0 <= rate < 1):
-        raise ConfigError(f"drop_path must be in [0, 1), got {rate!r}", argument="drop_path")
+        raise ConfigError(f"must be in [0, 1), got {rate!r}", argument="drop_path")
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ConfigError(f"depth must be an integer >= 1, got {depth!r}", argument="depth")
+        raise ConfigError(f"must be an integer >= 1, got {depth!r}", argument="depth")
     if depth == 1:
         return [0.0]  # torch.linspace(0, rate, 1) is [0]
     start, end = np.float32(0.0), np.float32(rate)

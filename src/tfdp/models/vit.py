@@ -171,13 +171,13 @@ def _check_shape(input_shape: Any, patch: int) -> tuple[int, int, int]:
     shape = tuple(input_shape) if isinstance(input_shape, Sequence) else ()
     if len(shape) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise ConfigTypeError(
-            f"input_shape must be (height, width, channels) integers, got {input_shape!r}",
+            f"must be (height, width, channels) integers, got {input_shape!r}",
             argument="input_shape",
         )
     h, w, c = shape
     if min(h, w) < patch or h % patch or w % patch or c < 1:
         raise ConfigError(
-            f"input_shape {shape}: height and width must be multiples of the patch size {patch} "
+            f"{shape}: height and width must be multiples of the patch size {patch} "
             f"(e.g. {max(patch, h - h % patch)}), with at least one channel",
             argument="input_shape",
         )
@@ -224,9 +224,7 @@ def vision_transformer(
     spec = model if isinstance(model, ViTSpec) else model_spec(model)
     h, w, c = _check_shape(input_shape, spec.patch)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ConfigError(
-            f"num_classes must be an integer >= 1, got {num_classes!r}", argument="num_classes"
-        )
+        raise ConfigError(f"must be an integer >= 1, got {num_classes!r}", argument="num_classes")
     rates = drop_path_rates(drop_path, spec.depth)
     inputs = keras.Input((h, w, c), name="images")
     embed = DistilledPatchEmbed if spec.distilled else PatchEmbed

@@ -57,16 +57,14 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         >>> read_state_dict("/no/such.pth")
         Traceback (most recent call last):
         ...
-        tfdp.errors.DataError: path '/no/such.pth' does not exist
+        tfdp.errors.DataError: path: '/no/such.pth' does not exist
     """
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"path {str(p)!r} does not exist", argument="path")
+        raise DataError(f"{str(p)!r} does not exist", argument="path")
     if p.suffix not in STATE_SUFFIXES:
         raise DataError(
-            f"path {str(p)!r}: expected a timm / DeiT checkpoint ("
-            + ", ".join(STATE_SUFFIXES)
-            + ")",
+            f"{str(p)!r}: expected a timm / DeiT checkpoint (" + ", ".join(STATE_SUFFIXES) + ")",
             argument="path",
         )
     raw = _read_safetensors(p) if p.suffix == ".safetensors" else _read_torch(p)
@@ -77,7 +75,7 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 def _read_safetensors(p: Path) -> Mapping[str, Any]:
     if importlib.util.find_spec("safetensors") is None:
         raise ConfigError(
-            f"path {str(p)!r}: reading .safetensors needs the safetensors package: "
+            f"{str(p)!r}: reading .safetensors needs the safetensors package: "
             "pip install safetensors",
             argument="path",
         )
@@ -87,14 +85,14 @@ def _read_safetensors(p: Path) -> Mapping[str, Any]:
         return load_file(str(p))
     except Exception as exc:  # its own error types: a bad header, an unknown dtype
         raise DataError(
-            f"path {str(p)!r} is not a readable .safetensors file: {exc}", argument="path"
+            f"{str(p)!r} is not a readable .safetensors file: {exc}", argument="path"
         ) from None
 
 
 def _read_torch(p: Path) -> Any:
     if importlib.util.find_spec("torch") is None:
         raise ConfigError(
-            f"path {str(p)!r}: reading {p.suffix} files needs torch, which is not installed "
+            f"{str(p)!r}: reading {p.suffix} files needs torch, which is not installed "
             "(pip install torch), or convert the state dict to .safetensors",
             argument="path",
         )
@@ -105,7 +103,7 @@ def _read_torch(p: Path) -> Any:
     except Exception as exc:  # torch's unpickling errors of every kind
         detail = " ".join(str(exc).split())[:300]
         raise DataError(
-            f"path {str(p)!r} is not a readable torch checkpoint of tensors: {detail}",
+            f"{str(p)!r} is not a readable torch checkpoint of tensors: {detail}",
             argument="path",
         ) from None
 
@@ -118,7 +116,7 @@ def _unwrap(raw: Any, p: Path) -> Mapping[str, Any]:
         if raw and all(isinstance(k, str) for k in raw):
             return raw
     raise DataError(
-        f"path {str(p)!r} holds no state dict (a mapping of names to tensors, or one under "
+        f"{str(p)!r} holds no state dict (a mapping of names to tensors, or one under "
         "'model' or 'state_dict')",
         argument="path",
     )
@@ -130,7 +128,7 @@ def _array(value: Any, p: Path, key: str) -> np.ndarray:
     try:
         return np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError):
-        raise DataError(f"path {str(p)!r}: key {key!r} is not a tensor", argument="path") from None
+        raise DataError(f"{str(p)!r}: key {key!r} is not a tensor", argument="path") from None
 
 
 # -- what a model expects ----------------------------------------------------------------------
@@ -509,7 +507,7 @@ def resample_pos_embed(
         grid = _grid_of(tokens + num_prefix_tokens, num_prefix_tokens)
     if posemb.ndim != 3 or posemb.shape[0] != 1 or grid is None or grid[0] * grid[1] != tokens:
         raise ConfigError(
-            f"posemb must be [1, {num_prefix_tokens} + h * w, D] (a square grid unless old_size "
+            f"must be [1, {num_prefix_tokens} + h * w, D] (a square grid unless old_size "
             f"is given), got shape {posemb.shape}",
             argument="posemb",
         )

@@ -24,10 +24,10 @@ def unit(name: str, value: Any) -> float:
         >>> unit("beta_2", 1.0)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: beta_2 must be a number in [0, 1), got 1.0
+        tfdp.errors.ConfigError: beta_2: must be a number in [0, 1), got 1.0
     """
     if not (_number(value) and 0 <= value < 1):
-        raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}", argument=name)
+        raise ConfigError(f"must be a number in [0, 1), got {value!r}", argument=name)
     return float(value)
 
 
@@ -38,8 +38,8 @@ def non_negative(name: str, value: Any) -> float:
         >>> non_negative("weight_decay", -1)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: weight_decay must be a finite number >= 0, got -1
+        tfdp.errors.ConfigError: weight_decay: must be a finite number >= 0, got -1
     """
     if not (_number(value) and value >= 0):
-        raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}", argument=name)
+        raise ConfigError(f"must be a finite number >= 0, got {value!r}", argument=name)
     return float(value)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import keras
 from keras import ops
 
-from tfdp._compat import DecaysInUpdateStep, optimizer_slot, weight_decay_applies
+from tfdp._compat.keras import DecaysInUpdateStep, optimizer_slot, weight_decay_applies
 from tfdp.errors import ConfigError
 from tfdp.optim._args import non_negative, unit
 
@@ -91,7 +91,7 @@ class TorchAdam(DecaysInUpdateStep, keras.optimizers.Optimizer):
         self.beta_2 = unit("beta_2", beta_2)
         self.epsilon = non_negative("epsilon", epsilon)
         if not isinstance(amsgrad, bool):
-            raise ConfigError(f"amsgrad must be True or False, got {amsgrad!r}", argument="amsgrad")
+            raise ConfigError(f"must be True or False, got {amsgrad!r}", argument="amsgrad")
         self.amsgrad = amsgrad
 
     def build(self, var_list: list[Any]) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from tfdp._compat import DecaysInUpdateStep, optimizer_slot, weight_decay_applies
+from tfdp._compat.keras import DecaysInUpdateStep, optimizer_slot, weight_decay_applies
 from tfdp.optim._args import non_negative
 
 

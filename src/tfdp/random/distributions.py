@@ -59,7 +59,7 @@ def gamma(u: tf.Tensor, alpha: float) -> tf.Tensor:
         2.0
     """
     if not alpha > 0:
-        raise ConfigError(f"alpha must be > 0, got {alpha!r}", argument="alpha")
+        raise ConfigError(f"must be > 0, got {alpha!r}", argument="alpha")
     u = tf.cast(u, tf.float64)
     shape = float(alpha) + 1.0 if alpha < 1 else float(alpha)
     d = shape - 1.0 / 3.0

@@ -63,11 +63,11 @@ def as_seeds(seeds: Any) -> tf.Tensor:
     seeds = tf.convert_to_tensor(seeds)
     if not seeds.dtype.is_integer:
         raise ConfigTypeError(
-            f"seeds must be an integer tensor [B, 2], got dtype {seeds.dtype.name}",
+            f"must be an integer tensor [B, 2], got dtype {seeds.dtype.name}",
             argument="seeds",
         )
     if seeds.shape.rank is not None and (seeds.shape.rank != 2 or seeds.shape[1] not in (2, None)):
-        raise ConfigError(f"seeds must have shape [B, 2], got {seeds.shape}", argument="seeds")
+        raise ConfigError(f"must have shape [B, 2], got {seeds.shape}", argument="seeds")
     return tf.cast(seeds, tf.int64)
 
 
@@ -96,7 +96,7 @@ def per_sample_uniform(seeds: Any, n: int) -> tf.Tensor:
         True
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"n must be a non-negative int, got {n!r}", argument="n")
+        raise ConfigError(f"must be a non-negative int, got {n!r}", argument="n")
     return uniforms(as_seeds(seeds), n, TENSORFLOW)
 
 
@@ -123,9 +123,7 @@ def fold_in(seeds: Any, data: int) -> tf.Tensor:
         ([0, 1], True)
     """
     if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= MAX_FOLD_DATA:
-        raise ConfigError(
-            f"data must be an int in [0, {MAX_FOLD_DATA}], got {data!r}", argument="data"
-        )
+        raise ConfigError(f"must be an int in [0, {MAX_FOLD_DATA}], got {data!r}", argument="data")
     return fold_many(as_seeds(seeds), [data], TENSORFLOW)[:, 0]
 
 

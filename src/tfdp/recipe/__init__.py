@@ -1,6 +1,6 @@
 """The main training job behind ``tfdp train`` and ``tfdp evaluate``: a config in, a run out.
 
-This package owns the job that the command line runs, in four modules read
+This package owns the job that the command line runs, in modules read
 in the order the data flows:
 
 * :mod:`tfdp.recipe.config` -- :class:`TrainConfig` (every option: type,
@@ -11,7 +11,8 @@ in the order the data flows:
 * :mod:`tfdp.recipe.resume` -- a run's ``config.json`` and the resume policy;
 * :mod:`tfdp.recipe.data` -- the data, the held-out split and the augmentation;
 * :mod:`tfdp.recipe.model` -- the model, the optimizer, the loss, the saved ``model.keras``;
-* :mod:`tfdp.recipe.run` -- :func:`run_train` and :func:`run_evaluate`.
+* :mod:`tfdp.recipe.run` -- :func:`run_train`;
+* :mod:`tfdp.recipe.evaluation` -- :func:`run_evaluate`.
 
 The training recipe's pieces that need Keras, loaded when a run builds them:
 :mod:`tfdp.recipe.ema` (``--model-ema``'s weights evaluated and saved) and
@@ -46,6 +47,7 @@ from tfdp.recipe.config import (
 )
 from tfdp.recipe.data import JobData, build_augment, build_data, check_one_step, eval_input
 from tfdp.recipe.digits import load_digits
+from tfdp.recipe.evaluation import run_evaluate
 from tfdp.recipe.model import (
     MODEL_FILE,
     build_optimizer,
@@ -56,7 +58,7 @@ from tfdp.recipe.model import (
 from tfdp.recipe.networks import small_cnn
 from tfdp.recipe.options import RESUME_POLICIES
 from tfdp.recipe.resume import Resumed, resolve_resume
-from tfdp.recipe.run import Report, StopRelay, replicas_warning, run_evaluate, run_train
+from tfdp.recipe.run import Report, StopRelay, replicas_warning, run_train
 
 __all__ = [
     "MODEL_FILE",

@@ -55,8 +55,6 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +67,7 @@ from tfdp.augment.spec import (
     color_jitter_applies,
     parse_rand_augment,
 )
-from tfdp.errors import ConfigError, TfdpError, said_as
+from tfdp.errors import ConfigError, renaming
 from tfdp.recipe.options import option
 
 #: ``--train-interpolation``'s values: timm's names that tfdp's resize has (timm's ``random``
@@ -244,15 +242,16 @@ def normalization(cfg: Any, channels: int) -> tuple[tuple[float, ...], tuple[flo
     """
     mean, std = default_normalization(str(cfg.model))
     values = []
-    for name, given, default in (("--mean", cfg.mean, mean), ("--std", cfg.std, std)):
+    for name, given, default in (("mean", cfg.mean, mean), ("std", cfg.std, std)):
         given = tuple(default if given is None else given)
         if len(given) == 1:
             given = given * channels
         elif len(given) != channels:
             if channels != 1:
                 raise ConfigError(
-                    f"{name} has {len(given)} values and the images {channels} channels: give "
-                    "one value (every channel) or one per channel"
+                    f"{len(given)} values, and the images have {channels} channels: give "
+                    "one value (every channel) or one per channel",
+                    argument=name,
                 )
             given = (round(sum(given) / len(given), 12),)
         values.append(tuple(float(v) for v in given))
@@ -286,15 +285,6 @@ def augment_kind(cfg: Any) -> str:
     return "resized-crop" if cfg.image_size else "crop-flip"
 
 
-@contextmanager
-def _said(**names: str) -> Iterator[None]:
-    """The library's refusals inside, said with the flags (the recipe's words: no ``argument``)."""
-    try:
-        yield
-    except TfdpError as exc:
-        raise type(exc)(str(said_as(exc, names))) from None
-
-
 def check_augment_options(cfg: Any) -> None:
     """Refuse augmentation options no run can use, naming the flag and what is valid.
 
@@ -309,28 +299,25 @@ def check_augment_options(cfg: Any) -> None:
         >>> check_augment_options(AugmentOptions(aa="rand-m11"))
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: --aa 'rand-m11': magnitude 11 (section 'm11') is above its \
+        tfdp.errors.ConfigError: aa: 'rand-m11': magnitude 11 (section 'm11') is above its \
 bound 10 (timm would clip it to 10); lower it, or raise the bound with mmax11
     """
     if cfg.aa is not None:
-        with _said():
-            parse_rand_augment(cfg.aa, argument="--aa")
-    with _said(color_jitter="--color-jitter"):
-        ColorJitterSpec.from_timm(cfg.color_jitter)
-    with _said(probability="--reprob", mode="--remode", max_count="--recount"):
+        parse_rand_augment(cfg.aa, argument="aa")
+    ColorJitterSpec.from_timm(cfg.color_jitter)
+    with renaming({"probability": "reprob", "mode": "remode", "max_count": "recount"}):
         ErasingSpec(cfg.reprob, mode=cfg.remode, max_count=cfg.recount)
     for name in ("mixup", "cutmix"):
         value = getattr(cfg, name)
         if not (math.isfinite(value) and value >= 0):
-            flag = "--" + name
             raise ConfigError(
-                f"{flag} must be a finite number >= 0 (Beta's alpha; 0: off), got {value}"
+                f"must be a finite number >= 0 (Beta's alpha; 0: off), got {value}", argument=name
             )
     if mixing(cfg):
-        names = {"mixup_alpha": "--mixup", "cutmix_alpha": "--cutmix", "prob": "--mixup-prob",
-                 "switch_prob": "--mixup-switch-prob", "mode": "--mixup-mode",
-                 "label_smoothing": "--smoothing"}  # fmt: skip
-        with _said(**names):
+        names = {"mixup_alpha": "mixup", "cutmix_alpha": "cutmix", "prob": "mixup_prob",
+                 "switch_prob": "mixup_switch_prob", "mode": "mixup_mode",
+                 "label_smoothing": "smoothing"}  # fmt: skip
+        with renaming(names):
             MixupSpec(
                 cfg.mixup, cfg.cutmix, None, cfg.mixup_prob, cfg.mixup_switch_prob,
                 cfg.mixup_mode, True, cfg.smoothing, _SOME_CLASSES,
@@ -339,50 +326,56 @@ bound 10 (timm would clip it to 10); lower it, or raise the bound with mmax11
     ratio = cfg.eval_crop_ratio
     if not (math.isfinite(ratio) and 0 < ratio <= 1):
         raise ConfigError(
-            f"--eval-crop-ratio must be in (0, 1] (DeiT's 0.875 keeps 224 of 256; 1 the whole "
-            f"shorter side), got {ratio}"
+            f"must be in (0, 1] (DeiT's 0.875 keeps 224 of 256; 1 the whole "
+            f"shorter side), got {ratio}",
+            argument="eval_crop_ratio",
         )
     if ratio != EVAL_CROP_RATIO and augment_kind(cfg) != "resized-crop":
         raise ConfigError(
-            f"--eval-crop-ratio {ratio:g} crops nothing here: it is the held-out transform of "
+            f"{ratio:g} crops nothing here: it is the held-out transform of "
             f"--augment resized-crop (this run's is {augment_kind(cfg)}: the default with "
-            "--image-size for image data); leave it out"
+            "--image-size for image data); leave it out",
+            argument="eval_crop_ratio",
         )
     interpolation = cfg.train_interpolation
     if interpolation is None:
         return
     if cfg.aa is not None and interpolation not in _AFFINE:
         raise ConfigError(
-            f"--train-interpolation {interpolation} with --aa: RandAugment's geometric ops "
+            f"{interpolation} with --aa: RandAugment's geometric ops "
             f"resample with one of {', '.join(_AFFINE)} (PIL's affine transform, timm's, takes "
-            "no other)"
+            "no other)",
+            argument="train_interpolation",
         )
     if cfg.aa is None and augment_kind(cfg) != "resized-crop":
         raise ConfigError(
-            f"--train-interpolation {interpolation} resizes nothing here: it is the filter of "
+            f"{interpolation} resizes nothing here: it is the filter of "
             f"--augment resized-crop (this run's is {augment_kind(cfg)}) and of --aa's "
-            "geometric ops; leave it out"
+            "geometric ops; leave it out",
+            argument="train_interpolation",
         )
 
 
 def _check_normalization(cfg: Any) -> None:
     """``--mean`` / ``--std``: one value or three, finite, in timm's 0..1 scale."""
-    for name, values, low in (("--mean", cfg.mean, 0.0), ("--std", cfg.std, None)):
+    for name, values, low in (("mean", cfg.mean, 0.0), ("std", cfg.std, None)):
         if values is None:
             continue
         values = tuple(values)
         shown = " ".join(f"{v:g}" for v in values) or "(none)"
         if len(values) not in (1, 3):
             raise ConfigError(
-                f"{name} {shown}: give 1 value (every channel) or 3 (red, green, blue), as "
-                f"timm's {name}; got {len(values)}"
+                f"{shown}: give 1 value (every channel) or 3 (red, green, blue), as "
+                f"timm's --{name}; got {len(values)}",
+                argument=name,
             )
         if any(not math.isfinite(v) or v > 1 or (v < 0 if low == 0 else v <= 0) for v in values):
             valid = "in [0, 1]" if low == 0 else "in (0, 1]"
             raise ConfigError(
-                f"{name} {shown}: every value must be {valid}, timm's scale of pixels in [0, 1] "
+                f"{shown}: every value must be {valid}, timm's scale of pixels in [0, 1] "
                 f"(ImageNet's: {' '.join(map(str, IMAGENET_MEAN if low == 0 else IMAGENET_STD))}); "
-                "divide values meant for 0..255 pixels by 255"
+                "divide values meant for 0..255 pixels by 255",
+                argument=name,
             )
 
 
@@ -465,8 +458,9 @@ def deit_stages(cfg: Any, channels: int, scale: float, num_classes: int | None) 
     if mixing(cfg):
         if num_classes is None or num_classes < 2:
             raise ConfigError(
-                f"--mixup / --cutmix mix class labels into soft targets: they need a "
-                f"classification data set of at least 2 classes, and this one has {num_classes}"
+                "mixes class labels into soft targets (as --cutmix does): it needs a "
+                f"classification data set of at least 2 classes, and this one has {num_classes}",
+                argument="mixup" if cfg.mixup > 0 else "cutmix",
             )
         mix = aug.Mixup(
             cfg.mixup, cfg.cutmix, prob=cfg.mixup_prob, switch_prob=cfg.mixup_switch_prob,

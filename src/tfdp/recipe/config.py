@@ -468,43 +468,44 @@ def check_config(cfg: TrainConfig) -> None:
         >>> check_config(TrainConfig(image_size=-4))
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: --image-size must be an integer >= 1, got -4
+        tfdp.errors.ConfigError: image_size: must be an integer >= 1, got -4
     """
     for name in ("epochs", "batch_size", "replicas", "steps_per_call", "accum_steps",
                  "keep_checkpoints"):  # fmt: skip
         value = getattr(cfg, name)
         if value < 1:
-            raise ConfigError(f"{flag(name)} must be an integer >= 1, got {value}")
+            raise ConfigError(f"must be an integer >= 1, got {value}", argument=name)
     for name in ("image_size", "checkpoint_every", "num_classes", "batch_size_per_replica"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
-            raise ConfigError(f"{flag(name)} must be an integer >= 1, got {value}")
+            raise ConfigError(f"must be an integer >= 1, got {value}", argument=name)
     for name in ("seed", "selected_round", "log_every", "warmup_epochs"):
         if (getattr(cfg, name) or 0) < 0:
-            raise ConfigError(f"{flag(name)} must be an integer >= 0, got {getattr(cfg, name)}")
+            raise ConfigError(f"must be an integer >= 0, got {getattr(cfg, name)}", argument=name)
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ConfigError(f"--lr must be a finite number > 0, got {cfg.lr}")
+        raise ConfigError(f"must be a finite number > 0, got {cfg.lr}", argument="lr")
     for name in ("weight_decay", "momentum", "warmup_lr", "min_lr"):
         value = getattr(cfg, name)
         if value is not None and not (math.isfinite(value) and value >= 0):
-            raise ConfigError(f"{flag(name)} must be a finite number >= 0, got {value}")
+            raise ConfigError(f"must be a finite number >= 0, got {value}", argument=name)
     _check_recipe(cfg)
     check_lr_rule(cfg)
     check_augment_options(cfg)
     check_model_options(cfg)
     if not (math.isfinite(cfg.repeats) and cfg.repeats >= 1):
-        raise ConfigError(f"--repeats must be a finite number >= 1, got {cfg.repeats}")
+        raise ConfigError(f"must be a finite number >= 1, got {cfg.repeats}", argument="repeats")
     if not 0 < cfg.eval_fraction < 1:
-        raise ConfigError(f"--eval-fraction must be in (0, 1), got {cfg.eval_fraction}")
+        raise ConfigError(f"must be in (0, 1), got {cfg.eval_fraction}", argument="eval_fraction")
     for name in ("data", "eval_data", "run_dir", "name", "record_samples", "model"):
         value = getattr(cfg, name)
         if value is not None and not str(value).strip():
-            raise ConfigError(f"{flag(name)} is empty")
+            raise ConfigError("empty", argument=name)
     if cfg.gradient_compression != "none" and cfg.mixed_precision == "mixed_float16":
         raise ConfigError(
-            f"--gradient-compression {cfg.gradient_compression} cannot be combined with "
+            f"{cfg.gradient_compression} cannot be combined with "
             "--mixed-precision mixed_float16: its loss scaler all-reduces the scaled gradients "
-            "itself (use --mixed-precision mixed_bfloat16, or --gradient-compression none)"
+            "itself (use --mixed-precision mixed_bfloat16, or --gradient-compression none)",
+            argument="gradient_compression",
         )
     check_model_ref(cfg.model)
 
@@ -512,15 +513,18 @@ def check_config(cfg: TrainConfig) -> None:
 def _check_recipe(cfg: TrainConfig) -> None:
     """The training recipe's numbers: clipping, smoothing, EMA decay."""
     if cfg.clip_grad is not None and not (math.isfinite(cfg.clip_grad) and cfg.clip_grad > 0):
-        raise ConfigError(f"--clip-grad must be a finite number > 0, got {cfg.clip_grad}")
+        raise ConfigError(f"must be a finite number > 0, got {cfg.clip_grad}", argument="clip_grad")
     if not 0 <= cfg.smoothing < 1:
-        raise ConfigError(f"--smoothing must be in [0, 1), got {cfg.smoothing}")
+        raise ConfigError(f"must be in [0, 1), got {cfg.smoothing}", argument="smoothing")
     if not 0 <= cfg.model_ema_decay < 1:
-        raise ConfigError(f"--model-ema-decay must be in [0, 1), got {cfg.model_ema_decay}")
+        raise ConfigError(
+            f"must be in [0, 1), got {cfg.model_ema_decay}", argument="model_ema_decay"
+        )
     if cfg.sched_one_epoch_late and cfg.sched_on_updates:
         raise ConfigError(
-            "--sched-one-epoch-late is DeiT's stepping of a per-epoch schedule: give "
-            "--no-sched-on-updates with it (a schedule stepped per update is never late)"
+            "DeiT's stepping of a per-epoch schedule: give "
+            "--no-sched-on-updates with it (a schedule stepped per update is never late)",
+            argument="sched_one_epoch_late",
         )
 
 
@@ -534,14 +538,15 @@ def check_given(cfg: TrainConfig, given: set[str] | frozenset[str] | None = None
         >>> check_given(TrainConfig(optimizer="adamw", momentum=0.9), {"momentum"})
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: --momentum 0.9 with --optimizer adamw: only sgd, nesterov and momentum (torch's SGD) have a momentum; leave --momentum out (Adam's betas are torch's 0.9 and 0.999) or choose one of them
+        tfdp.errors.ConfigError: momentum: 0.9 with --optimizer adamw: only sgd, nesterov and momentum (torch's SGD) have a momentum; leave --momentum out (Adam's betas are torch's 0.9 and 0.999) or choose one of them
     """  # noqa: E501
     gave = cfg.momentum is not None and (given is None or "momentum" in given)
     if gave and cfg.optimizer not in SGD_OPTIMIZERS:
         raise ConfigError(
-            f"--momentum {cfg.momentum:g} with --optimizer {cfg.optimizer}: only sgd, "
+            f"{cfg.momentum:g} with --optimizer {cfg.optimizer}: only sgd, "
             "nesterov and momentum (torch's SGD) have a momentum; leave --momentum out "
-            "(Adam's betas are torch's 0.9 and 0.999) or choose one of them"
+            "(Adam's betas are torch's 0.9 and 0.999) or choose one of them",
+            argument="momentum",
         )
 
 
@@ -589,7 +594,7 @@ def check_paths(cfg: TrainConfig) -> None:
         >>> check_paths(TrainConfig(data="/no/such/data.npz"))
         Traceback (most recent call last):
         ...
-        tfdp.errors.DataError: --data '/no/such/data.npz' does not exist
+        tfdp.errors.DataError: data: '/no/such/data.npz' does not exist
     """
     for name in ("data", "eval_data"):
         spec = getattr(cfg, name)
@@ -598,19 +603,22 @@ def check_paths(cfg: TrainConfig) -> None:
         path = os.path.expanduser(spec)
         if glob.has_magic(path):
             if not glob.glob(path):
-                raise DataError(f"{flag(name)} {spec!r} matches no file")
+                raise DataError(f"{spec!r} matches no file", argument=name)
         elif not os.path.exists(path):
-            raise DataError(f"{flag(name)} {spec!r} does not exist")
+            raise DataError(f"{spec!r} does not exist", argument=name)
     if cfg.run_dir and os.path.exists(cfg.run_dir) and not os.path.isdir(cfg.run_dir):
-        raise ConfigError(f"--run-dir {cfg.run_dir!r} is a file; give a directory")
+        raise ConfigError(f"{cfg.run_dir!r} is a file; give a directory", argument="run_dir")
     if cfg.record_samples:
         path = cfg.record_samples
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):
-            raise ConfigError(f"--record-samples {cfg.record_samples!r} is a folder; give a file")
+            raise ConfigError(
+                f"{cfg.record_samples!r} is a folder; give a file", argument="record_samples"
+            )
         if not os.path.isdir(folder):
             raise ConfigError(
-                f"--record-samples {cfg.record_samples!r}: folder {folder!r} does not exist"
+                f"{cfg.record_samples!r}: folder {folder!r} does not exist",
+                argument="record_samples",
             )
     check_model_module(cfg.model)
 

@@ -25,54 +25,18 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdp.errors import ConfigError, DataError, TfdpError, said_as
+from tfdp.errors import ConfigError, DataError, renaming
 from tfdp.recipe.config import TrainConfig
 
 
-@contextmanager
-def data_errors(**names: str) -> Iterator[None]:
-    """Refusals of the data as bad input, the arguments they name said as ``names`` says.
-
-    Opening data (:func:`tfdp.recipe.dataspec.open_source`, ``read_labels``,
-    the sources beneath) refuses what cannot be used as given; wrapped around
-    those calls only, this is where the job and the commands classify a plain
-    ``ValueError`` as bad input (:class:`DataError`), and say the library's
-    argument names in their own words (:func:`tfdp.errors.said_as`:
-    ``spec="--data"``, ``num_classes="--num-classes"``).
-
-    Example:
-        >>> with data_errors():
-        ...     raise ValueError("x.npz: labels must be integer class ids")
-        Traceback (most recent call last):
-        ...
-        tfdp.errors.DataError: x.npz: labels must be integer class ids
-        >>> with data_errors(spec="SRC"):
-        ...     raise DataError("spec 'x' does not exist", argument="spec")
-        Traceback (most recent call last):
-        ...
-        tfdp.errors.DataError: SRC 'x' does not exist
-    """
-    try:
-        yield
-    except TfdpError as exc:
-        said = said_as(exc, names)
-        if said is exc:
-            raise
-        raise said from exc
-    except ValueError as exc:
-        raise said_as(DataError(str(exc)), names) from exc
-
-
-def _open(spec: str, flag: str, **kwargs: Any) -> Any:
-    """:func:`tfdp.recipe.dataspec.open_source` under :func:`data_errors` (``spec`` is ``flag``)."""
+def _open(spec: str, option: str, **kwargs: Any) -> Any:
+    """:func:`tfdp.recipe.dataspec.open_source` for ``option``: its ``spec`` is that option."""
     from tfdp.recipe.dataspec import open_source
 
-    with data_errors(spec=flag, num_classes="--num-classes"):
+    with renaming({"spec": option}):
         return open_source(spec, **kwargs)
 
 
@@ -103,16 +67,6 @@ class JobData:
     streaming: bool = False
 
 
-#: How the job says the arguments a format's held-out split names.
-_SPLIT_WORDS = {
-    "spec": "--data",
-    "eval_fraction": "--eval-fraction",
-    "eval_data": "--eval-data",
-    "image_size": "--image-size S",
-    "num_shards": "tfdp data convert --shards N",
-}
-
-
 def build_data(cfg: TrainConfig) -> JobData:
     """The training and held-out data of ``cfg`` (see the module docstring for the split rules).
 
@@ -128,14 +82,14 @@ def build_data(cfg: TrainConfig) -> JobData:
 
     on_error = "skip" if cfg.on_bad_file == "skip" else "raise"
     common = {"on_bad_file": on_error}
-    train = _open(cfg.data, "--data", num_classes=cfg.num_classes, read_all_labels=True, **common)
+    train = _open(cfg.data, "data", num_classes=cfg.num_classes, read_all_labels=True, **common)
     fmt = format_named(train.kind)
     notes = list(train.notes)
     k = int(train.num_classes)
     if cfg.eval_data:
         evals = _open(
             cfg.eval_data,
-            "--eval-data",
+            "eval_data",
             num_classes=k,
             channels=train.channels if fmt.channels_chosen else None,
             read_all_labels=True,
@@ -145,16 +99,17 @@ def build_data(cfg: TrainConfig) -> JobData:
         notes += evals.notes
         if evals.channels != train.channels:
             raise DataError(
-                f"--eval-data {cfg.eval_data!r} has {evals.channels}-channel images, --data "
-                f"{cfg.data!r} {train.channels}-channel ones"
+                f"{cfg.eval_data!r} has {evals.channels}-channel images, --data "
+                f"{cfg.data!r} {train.channels}-channel ones",
+                argument="eval_data",
             )
         train_src = train.source if train.source is not None else train.stream
-        with data_errors(spec="--eval-data", image_size="--image-size S"):
+        with renaming({"spec": "eval_data"}):
             eval_src = random_access(evals, cfg.image_size)
         eval_scale = evals.scale
         held_out = f"--eval-data {cfg.eval_data}"
     else:
-        with data_errors(**_SPLIT_WORDS):
+        with renaming({"spec": "data"}):
             part = fmt.split(
                 train, eval_fraction=cfg.eval_fraction, seed=cfg.seed, image_size=cfg.image_size
             )
@@ -171,15 +126,17 @@ def build_data(cfg: TrainConfig) -> JobData:
             listed = ", ".join(f"{h}x{w}" for h, w in sizes[:5])
             seen = f" (sizes in a sample of its files: {listed})"
         raise DataError(
-            f"--data {cfg.data!r}: its images are read at their own size, and a batch needs one "
-            f"size: give --image-size S to resize them to S x S{seen}"
+            f"{cfg.data!r}: its images are read at their own size, and a batch needs one "
+            f"size: give --image-size S to resize them to S x S{seen}",
+            argument="data",
         )
     elif cfg.eval_data:
         eval_shape = tuple(eval_src.element_spec[0].shape)
         if None not in eval_shape and eval_shape != shape:
             raise DataError(
-                f"--eval-data {cfg.eval_data!r} has {list(eval_shape)} images, --data "
-                f"{cfg.data!r} {list(shape)}: give --image-size S to resize both"
+                f"{cfg.eval_data!r} has {list(eval_shape)} images, --data "
+                f"{cfg.data!r} {list(shape)}: give --image-size S to resize both",
+                argument="eval_data",
             )
     return JobData(
         train_src,
@@ -276,7 +233,8 @@ def check_one_step(cfg: TrainConfig, data: JobData, w: int) -> None:
     n = data.train.num_examples
     if n < w:
         raise DataError(
-            f"--data {cfg.data!r} has {n} training example(s), fewer than the {w} replicas"
+            f"{cfg.data!r} has {n} training example(s), fewer than the {w} replicas",
+            argument="data",
         )
     if cfg.sampler == "repeat-aug":
         sampler: Any = RepeatAugSampler(
@@ -287,10 +245,11 @@ def check_one_step(cfg: TrainConfig, data: JobData, w: int) -> None:
     per_replica = cfg.batch_size // w
     if len(sampler) < per_replica:
         raise ConfigError(
-            f"--batch-size {cfg.batch_size} is more than one epoch holds: each of the {w} "
+            f"{cfg.batch_size} is more than one epoch holds: each of the {w} "
             f"replicas gets {len(sampler)} example(s) per epoch of --data {cfg.data!r} "
             f"({n} training examples), fewer than its {per_replica} per step: use a --batch-size "
-            f"of at most {len(sampler) * w}"
+            f"of at most {len(sampler) * w}",
+            argument="batch_size",
         )
 
 

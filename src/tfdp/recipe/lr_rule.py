@@ -159,20 +159,23 @@ def check_lr_rule(cfg: Any) -> None:
         >>> check_lr_rule(TrainConfig(lr_rule="deit", lr_base_size=256))
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: --lr-base-size belongs to --lr-rule timm (the batch its base rate is for): it does nothing with --lr-rule deit (DeiT's rule divides by 512); leave it out or use --lr-rule timm
+        tfdp.errors.ConfigError: lr_base_size: belongs to --lr-rule timm (the batch its base rate is for): it does nothing with --lr-rule deit (DeiT's rule divides by 512); leave it out or use --lr-rule timm
     """  # noqa: E501
     if cfg.lr_base_size is not None and cfg.lr_base_size < 1:
-        raise ConfigError(f"--lr-base-size must be an integer >= 1, got {cfg.lr_base_size}")
+        raise ConfigError(
+            f"must be an integer >= 1, got {cfg.lr_base_size}", argument="lr_base_size"
+        )
     if cfg.lr_rule == "timm":
         return
     rule = "DeiT's rule divides by 512" if cfg.lr_rule == "deit" else "--lr is taken as given"
     what = {
-        "--lr-base-size": (cfg.lr_base_size, "the batch its base rate is for"),
-        "--lr-base-scale": (cfg.lr_base_scale, "how its rate grows with the batch"),
+        "lr_base_size": (cfg.lr_base_size, "the batch its base rate is for"),
+        "lr_base_scale": (cfg.lr_base_scale, "how its rate grows with the batch"),
     }
     for name, (value, meaning) in what.items():
         if value is not None:
             raise ConfigError(
-                f"{name} belongs to --lr-rule timm ({meaning}): it does nothing with --lr-rule "
-                f"{cfg.lr_rule} ({rule}); leave it out or use --lr-rule timm"
+                f"belongs to --lr-rule timm ({meaning}): it does nothing with --lr-rule "
+                f"{cfg.lr_rule} ({rule}); leave it out or use --lr-rule timm",
+                argument=name,
             )

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdp._util import replaced_atomically
-from tfdp.errors import TfdpError, said_as
+from tfdp.errors import renaming
 from tfdp.recipe.config import SGD_OPTIMIZERS, TrainConfig
 from tfdp.recipe.model_options import distilling
 
 #: The model builders' arguments as the job's options say them.
-_SAID = {"input_shape": "the images' shape (--image-size)", "drop_path": "--drop-path"}
+_BUILDER_OPTIONS = {"input_shape": "image_size"}
 
 #: The final model's file in the run directory (``keras.models.load_model`` reads it).
 MODEL_FILE = "model.keras"
@@ -283,16 +283,10 @@ def model_factory(
         from tfdp.recipe.networks import build_model
 
         keras.utils.set_random_seed(cfg.seed)
-        try:
+        with renaming(_BUILDER_OPTIONS):  # the builders' arguments, as the job's options
             model = build_model(
                 cfg.model, shape, num_classes, drop_path=cfg.drop_path, seed=cfg.seed
             )
-        except TfdpError as exc:  # the builders' arguments, said as the job's options
-            if exc.argument not in _SAID:
-                raise
-            said = said_as(exc, {exc.argument: _SAID[exc.argument]})
-            said.argument = None
-            raise said from None
         if files is None and not distilling(cfg):
             return model
         from tfdp.recipe.student import student_and_teacher

@@ -43,7 +43,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tfdp.errors import ConfigError, DataError, TfdpError, said_as
+from tfdp.errors import ConfigError, DataError, renaming
 from tfdp.models.names import DISTILLATION_TYPES, is_model_name, model_spec, require_keras_hub
 from tfdp.models.weights import STATE_SUFFIXES
 from tfdp.recipe.networks import check_model_module, check_model_ref
@@ -122,11 +122,8 @@ def keras_teacher(cfg: Any) -> bool:
     return bool(cfg.teacher_model) and str(cfg.teacher_model).endswith(_KERAS_FILE)
 
 
-def _said(exc: TfdpError, flag: str) -> TfdpError:
-    """A library error about ``model`` said as ``flag`` (the CLI keeps it as it is then)."""
-    out = said_as(exc, {"model": flag, "drop_path": "--drop-path"})
-    out.argument = None
-    return out
+#: The model builders' ``model`` as the teacher's option (the student's is ``model`` too).
+_TEACHER = {"model": "teacher_model"}
 
 
 def check_model_options(cfg: Any) -> None:
@@ -144,36 +141,37 @@ def check_model_options(cfg: Any) -> None:
         >>> check_model_options(ModelOptions(distillation_type="hard"))
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: --distillation-type hard needs a teacher: give --teacher-model (a .keras file, or a model with its weights in --teacher-path)
+        tfdp.errors.ConfigError: distillation_type: hard needs a teacher: give --teacher-model (a .keras file, or a model with its weights in --teacher-path)
     """  # noqa: E501
     model = getattr(cfg, "model", "")
     vit = is_model_name(model)
     if vit:
-        try:
-            require_keras_hub(model)
-        except ConfigError as exc:
-            raise _said(exc, "--model") from None
+        require_keras_hub(model)
     size = getattr(cfg, "image_size", None)
     if vit and size is not None and size % model_spec(model).patch:
         patch = model_spec(model).patch
         fits = max(patch, size - size % patch)
         raise ConfigError(
-            f"--image-size {size}: --model {model} takes images whose size is a multiple of its "
-            f"patch, {patch} (e.g. {fits} or {fits + patch})"
+            f"{size}: --model {model} takes images whose size is a multiple of its "
+            f"patch, {patch} (e.g. {fits} or {fits + patch})",
+            argument="image_size",
         )
     if not (isinstance(cfg.drop_path, (int, float)) and 0 <= cfg.drop_path < 1):
-        raise ConfigError(f"--drop-path must be in [0, 1), got {cfg.drop_path}")
+        raise ConfigError(f"must be in [0, 1), got {cfg.drop_path}", argument="drop_path")
     if cfg.drop_path and not vit and ":" not in model:
         raise ConfigError(
-            f"--drop-path {cfg.drop_path:g}: model {model!r} has no stochastic depth; use a ViT / "
+            f"{cfg.drop_path:g}: model {model!r} has no stochastic depth; use a ViT / "
             "DeiT --model (deit_tiny_patch16_224, ...) or a module:function factory taking "
-            "drop_path_rate"
+            "drop_path_rate",
+            argument="drop_path",
         )
     if not 0 <= cfg.distillation_alpha <= 1:
-        raise ConfigError(f"--distillation-alpha must be in [0, 1], got {cfg.distillation_alpha}")
+        raise ConfigError(
+            f"must be in [0, 1], got {cfg.distillation_alpha}", argument="distillation_alpha"
+        )
     if not (math.isfinite(cfg.distillation_tau) and cfg.distillation_tau > 0):
         raise ConfigError(
-            f"--distillation-tau must be a finite number > 0, got {cfg.distillation_tau}"
+            f"must be a finite number > 0, got {cfg.distillation_tau}", argument="distillation_tau"
         )
     _check_finetune(cfg, model, vit)
     _check_teacher(cfg, model, vit)
@@ -183,17 +181,19 @@ def _check_finetune(cfg: Any, model: str, vit: bool) -> None:
     if cfg.finetune is None:
         return
     if not str(cfg.finetune).strip():
-        raise ConfigError("--finetune is empty")
+        raise ConfigError("empty", argument="finetune")
     if not vit:
         raise ConfigError(
-            f"--finetune loads timm / DeiT checkpoints into the ViT / DeiT models; --model "
-            f"{model!r} is not one (deit_tiny_patch16_224, ...)"
+            f"loads timm / DeiT checkpoints into the ViT / DeiT models; --model "
+            f"{model!r} is not one (deit_tiny_patch16_224, ...)",
+            argument="finetune",
         )
     if not str(cfg.finetune).endswith(STATE_SUFFIXES):
         raise ConfigError(
-            f"--finetune {cfg.finetune!r}: expected a timm / DeiT checkpoint ("
+            f"{cfg.finetune!r}: expected a timm / DeiT checkpoint ("
             + ", ".join(STATE_SUFFIXES)
-            + ")"
+            + ")",
+            argument="finetune",
         )
 
 
@@ -201,47 +201,52 @@ def _check_teacher(cfg: Any, model: str, vit: bool) -> None:
     kind = cfg.distillation_type
     if kind == "none":
         if cfg.teacher_model or cfg.teacher_path:
-            given = "--teacher-model" if cfg.teacher_model else "--teacher-path"
+            given = "teacher_model" if cfg.teacher_model else "teacher_path"
             raise ConfigError(
-                f"{given} is given but --distillation-type is none: give --distillation-type "
-                "hard or soft to distil from it, or leave the teacher out"
+                "given, but --distillation-type is none: give --distillation-type "
+                "hard or soft to distil from it, or leave the teacher out",
+                argument=given,
             )
         return
     if not cfg.teacher_model:
         raise ConfigError(
-            f"--distillation-type {kind} needs a teacher: give --teacher-model (a .keras file, "
-            "or a model with its weights in --teacher-path)"
+            f"{kind} needs a teacher: give --teacher-model (a .keras file, "
+            "or a model with its weights in --teacher-path)",
+            argument="distillation_type",
         )
     if (vit and not model_spec(model).distilled) or (not vit and ":" not in model):
         suggestion = model.replace("_patch16", "_distilled_patch16") if vit else None
         instead = f" (e.g. {suggestion})" if suggestion and is_model_name(suggestion) else ""
         raise ConfigError(
-            f"--distillation-type {kind} trains the distillation head of a distilled model: "
-            f"--model {model!r} has none; use deit_*_distilled_patch16_224{instead}"
+            f"{kind} trains the distillation head of a distilled model: "
+            f"--model {model!r} has none; use deit_*_distilled_patch16_224{instead}",
+            argument="distillation_type",
         )
     if keras_teacher(cfg):
         if cfg.teacher_path:
             raise ConfigError(
-                f"--teacher-path {cfg.teacher_path!r}: --teacher-model {cfg.teacher_model!r} is "
-                "a .keras file, which holds its weights; leave --teacher-path out"
+                f"{cfg.teacher_path!r}: --teacher-model {cfg.teacher_model!r} is "
+                "a .keras file, which holds its weights; leave --teacher-path out",
+                argument="teacher_path",
             )
         return
-    try:
+    with renaming(_TEACHER):
         check_model_ref(cfg.teacher_model)
         if is_model_name(cfg.teacher_model):
             require_keras_hub(cfg.teacher_model)
-    except ConfigError as exc:
-        raise _said(exc, "--teacher-model") from None
     if not cfg.teacher_path:
         raise ConfigError(
-            f"--teacher-model {cfg.teacher_model!r} is built by the job: give its weights in "
+            f"{cfg.teacher_model!r} is built by the job: give its weights in "
             f"--teacher-path (a Keras {_KERAS_WEIGHTS}"
             + (", or a timm / DeiT checkpoint" if is_model_name(cfg.teacher_model) else "")
-            + "), or a .keras file as --teacher-model"
+            + "), or a .keras file as --teacher-model",
+            argument="teacher_model",
         )
     suffixes = (_KERAS_WEIGHTS, *(STATE_SUFFIXES if is_model_name(cfg.teacher_model) else ()))
     if not str(cfg.teacher_path).endswith(suffixes):
-        raise ConfigError(f"--teacher-path {cfg.teacher_path!r}: expected " + ", ".join(suffixes))
+        raise ConfigError(
+            f"{cfg.teacher_path!r}: expected " + ", ".join(suffixes), argument="teacher_path"
+        )
 
 
 def check_model_files(cfg: Any, *, fresh: bool) -> None:
@@ -258,7 +263,7 @@ def check_model_files(cfg: Any, *, fresh: bool) -> None:
         >>> check_model_files(ModelOptions(finetune="/no/such.pth"), fresh=True)
         Traceback (most recent call last):
         ...
-        tfdp.errors.DataError: --finetune '/no/such.pth' does not exist
+        tfdp.errors.DataError: finetune: '/no/such.pth' does not exist
         >>> check_model_files(ModelOptions(finetune="/no/such.pth"), fresh=False)
     """
     named = [
@@ -268,9 +273,7 @@ def check_model_files(cfg: Any, *, fresh: bool) -> None:
     ]
     for name, path in named:
         if path is not None and not os.path.isfile(os.path.expanduser(path)):
-            raise DataError(f"--{name.replace('_', '-')} {path!r} does not exist")
+            raise DataError(f"{path!r} does not exist", argument=name)
     if cfg.teacher_model and not keras_teacher(cfg) and distilling(cfg):
-        try:
+        with renaming(_TEACHER):
             check_model_module(cfg.teacher_model)
-        except ConfigError as exc:
-            raise _said(exc, "--teacher-model") from None

@@ -165,7 +165,7 @@ def check_model_ref(ref: str) -> str:
         >>> check_model_ref("deit_tiny")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: model 'deit_tiny': expected 'cnn', 'resnet', a ViT / DeiT name (deit_base_distilled_patch16_224, ..., vit_tiny_patch16_224; did you mean 'deit_tiny_patch16_224'?), a keras.applications name (resnet50, efficientnetb0, convnexttiny, ...) or 'module:function'
+        tfdp.errors.ConfigError: model: 'deit_tiny': expected 'cnn', 'resnet', a ViT / DeiT name (deit_base_distilled_patch16_224, ..., vit_tiny_patch16_224; did you mean 'deit_tiny_patch16_224'?), a keras.applications name (resnet50, efficientnetb0, convnexttiny, ...) or 'module:function'
     """  # noqa: E501
     resolved = _resolve(ref)
     if resolved in BUILTIN_MODELS:
@@ -179,14 +179,14 @@ def check_model_ref(ref: str) -> str:
         close = difflib.get_close_matches(ref.lower(), [*MODELS, *_APPLICATIONS_BY_LOWER], n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
-            f"model {ref!r}: expected {names}, a ViT / DeiT name ({', '.join(MODELS)}{hint}), "
+            f"{ref!r}: expected {names}, a ViT / DeiT name ({', '.join(MODELS)}{hint}), "
             "a keras.applications name (resnet50, efficientnetb0, convnexttiny, ...) or "
             "'module:function'",
             argument="model",
         )
     if module_name == _APPLICATIONS_MODULE and attr not in KERAS_APPLICATIONS:
         raise ConfigError(
-            f"model {ref!r}: keras.applications has no model {attr!r}; it has "
+            f"{ref!r}: keras.applications has no model {attr!r}; it has "
             + ", ".join(KERAS_APPLICATIONS),
             argument="model",
         )
@@ -220,7 +220,7 @@ def check_model_module(ref: str) -> None:
         >>> check_model_module("no_such_module_xyz:net")
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: model 'no_such_module_xyz:net': cannot import module 'no_such_module_xyz' (No module named 'no_such_module_xyz')
+        tfdp.errors.ConfigError: model: 'no_such_module_xyz:net': cannot import module 'no_such_module_xyz' (No module named 'no_such_module_xyz')
     """  # noqa: E501
     resolved = _resolve(check_model_ref(ref))
     if (
@@ -237,8 +237,7 @@ def check_model_module(ref: str) -> None:
         found = False
     if not found:
         raise ConfigError(
-            f"model {ref!r}: cannot import module {module_name!r} (No module named "
-            f"{module_name!r})",
+            f"{ref!r}: cannot import module {module_name!r} (No module named {module_name!r})",
             argument="model",
         )
 
@@ -266,17 +265,17 @@ def load_factory(ref: str) -> Callable[..., keras.Model]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(
-            f"model {ref!r}: cannot import module {module_name!r} ({exc})", argument="model"
+            f"{ref!r}: cannot import module {module_name!r} ({exc})", argument="model"
         ) from None
     except Exception as exc:  # the user's module fails as it is imported: theirs to fix
         raise ConfigError(
-            f"model {ref!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}",
+            f"{ref!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}",
             argument="model",
         ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(
-            f"model {ref!r}: module {module_name!r} has no function {attr!r}", argument="model"
+            f"{ref!r}: module {module_name!r} has no function {attr!r}", argument="model"
         )
     return fn
 
@@ -304,8 +303,8 @@ def _factory_arguments(
     if drop_path and "drop_path_rate" not in params and not var_kw:
         name = getattr(fn, "__name__", repr(fn))
         raise ConfigError(
-            f"drop_path {drop_path:g}: model factory {name} takes no drop_path_rate argument "
-            "(give it one, or leave drop_path 0)",
+            f"{drop_path:g}: model factory {name} takes no drop_path_rate argument "
+            "(give it one, or leave it 0)",
             argument="drop_path",
         )
     if not params:
@@ -358,7 +357,7 @@ def call_factory(
         >>> call_factory("resnet50", load_factory("resnet50"), (8, 8, 3), 10)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: model 'resnet50': ResNet50(input_shape=(8, 8, 3), classes=10, weights=None, classifier_activation=None) raised ValueError: Input size must be at least 32x32; Received: input_shape=(8, 8, 3)
+        tfdp.errors.ConfigError: model: 'resnet50': ResNet50(input_shape=(8, 8, 3), classes=10, weights=None, classifier_activation=None) raised ValueError: Input size must be at least 32x32; Received: input_shape=(8, 8, 3)
     """  # noqa: E501
     import keras
 
@@ -371,17 +370,17 @@ def call_factory(
     except Exception as exc:  # the factory is the user's code (or their choice of model)
         detail = " ".join(str(exc).split())
         raise ConfigError(
-            f"model {ref!r}: {name}({shown}) raised {type(exc).__name__}: {detail}",
+            f"{ref!r}: {name}({shown}) raised {type(exc).__name__}: {detail}",
             argument="model",
         ) from exc
     if not isinstance(model, keras.Model):
         raise ConfigError(
-            f"model {ref!r} returned {type(model).__name__}, not a keras.Model", argument="model"
+            f"{ref!r} returned {type(model).__name__}, not a keras.Model", argument="model"
         )
     width = model.output_shape[-1] if isinstance(model.output_shape, tuple) else None
     if width != num_classes:
         raise ConfigError(
-            f"model {ref!r}: its output has shape {model.output_shape}, expected "
+            f"{ref!r}: its output has shape {model.output_shape}, expected "
             f"(..., {num_classes}): one logit per class",
             argument="model",
         )
@@ -424,9 +423,10 @@ def build_model(
         )
     if drop_path and ":" not in _resolve(name):
         raise ConfigError(
-            f"drop_path {drop_path:g}: model {name!r} has no stochastic depth (a ViT / DeiT "
+            f"{drop_path:g}: {{model}} {name!r} has no stochastic depth (a ViT / DeiT "
             "model or a factory taking drop_path_rate has)",
             argument="drop_path",
+            mentions=["model"],
         )
     if name == "cnn":
         return small_cnn(input_shape, num_classes)

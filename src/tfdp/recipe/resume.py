@@ -42,12 +42,7 @@ def read_run_config(path: str) -> tuple[dict[str, Any], list[Any]]:
     """The options saved in a run's ``config.json`` (type-checked) and its history."""
     from tfdp.recipe.rundir import read_json_object
 
-    try:
-        raw = read_json_object(path, "run config")
-    except StateError:
-        raise
-    except ValueError as exc:  # documented: not JSON, not an object, not text -- the file's
-        raise StateError(str(exc)) from exc
+    raw = read_json_object(path, "run config")
     fields = TrainConfig.fields()
     options = {k: coerce(k, v, f"run config {path}") for k, v in raw.items() if k in fields}
     history = raw.get("history")
@@ -126,7 +121,7 @@ def resolve_resume(
         >>> resolve_resume(run, TrainConfig(optimizer="sgd"), given={"optimizer"})
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: --resume: --optimizer (the run has 'adam', now 'sgd') cannot change on resume: the run's checkpoints, data order and model depend on it. Leave it out (the run's value is used) or start a new run in another --run-dir
+        tfdp.errors.ConfigError: resume: --optimizer (the run has 'adam', now 'sgd') cannot change on resume: the run's checkpoints, data order and model depend on it. Leave it out (the run's value is used) or start a new run in another --run-dir
     """  # noqa: E501
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
@@ -161,8 +156,7 @@ def resolve_resume(
     if refused:
         one = len(refused) == 1
         raise ConfigError(
-            "--resume: "
-            + "; ".join(refused)
+            "; ".join(refused)
             + (" cannot change" if one else ": these cannot change")
             + " on resume: the run's checkpoints, data order and model depend on "
             + (
@@ -170,7 +164,8 @@ def resolve_resume(
                 if one
                 else "them. Leave them out (the run's values are used)"
             )
-            + " or start a new run in another --run-dir"
+            + " or start a new run in another --run-dir",
+            argument="resume",
         )
     merged["resume"] = True
     return Resumed(TrainConfig(**merged), changed, history)
@@ -195,7 +190,7 @@ def refuse_existing_run(run_dir: str) -> None:
     """Refuse to start a new run in a directory that holds one (with checkpoints)."""
     if has_checkpoints(run_dir):
         raise StateError(
-            f"--run-dir {run_dir!r} already holds a run with checkpoints: pass --resume to "
+            f"--run-dir: {run_dir!r} already holds a run with checkpoints: pass --resume to "
             "continue it (its config.json supplies the options you do not give), or choose "
             "another --run-dir (or --name)"
         )

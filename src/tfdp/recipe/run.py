@@ -3,8 +3,8 @@
 This module owns :func:`run_train` (options checked, resume resolved, the
 strategy, the run directory's lock, data, model and
 :class:`tfdp.train.Trainer` wired together, ``model.keras`` saved at the
-end) and :func:`run_evaluate` (a run's latest checkpoint evaluated exactly
-on its held-out split). It installs no signal handler and prints nothing:
+end; a finished run is evaluated by :mod:`tfdp.recipe.evaluation`). It
+installs no signal handler and prints nothing:
 what the run has to say goes to ``report(level, message)`` (``level`` is
 ``"info"`` or ``"warning"``), and a stop asked from outside -- a signal
 handler, another thread -- goes through a :class:`StopRelay`. The
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tfdp.errors import ConfigError, DataError, StateError
+from tfdp.errors import ConfigError, DataError
 from tfdp.recipe.augment_options import mixing, normalization
 from tfdp.recipe.config import (
     TrainConfig,
@@ -57,9 +57,7 @@ from tfdp.recipe.model_options import check_model_files, distilling
 from tfdp.recipe.resume import (
     RUN_FORMAT,
     Resumed,
-    has_checkpoints,
     now,
-    read_run_config,
     refuse_existing_run,
     resolve_resume,
     write_run_config,
@@ -171,8 +169,9 @@ def _global_batch(cfg: TrainConfig, replicas: int) -> TrainConfig:
     default = TrainConfig.fields()["batch_size"].default
     if cfg.batch_size not in (default, per * replicas):
         raise ConfigError(
-            f"--batch-size {cfg.batch_size} and --batch-size-per-replica {per} disagree with "
-            f"{replicas} replicas ({per} x {replicas} = {per * replicas}): give one of them"
+            f"{cfg.batch_size} and --batch-size-per-replica {per} disagree with "
+            f"{replicas} replicas ({per} x {replicas} = {per * replicas}): give one of them",
+            argument="batch_size",
         )
     return dataclasses.replace(cfg, batch_size=per * replicas)
 
@@ -289,8 +288,9 @@ def _train(
     if cfg.batch_size % w:
         counts = ", ".join(str(d) for d in range(1, cfg.batch_size + 1) if cfg.batch_size % d == 0)
         raise ConfigError(
-            f"--batch-size {cfg.batch_size} (the global batch) must be a multiple of the {w} "
-            f"replicas: use a replica or worker count that divides it ({counts})"
+            f"{cfg.batch_size} (the global batch) must be a multiple of the {w} "
+            f"replicas: use a replica or worker count that divides it ({counts})",
+            argument="batch_size",
         )
     sampler = "repeat_aug" if cfg.sampler == "repeat-aug" else "distributed"
     options = (
@@ -374,7 +374,7 @@ def _train(
         if isinstance(data.train, TFRecordSource) and "expected to contain" in err.message:
             problems = data.train.count_problems()  # name the shard whose count is wrong
             if problems:
-                raise DataError("--data: " + "; ".join(problems)) from None
+                raise DataError("" + "; ".join(problems), argument="data") from None
         raise
     finally:
         if stop is not None:
@@ -436,8 +436,8 @@ def _trainer(
 
     if cfg.eval_metric == "top5" and data.num_classes <= 5:
         raise ConfigError(
-            f"--eval-metric top5 needs more than 5 classes; the data has {data.num_classes}: "
-            "use top1 or loss"
+            f"top5 needs more than 5 classes; the data has {data.num_classes}: use top1 or loss",
+            argument="eval_metric",
         )
     batches = _first(resumed, "steps_per_epoch", batches_per_epoch)
     steps = -(-batches // cfg.accum_steps)
@@ -518,60 +518,6 @@ def _record_resume(
             "checkpoint's data configuration was checked on restore)",
         )
     write_run_config(run_dir, cfg, [*resumed.history, entry])
-
-
-def run_evaluate(run_dir: str, replicas: int | None = None) -> dict[str, Any]:
-    """Evaluate the latest readable checkpoint of ``run_dir`` on its held-out split, exactly.
-
-    The result is the same whatever the replica count. The checkpoint is
-    found as training's resume finds it (:meth:`tfdp.checkpoint.CheckpointManager.restore`:
-    a corrupt or truncated newest one is skipped for the previous one, with a
-    warning); ``"checkpoint"`` in the result names the one evaluated.
-
-    Raises:
-        StateError: ``run_dir`` has no (readable) ``config.json`` or no checkpoint.
-    """
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(path):
-        hint = ""
-        if has_checkpoints(run_dir):
-            hint = (
-                ": it has checkpoints, but their data and model are described by config.json; "
-                f"rebuild it with `tfdp train --resume --run-dir {run_dir}` and the run's options"
-            )
-        raise StateError(f"{run_dir!r} is not a tfdp run directory (no config.json){hint}")
-    saved, _ = read_run_config(path)
-    cfg = TrainConfig(**saved)
-    if replicas is not None:
-        cfg.replicas = replicas
-    check_config(cfg)
-    check_paths(cfg)
-    from tfdp.distribute import make_strategy
-
-    strategy = make_strategy(
-        "auto" if cfg.strategy == "multi_worker" else cfg.strategy, cpu_replicas=cfg.replicas
-    )
-    from tfdp.checkpoint import CheckpointManager
-    from tfdp.train import evaluate
-
-    data = build_data(cfg)
-    w = strategy.num_replicas_in_sync
-    with strategy.scope():
-        model = model_factory(cfg, data.shape, data.num_classes)()
-    ckpt_dir = os.path.join(run_dir, "checkpoints")
-    manager = CheckpointManager(ckpt_dir, strategy=strategy, read_only=True, model=model)
-    if manager.restore(partial=True) is None:
-        raise StateError(f"{run_dir!r} has no checkpoint under {ckpt_dir!r}")
-    out = evaluate(
-        strategy,
-        model,
-        eval_input(cfg, strategy, data),
-        "sparse_categorical_crossentropy_from_logits",
-        job_metrics(data.num_classes),
-    )
-    out["replicas"] = w
-    out["checkpoint"] = manager.restored
-    return out
 
 
 def trainer_options(cfg: TrainConfig) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdp._util import write_text_atomic
+from tfdp.errors import StateError
 
 #: The lock file's name inside the run directory.
 LOCK_NAME = ".tfdp.lock"
@@ -247,7 +248,7 @@ def read_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[s
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: it is not UTF-8 JSON, or not a JSON object.
+        tfdp.errors.StateError: it is not UTF-8 JSON, or not a JSON object (a run's file).
 
     Example:
         >>> import tempfile, os
@@ -256,7 +257,7 @@ def read_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[s
         >>> read_json_object(p, "run config")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: run config .../config.json must hold a JSON object ({"option": value, ...}), got a list
+        tfdp.errors.StateError: run config .../config.json must hold a JSON object ({"option": value, ...}), got a list
     """  # noqa: E501
     path = os.fspath(path)
     try:
@@ -267,15 +268,15 @@ def read_json_object(path: str | os.PathLike[str], what: str = "file") -> dict[s
     try:
         obj = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
-        raise ValueError(
+        raise StateError(
             f"{what} {path} is not text (UTF-8 JSON): byte {err.start} is not UTF-8"
         ) from None
     except json.JSONDecodeError as err:
-        raise ValueError(
+        raise StateError(
             f"{what} {path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
         ) from None
     if not isinstance(obj, dict):
-        raise ValueError(
+        raise StateError(
             f'{what} {path} must hold a JSON object ({{"option": value, ...}}), '
             f"got {'a list' if isinstance(obj, list) else type(obj).__name__}"
         )

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdp.errors import ConfigError, StateError, TfdpError, said_as
+from tfdp.errors import ConfigError, StateError, TfdpError, renaming
 from tfdp.models.names import is_model_name
 from tfdp.recipe.model_options import distilling, keras_teacher
 
@@ -66,71 +66,73 @@ def read_model_files(cfg: Any, *, fresh: bool) -> ModelFiles:
     for name, path in named:
         if path is None:
             continue
-        try:
+        with renaming({"path": name}):
             state = read_state_dict(path)
-        except TfdpError as exc:
-            said = said_as(exc, {"path": "--" + name.replace("_", "-")})
-            said.argument = None
-            raise said from None
         setattr(out, "finetune" if name == "finetune" else "teacher", state)
     return out
 
 
 #: The model builders' arguments as a teacher's options say them.
-_TEACHER_SAID = {"model": "--teacher-model", "input_shape": "the images' shape (--image-size)"}
+_TEACHER_OPTIONS = {"model": "teacher_model", "input_shape": "image_size"}
 
 
-def _flagged(exc: Exception, flag: str) -> ConfigError:
+def _refused(exc: Exception, ref: str) -> ConfigError:
+    """Keras's refusal of the teacher ``ref`` (a file, its weights, a factory), one line."""
     detail = " ".join(str(exc).split())
-    return ConfigError(f"{flag}: {detail}")
+    return ConfigError(f"{ref!r}: {detail}", argument="teacher_model")
 
 
 def _load_teacher(cfg: Any, shape: Sequence[int], num_classes: int, files: ModelFiles) -> Any:
     """The teacher, built or loaded inside the strategy's scope, its weights set."""
-    import keras
-
-    ref, path = cfg.teacher_model, cfg.teacher_path
-    flag = f"--teacher-model {ref!r}"
+    ref = cfg.teacher_model
     try:
-        if keras_teacher(cfg):
-            if importlib.util.find_spec("keras_hub") is not None:  # tfdp's layers, registered
-                import tfdp.models.vit  # noqa: F401
-            teacher = keras.models.load_model(ref, compile=False)
-        elif is_model_name(ref):
-            from tfdp.models.vit import vision_transformer
-            from tfdp.models.weights import load_timm_weights
-
-            teacher = vision_transformer(ref, tuple(shape), num_classes, init=False)
-            if files.teacher is not None:
-                load_timm_weights(teacher, files.teacher, source=f"--teacher-path {path!r}")
-            else:
-                teacher.load_weights(path)
-        else:
-            from tfdp.recipe.networks import build_model
-
-            teacher = build_model(ref, tuple(shape), num_classes)
-            teacher.load_weights(path)
-    except TfdpError as exc:  # the builders' and loaders' arguments, said as the options
-        if exc.argument not in _TEACHER_SAID:
-            raise
-        said = said_as(exc, {exc.argument: _TEACHER_SAID[exc.argument]})
-        said.argument = None
-        raise said from None
+        with renaming(_TEACHER_OPTIONS):  # the builders' and loaders' arguments, as the options
+            teacher = _built_teacher(cfg, shape, num_classes, files)
+    except TfdpError:
+        raise
     except Exception as exc:  # Keras's errors of a file, a mismatched weights file, a factory
-        raise _flagged(exc, flag) from None
+        raise _refused(exc, ref) from None
     inputs = tuple(getattr(teacher, "input_shape", ())[1:])
     if inputs and inputs != tuple(shape):
         raise ConfigError(
-            f"{flag} takes inputs of shape {inputs}; the run's images are {tuple(shape)} "
-            "(--image-size): give a teacher of the run's input shape"
+            f"{ref!r} takes inputs of shape {inputs}; the run's images are {tuple(shape)} "
+            "(--image-size): give a teacher of the run's input shape",
+            argument="teacher_model",
         )
     width = getattr(teacher, "output_shape", None)
     if not isinstance(width, tuple) or width[-1] != num_classes:
         raise ConfigError(
-            f"{flag} outputs {width}, the data has {num_classes} classes: the teacher must give "
-            "one logit per class"
+            f"{ref!r} outputs {width}, the data has {num_classes} classes: the teacher must give "
+            "one logit per class",
+            argument="teacher_model",
         )
     teacher.trainable = False
+    return teacher
+
+
+def _built_teacher(cfg: Any, shape: Sequence[int], num_classes: int, files: ModelFiles) -> Any:
+    """The teacher of ``--teacher-model``, its weights from ``--teacher-path``."""
+    import keras
+
+    ref, path = cfg.teacher_model, cfg.teacher_path
+    if keras_teacher(cfg):
+        if importlib.util.find_spec("keras_hub") is not None:  # tfdp's layers, registered
+            import tfdp.models.vit  # noqa: F401
+        return keras.models.load_model(ref, compile=False)
+    if is_model_name(ref):
+        from tfdp.models.vit import vision_transformer
+        from tfdp.models.weights import load_timm_weights
+
+        teacher = vision_transformer(ref, tuple(shape), num_classes, init=False)
+        if files.teacher is not None:
+            load_timm_weights(teacher, files.teacher, source=f"--teacher-path {path!r}")
+        else:
+            teacher.load_weights(path)
+        return teacher
+    from tfdp.recipe.networks import build_model
+
+    teacher = build_model(ref, tuple(shape), num_classes)
+    teacher.load_weights(path)
     return teacher
 
 
@@ -159,10 +161,8 @@ def student_and_teacher(
     from tfdp.models.distill import Distiller
 
     teacher = _load_teacher(cfg, shape, num_classes, files) if files is not None else None
-    try:
+    with renaming({"student": "model", "teacher": "teacher_model"}):
         return Distiller(model, teacher)
-    except ConfigError as exc:
-        raise _flagged(exc, "--model" if exc.argument == "student" else "--teacher-model") from None
 
 
 def teacher_record(cfg: Any, model: Any, fingerprint: Callable[[Any], str]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class _PermutationCache:
         with self._lock:
             perm = self._perms.pop(epoch, None)
             if perm is None:
-                perm = _ix.validate_permutation(self.fn(epoch), self.n, "permutation(epoch)")
+                perm = _ix.validate_permutation(self.fn(epoch), self.n)
                 perm.setflags(write=False)
             self._perms[epoch] = perm
             while len(self._perms) > self.KEEP:
@@ -88,7 +88,7 @@ class Sampler:
         self.seed = check_int("seed", seed, 0, _ix.MAX_SEED, " (an unsigned 64-bit integer)")
         if permutation is not None and not callable(permutation):
             raise ConfigTypeError(
-                "permutation must be None or a callable (epoch) -> permutation of "
+                "must be None or a callable (epoch) -> permutation of "
                 f"range(num_examples), got {type(permutation).__name__}",
                 argument="permutation",
             )
@@ -161,8 +161,7 @@ class Sampler:
         total = self.global_length
         if q.size and (q.min() < 0 or q.max() >= total):
             raise ConfigError(
-                f"positions must lie in [0, global_length={total}), got "
-                f"{int(q.min())}..{int(q.max())}",
+                f"must lie in [0, global_length={total}), got {int(q.min())}..{int(q.max())}",
                 argument="positions",
             )
         return self._global_entries(q)
@@ -250,7 +249,7 @@ class Sampler:
         diffs = config_diffs(plan._config(), self._config(), ignore=("num_replicas",))
         if type(plan) is not type(self) or diffs:
             raise StateError(
-                f"plan must be a {self._KIND} of this configuration (num_replicas aside), got "
+                f"must be a {self._KIND} of this configuration (num_replicas aside), got "
                 f"a {plan._KIND} of another: "
                 + ("; ".join(diffs) or f"kind {plan._KIND} vs {self._KIND}"),
                 argument="plan",
@@ -278,8 +277,7 @@ class Sampler:
         unknown = sorted(set(changes) - set(kwargs))
         if unknown:
             raise ConfigError(
-                f"{unknown[0]}: {self._KIND} takes no argument(s) {unknown}; it takes "
-                f"{sorted(kwargs)}",
+                f"{self._KIND} takes no argument(s) {unknown}; it takes {sorted(kwargs)}",
                 argument=unknown[0],
             )
         kwargs.update(changes)
@@ -462,7 +460,7 @@ class Sampler:
             plan_w = check_int("state['plan_replicas']", state["plan_replicas"], 1)
             epoch = check_int("state['epoch']", state["epoch"], 0, 2**63 - 1)
         except ValueError as e:
-            raise StateError(str(e)) from None
+            raise StateError(f"sampler {e}") from None
         plan = self if plan_w == self.num_replicas else self.replace(num_replicas=plan_w, rank=0)
         total = plan.global_length
         try:
@@ -472,7 +470,7 @@ class Sampler:
             check_int("state['position']", state["position"], 0, -(-total // saved_w))
             reached = check_int("state['global_position']", state["global_position"], 0, total)
         except ValueError as e:
-            raise StateError(str(e)) from None
+            raise StateError(f"sampler {e}") from None
         self._plan, self._deal_start = None, 0
         self.set_epoch(epoch)
         w = self.num_replicas

@@ -69,15 +69,16 @@ class DistributedSampler(Sampler):
         super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
         if padding not in self.PADDINGS:
             raise ConfigError(
-                f"padding must be one of 'wrap', 'random' or None, got {padding!r}",
+                f"must be one of 'wrap', 'random' or None, got {padding!r}",
                 argument="padding",
             )
         if drop_last and self.num_examples < self.num_replicas:
             raise ConfigError(
-                "drop_last would give every rank an empty epoch with num_examples="
-                f"{self.num_examples} < num_replicas={self.num_replicas}: leave it off "
+                "would give every rank an empty epoch with {num_examples}="
+                f"{self.num_examples} < {{num_replicas}}={self.num_replicas}: leave it off "
                 "(pad the last step), or use fewer replicas",
                 argument="drop_last",
+                mentions=["num_examples", "num_replicas"],
             )
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)

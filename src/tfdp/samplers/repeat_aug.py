@@ -91,15 +91,15 @@ class RepeatAugSampler(Sampler):
         super().__init__(num_examples, num_replicas, rank, seed=seed, permutation=permutation)
         if not _is_positive_number(num_repeats) or num_repeats < 1:
             raise ConfigError(
-                f"num_repeats must be a finite number >= 1, got {num_repeats!r}",
+                f"must be a finite number >= 1, got {num_repeats!r}",
                 argument="num_repeats",
             )
         self.selected_round = check_int("selected_round", selected_round, 0)
         if selected_ratio is not None and not _is_positive_number(selected_ratio):
             raise ConfigError(
-                "selected_ratio must be None (num_replicas) or a number > 0, "
-                f"got {selected_ratio!r}",
+                f"must be None ({{num_replicas}}) or a number > 0, got {selected_ratio!r}",
                 argument="selected_ratio",
+                mentions=["num_replicas"],
             )
         self.num_repeats = _plain_number(num_repeats)
         self.selected_ratio = None if selected_ratio is None else _plain_number(selected_ratio)
@@ -107,8 +107,7 @@ class RepeatAugSampler(Sampler):
             self.num_examples / self.selected_ratio
         ):
             raise ConfigError(
-                f"selected_ratio={selected_ratio!r} is too small: num_examples / selected_ratio "
-                "must be finite",
+                f"{selected_ratio!r} is too small: num_examples / selected_ratio must be finite",
                 argument="selected_ratio",
             )
         self.shuffle = bool(shuffle)
@@ -122,13 +121,13 @@ class RepeatAugSampler(Sampler):
         if self.num_selected < 1:
             ratio = self.num_replicas if selected_ratio is None else selected_ratio
             raise ConfigError(
-                f"selected_round={self.selected_round}: RepeatAugSampler would select no sample "
-                f"per epoch: num_examples="
+                "RepeatAugSampler would select no sample per epoch: num_examples="
                 f"{self.num_examples} // selected_round={self.selected_round} * "
                 f"{self.selected_round} / selected_ratio={ratio} < 1. Pass a smaller "
-                f"selected_round (at most {self.num_examples}, e.g. selected_round=0 to keep "
-                f"ceil(num_examples / selected_ratio))",
+                f"{{selected_round}} (at most {self.num_examples}, e.g. {{selected_round}}=0 to "
+                "keep ceil(num_examples / selected_ratio))",
                 argument="selected_round",
+                mentions=["selected_round"],
             )
 
     def _config(self) -> dict[str, Any]:

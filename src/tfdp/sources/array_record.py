@@ -93,13 +93,14 @@ class ArrayRecordSource:
         else:
             paths = [os.fspath(f) for f in files]
             if not paths:
-                raise ConfigError("ArrayRecordSource: files is empty")
+                raise ConfigError("ArrayRecordSource: empty", argument="files")
             missing = [p for p in paths if not os.path.exists(p)]
             if missing:
                 raise FileNotFoundError(f"ArrayRecordSource: file(s) not found: {missing[:5]}")
         if not isinstance(features, Mapping) or not features:
             raise ConfigError(
-                f"features must be a non-empty dict of tf.io feature specs, got {features!r}"
+                f"must be a non-empty dict of tf.io feature specs, got {features!r}",
+                argument="features",
             )
         self.files = paths
         self.features = dict(features)

@@ -49,21 +49,25 @@ class ArraySource:
         else:
             items = [("arrays", arrays)]
         if not items:
-            raise ConfigError("arrays must hold at least one array")
+            raise ConfigError("must hold at least one array", argument="arrays")
         lengths = {}
         for name, a in items:
             a = np.asarray(a)
             if a.ndim == 0:
-                raise ConfigError(f"{name} must have an example axis (rank >= 1), got a scalar")
+                raise ConfigError(
+                    f"{name} must have an example axis (rank >= 1), got a scalar",
+                    argument="arrays",
+                )
             lengths[name] = a.shape[0]
         if len(set(lengths.values())) != 1:
             raise ConfigError(
-                "all arrays must have the same number of examples (axis 0), got "
-                + ", ".join(f"{k}: {v}" for k, v in lengths.items())
+                "all must have the same number of examples (axis 0), got "
+                + ", ".join(f"{k}: {v}" for k, v in lengths.items()),
+                argument="arrays",
             )
         self.num_examples = int(next(iter(lengths.values())))
         if self.num_examples < 1:
-            raise ConfigError("arrays hold no example (length 0 along axis 0)")
+            raise ConfigError("hold no example (length 0 along axis 0)", argument="arrays")
         with tf.device("/cpu:0"):
             tensors = [tf.convert_to_tensor(np.asarray(a)) for _, a in items]
         if isinstance(arrays, dict):

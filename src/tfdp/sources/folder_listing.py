@@ -40,7 +40,7 @@ def normalise_extensions(extensions: str | Iterable[str]) -> tuple[str, ...]:
     exts = (extensions,) if isinstance(extensions, str) else tuple(extensions)
     if not exts or not all(isinstance(e, str) and e for e in exts):
         raise ConfigError(
-            f"extensions must be one or more non-empty strings (e.g. '.jpg'), got {extensions!r}",
+            f"must be one or more non-empty strings (e.g. '.jpg'), got {extensions!r}",
             argument="extensions",
         )
     return tuple(e.lower() for e in exts)
@@ -104,7 +104,7 @@ def list_folder(root: str | os.PathLike[str], extensions: tuple[str, ...]) -> Fo
         raise FileNotFoundError(f"ImageFolderSource: root {root_str!r} does not exist")
     if not os.path.isdir(root_str):
         raise ConfigError(
-            f"root {root_str!r} is not a directory (ImageFolderSource takes the folder holding "
+            f"{root_str!r} is not a directory (ImageFolderSource takes the folder holding "
             "one sub-folder per class)",
             argument="root",
         )

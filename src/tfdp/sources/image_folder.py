@@ -126,11 +126,9 @@ class ImageFolderSource:
         channels: int = 3,
     ) -> None:
         if on_error not in ("raise", "skip"):
-            raise ConfigError(
-                f"on_error must be 'raise' or 'skip', got {on_error!r}", argument="on_error"
-            )
+            raise ConfigError(f"must be 'raise' or 'skip', got {on_error!r}", argument="on_error")
         if isinstance(channels, bool) or channels not in (1, 3, 4):
-            raise ConfigError(f"channels must be 1, 3 or 4, got {channels!r}", argument="channels")
+            raise ConfigError(f"must be 1, 3 or 4, got {channels!r}", argument="channels")
         self.extensions = normalise_extensions(extensions)
         self.on_error = on_error
         self.channels = int(channels)
@@ -491,18 +489,17 @@ class ImageFolderSource:
         idx = np.asarray(indices)
         if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
             raise ConfigError(
-                f"indices must be a non-empty 1-D list of integers, got {indices!r}",
+                f"must be a non-empty 1-D list of integers, got {indices!r}",
                 argument="indices",
             )
         if idx.min() < 0 or idx.max() >= self.num_examples:
             raise ConfigError(
-                f"indices must be in [0, {self.num_examples}), "
-                f"got {int(idx.min())}..{int(idx.max())}",
+                f"must be in [0, {self.num_examples}), got {int(idx.min())}..{int(idx.max())}",
                 argument="indices",
             )
         if len(np.unique(idx)) != len(idx):
             raise ConfigError(
-                "indices must not repeat a file (each index in [0, num_examples) once)",
+                "must not repeat a file (each index in [0, num_examples) once)",
                 argument="indices",
             )
         part = copy.copy(self)

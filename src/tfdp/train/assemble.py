@@ -37,7 +37,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp._compat import attach_optimizer, backing_variable
+from tfdp._compat.keras import attach_optimizer, backing_variable
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.train.compression import check_compression
@@ -83,9 +83,7 @@ def _check_count(name: str, value: Any, low: int, none_ok: bool = False, note: s
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         also = " or None" if none_ok else ""
-        raise ConfigError(
-            f"{name} must be an integer >= {low}{also}{note}, got {value!r}", argument=name
-        )
+        raise ConfigError(f"must be an integer >= {low}{also}{note}, got {value!r}", argument=name)
 
 
 def check_loop_options(steps_per_call: Any, accumulation_steps: Any, checkpoint_every: Any) -> None:
@@ -99,7 +97,7 @@ def check_loop_options(steps_per_call: Any, accumulation_steps: Any, checkpoint_
         >>> check_loop_options(0, 1, None)
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: steps_per_call must be an integer >= 1, got 0
+        tfdp.errors.ConfigError: steps_per_call: must be an integer >= 1, got 0
     """
     _check_count("steps_per_call", steps_per_call, 1)
     _check_count("accumulation_steps", accumulation_steps, 1)
@@ -110,18 +108,17 @@ def _check_options(loss: Any, log_every: Any, clip_global_norm: Any, mixed_preci
     _check_count("log_every", log_every, 0, note=" (0: no step lines)")
     if clip_global_norm is not None and not clip_global_norm > 0:
         raise ConfigError(
-            f"clip_global_norm must be > 0 or None, got {clip_global_norm!r}",
+            f"must be > 0 or None, got {clip_global_norm!r}",
             argument="clip_global_norm",
         )
     if mixed_precision not in MIXED_PRECISION:
         raise ConfigError(
-            "mixed_precision must be None, 'mixed_float16' or 'mixed_bfloat16', "
-            f"got {mixed_precision!r}",
+            f"must be None, 'mixed_float16' or 'mixed_bfloat16', got {mixed_precision!r}",
             argument="mixed_precision",
         )
     if isinstance(loss, keras.losses.Loss) and loss.reduction == "sum":
         raise ConfigError(
-            f"loss {loss.name!r} has reduction='sum': tfdp trains on the mean over each "
+            f"{loss.name!r} has reduction='sum': tfdp trains on the mean over each "
             "step's rows; build it with the default reduction or reduction='none'",
             argument="loss",
         )
@@ -130,14 +127,14 @@ def _check_options(loss: Any, log_every: Any, clip_global_norm: Any, mixed_preci
 def _check_model_in_scope(strategy: tf.distribute.Strategy, model: keras.Model) -> None:
     if not model.built or not model.variables:
         raise ConfigError(
-            "model has no variables yet: build it (keras.Input or model.build) inside "
+            "has no variables yet: build it (keras.Input or model.build) inside "
             "strategy.scope(), or pass a factory",
             argument="model",
         )
     for v in model.variables:
         if not strategy.extended.variable_created_in_scope(backing_variable(v)):
             raise ConfigError(
-                f"model variable {v.path if hasattr(v, 'path') else v.name} was created "
+                f"variable {v.path if hasattr(v, 'path') else v.name} was created "
                 "outside strategy.scope(): build the model inside `with strategy.scope():`, "
                 "or pass a factory `lambda: build_model()` and tfdp builds it there",
                 argument="model",
@@ -155,18 +152,18 @@ def _model_and_optimizer(
     built = _build(optimizer)
     if not isinstance(built_model, keras.Model):
         raise ConfigError(
-            f"model must be a keras.Model or a factory of one, got {built_model!r}",
+            f"must be a keras.Model or a factory of one, got {built_model!r}",
             argument="model",
         )
     if not isinstance(built, keras.optimizers.Optimizer):
         raise ConfigError(
-            f"optimizer must be a Keras optimizer or a factory, got {built!r}",
+            f"must be a Keras optimizer or a factory, got {built!r}",
             argument="optimizer",
         )
     for attr in ("clipnorm", "global_clipnorm", "clipvalue"):
         if getattr(built, attr, None):
             raise ConfigError(
-                f"optimizer.{attr} clips each replica's partial gradient before the "
+                f"its {attr} clips each replica's partial gradient before the "
                 "all-reduce, which is wrong under a strategy; build the optimizer without "
                 "it and pass Trainer(clip_global_norm=...) instead",
                 argument="optimizer",

@@ -56,12 +56,12 @@ def check_compression(value: Any, mixed_precision: str | None = None) -> str | N
     """
     if value is not None and value not in COMPRESSIONS:
         raise ConfigError(
-            f"gradient_compression must be None, 'fp16' or 'bf16', got {value!r}",
+            f"must be None, 'fp16' or 'bf16', got {value!r}",
             argument="gradient_compression",
         )
     if value is not None and mixed_precision == "mixed_float16":
         raise ConfigError(
-            "gradient_compression cannot be combined with mixed_precision='mixed_float16': its "
+            "cannot be combined with mixed_precision='mixed_float16': its "
             "loss scaler all-reduces the scaled gradients itself (use 'mixed_bfloat16', or no "
             "compression)",
             argument="gradient_compression",

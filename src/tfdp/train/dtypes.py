@@ -25,7 +25,7 @@ Example:
     >>> check_floating("the model's prediction", tf.constant([1, 2]))
     Traceback (most recent call last):
     ...
-    tfdp.errors.ConfigError: the model's prediction is int32: a loss takes and returns real floating-point values (float32, float64, bfloat16, float16)
+    tfdp.errors.ConfigError: loss: the model's prediction is int32: a loss takes and returns real floating-point values (float32, float64, bfloat16, float16)
 """  # noqa: E501
 
 from __future__ import annotations
@@ -77,12 +77,12 @@ def check_trainable(model: keras.Model, argument: str = "model") -> None:
         >>> check_trainable(keras.Sequential(half, name="net"))
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: model variable net/head/kernel is float16: float16 variables would train without loss scaling (small gradients flush to 0); use mixed_precision='mixed_float16' (float32 variables, float16 compute, dynamic loss scaling), or bfloat16 or float32 variables
+        tfdp.errors.ConfigError: model: variable net/head/kernel is float16: float16 variables would train without loss scaling (small gradients flush to 0); use mixed_precision='mixed_float16' (float32 variables, float16 compute, dynamic loss scaling), or bfloat16 or float32 variables
     """  # noqa: E501
     for path, dtype in _dtypes(model).items():
         if dtype == tf.float16:
             raise ConfigError(
-                f"{argument} variable {path} is float16: float16 variables would train without "
+                f"variable {path} is float16: float16 variables would train without "
                 "loss scaling (small gradients flush to 0); use mixed_precision='mixed_float16' "
                 "(float32 variables, float16 compute, dynamic loss scaling), or bfloat16 or "
                 "float32 variables",
@@ -90,7 +90,7 @@ def check_trainable(model: keras.Model, argument: str = "model") -> None:
             )
         if not dtype.is_floating:
             raise ConfigError(
-                f"{argument} variable {path} is {dtype.name}: tfdp trains real floating-point "
+                f"variable {path} is {dtype.name}: tfdp trains real floating-point "
                 f"variables ({_REAL_FLOATS})",
                 argument=argument,
             )
@@ -107,7 +107,7 @@ def check_floating(what: str, value: Any, argument: str = "loss") -> None:
         >>> check_floating("the output of loss 'f'", tf.constant([1 + 2j]))
         Traceback (most recent call last):
         ...
-        tfdp.errors.ConfigError: the output of loss 'f' is complex128: a loss takes and returns real floating-point values (float32, float64, bfloat16, float16)
+        tfdp.errors.ConfigError: loss: the output of loss 'f' is complex128: a loss takes and returns real floating-point values (float32, float64, bfloat16, float16)
     """  # noqa: E501
     for leaf in tf.nest.flatten(value):
         dtype = tf.as_dtype(leaf.dtype if hasattr(leaf, "dtype") else type(leaf))
@@ -141,7 +141,7 @@ def widened(loss: Any, dtype: tf.DType) -> Any:
         return type(loss).from_config({**loss.get_config(), "dtype": dtype.name})
     except TypeError:
         raise ConfigError(
-            f"loss {loss.name!r} computes in {loss.dtype} but the model's variables are "
+            f"{loss.name!r} computes in {loss.dtype} but the model's variables are "
             f"{dtype.name}: build it with dtype={dtype.name!r} (a Keras loss's dtype argument)",
             argument="loss",
         ) from None
@@ -191,7 +191,7 @@ def check_compiled_loss(model: keras.Model) -> None:
             name = loss.name if keras_loss else getattr(loss, "__name__", loss)
             example = type(loss).__name__ if keras_loss else "SparseCategoricalCrossentropy"
             raise ConfigError(
-                f"model: its compiled loss {name!r} computes in {tf.as_dtype(have).name} but its "
+                f"its compiled loss {name!r} computes in {tf.as_dtype(have).name} but its "
                 f"variables are {want.name}: compile with a loss built with "
                 f"dtype={want.name!r} (e.g. keras.losses.{example}(dtype={want.name!r})), or set "
                 f"keras.config.set_floatx({want.name!r}) first",

@@ -26,8 +26,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp import _compat
 from tfdp._autograph import plain, user_code
+from tfdp._compat.fast.process import release_in_background
 from tfdp.errors import ConfigError, DataError
 from tfdp.train.dtypes import check_floating, loss_dtype, widened
 
@@ -67,7 +67,7 @@ def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
         if len(batch) == 3:
             return batch[0], batch[1], batch[2]
         raise DataError(
-            "batch must be (x, y), (x, y, sample_weight) or a dict (with 'sample_weight'), got "
+            "must be (x, y), (x, y, sample_weight) or a dict (with 'sample_weight'), got "
             f"a {type(batch).__name__} of {len(batch)}",
             argument="batch",
         )
@@ -113,14 +113,14 @@ class PerExampleLoss:
         if isinstance(loss, str):
             if loss not in _NAMED:
                 raise ConfigError(
-                    f"loss {loss!r} is not a known name; valid names: {sorted(_NAMED)}",
+                    f"{loss!r} is not a known name; valid names: {sorted(_NAMED)}",
                     argument="loss",
                 )
             loss = _NAMED[loss]()
         if isinstance(loss, keras.losses.Loss):
             if loss.reduction not in (None, "none"):
                 raise ConfigError(
-                    f"loss {loss.name!r} has reduction={loss.reduction!r}: under a tf.distribute "
+                    f"{loss.name!r} has reduction={loss.reduction!r}: under a tf.distribute "
                     "strategy Keras >= 3.8 divides a mean-reduced loss by the replica count, "
                     "scaling gradients wrongly. Build it with reduction='none' (e.g. "
                     f"keras.losses.{type(loss).__name__}(reduction='none')): tfdp averages over "
@@ -130,7 +130,7 @@ class PerExampleLoss:
             loss = widened(loss, self.dtype)
         elif not callable(loss):
             raise ConfigError(
-                f"loss must be a Keras loss, a callable or a name, got {loss!r}", argument="loss"
+                f"must be a Keras loss, a callable or a name, got {loss!r}", argument="loss"
             )
         self.fn: Any = user_code(loss)  # a user's function: converted by AutoGraph, as tf.function
         self.name: str = getattr(loss, "name", getattr(loss, "__name__", "loss"))
@@ -145,7 +145,7 @@ class PerExampleLoss:
             if types == ["float32"]:
                 raise  # not a matter of the prediction's type
             raise ConfigError(
-                f"loss {self.name!r} failed on the model's {' / '.join(types)} prediction (a loss "
+                f"{self.name!r} failed on the model's {' / '.join(types)} prediction (a loss "
                 "written for float32 values may not take another type: compute it in the "
                 f"prediction's type): {error}",
                 argument="loss",
@@ -154,7 +154,7 @@ class PerExampleLoss:
         values = tf.cast(values, self.dtype)
         if values.shape.rank == 0:
             raise ConfigError(
-                "loss returned a scalar: it must return one value per example "
+                "returned a scalar: it must return one value per example "
                 "(a Keras loss with reduction='none')",
                 argument="loss",
             )
@@ -185,7 +185,7 @@ def per_example_loss(loss: Any, dtype: Any = "float32") -> PerExampleLoss:
             loss = keras.losses.get(loss)
         except ValueError:
             raise ConfigError(
-                f"loss {loss!r} is not a known name; valid names: {sorted(_NAMED)} or any Keras "
+                f"{loss!r} is not a known name; valid names: {sorted(_NAMED)} or any Keras "
                 "loss name (keras.losses.get)",
                 argument="loss",
             ) from None
@@ -274,8 +274,8 @@ class Evaluator:
             more = bool(self._fn(held[0], tf.constant(steps, tf.int64)))
         finally:
             # Destroyed off this thread: TensorFlow's teardown of an iterator can wait seconds
-            # (see tfdp._compat.release_in_background).
-            _compat.release_in_background(held)
+            # (see tfdp._compat.fast.process.release_in_background).
+            release_in_background(held)
         if more:
             raise RuntimeError(
                 f"tfdp: the evaluation input holds more than its steps_per_epoch={steps} "

@@ -4,7 +4,7 @@ This module owns ``on_nonfinite`` under ``model.fit`` (:func:`tfdp.train.fit`):
 :func:`guard_for` picks the callback of a policy; its
 :meth:`~_NonFiniteGuard.overrides` are the wrappers of Keras's
 ``optimizer.apply_gradients`` and ``model.train_step`` that
-:func:`tfdp._compat.fit_step_overrides` installs for the duration of the fit.
+:func:`tfdp._compat.keras.fit_step_overrides` installs for the duration of the fit.
 A step whose all-reduced gradient is non-finite changes no variable
 (:func:`tfdp.train.guard.apply_reduced_if_finite`); ``"stop"`` fails that
 step in its graph (:class:`_AssertingGuard`) and names it in a
@@ -30,7 +30,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp._compat import gradients_reduced
+from tfdp._compat.keras import gradients_reduced
 from tfdp.train.guard import NonFiniteError, apply_reduced_if_finite
 
 log = logging.getLogger("tfdp")
@@ -51,12 +51,12 @@ class _NonFiniteGuard(keras.callbacks.Callback):
     """``on_nonfinite`` for ``model.fit``: a step with a non-finite gradient is not applied.
 
     :meth:`overrides` wraps (for the duration of :func:`fit`, through
-    :func:`tfdp._compat.fit_step_overrides`) the optimizer's ``apply_gradients``:
+    :func:`tfdp._compat.keras.fit_step_overrides`) the optimizer's ``apply_gradients``:
     Keras's train step hands it the replica's gradients, which it all-reduces
     itself; the reduced gradient, the same on every replica, is checked once
     and applied only when finite (:func:`~tfdp.train.guard.apply_reduced_if_finite`;
     the optimizer is told, for that update only, that the gradients are
-    reduced: :func:`tfdp._compat.gradients_reduced`), so a flagged step changes
+    reduced: :func:`tfdp._compat.keras.gradients_reduced`), so a flagged step changes
     no variable. A custom ``train_step`` that updates through
     ``optimizer.apply`` is neither wrapped nor changed. With a
     ``LossScaleOptimizer`` gradient overflow is the loss scaler's business and

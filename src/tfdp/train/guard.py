@@ -26,7 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdp._compat import supports_no_merge_call
+from tfdp._compat.graph import supports_no_merge_call
 from tfdp.errors import ConfigError
 
 #: What to do with a step whose loss or gradient is non-finite.
@@ -83,7 +83,7 @@ def check_policy(on_nonfinite: Any) -> str:
     """
     if on_nonfinite not in POLICIES:
         raise ConfigError(
-            f"on_nonfinite must be one of {', '.join(map(repr, POLICIES))}, got {on_nonfinite!r}",
+            f"must be one of {', '.join(map(repr, POLICIES))}, got {on_nonfinite!r}",
             argument="on_nonfinite",
         )
     return on_nonfinite

@@ -47,7 +47,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp._compat import compiled_metrics_container, fit_step_overrides
+from tfdp._compat.keras import compiled_metrics_container, fit_step_overrides
 from tfdp.checkpoint import (
     CheckpointCallback,
     CheckpointManager,
@@ -296,12 +296,12 @@ def fit(
     strategy = train_input.strategy
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
         raise ConfigError(
-            "model must be compiled (model.compile inside strategy.scope()) before tfdp.train.fit",
+            "must be compiled (model.compile inside strategy.scope()) before tfdp.train.fit",
             argument="model",
         )
     if int(getattr(model, "steps_per_execution", 1) or 1) > 1:
         raise ConfigError(
-            "model: steps_per_execution > 1 fails under MirroredStrategy in Keras 3 ('You must "
+            "steps_per_execution > 1 fails under MirroredStrategy in Keras 3 ('You must "
             "feed a value for placeholder tensor'); compile with steps_per_execution=1, or use "
             "tfdp.train.Trainer(steps_per_call=...) for several steps per call",
             argument="model",
@@ -311,7 +311,7 @@ def fit(
     info = worker_info(strategy)
     if info.num_workers > 1:
         raise ConfigError(
-            "train_input: model.fit fails under MultiWorkerMirroredStrategy in Keras 3 (its train "
+            "model.fit fails under MultiWorkerMirroredStrategy in Keras 3 (its train "
             "step reduces scalar logs along axis 0: tensorflow/tensorflow#72388); use "
             "tfdp.train.Trainer for multi-worker jobs",
             argument="train_input",

@@ -75,6 +75,16 @@ def is_terminal(stream: Any) -> bool:
         return False
 
 
+def _rate(per_s: float) -> str:
+    """A rate as a line says it: whole numbers from 10 on, else two significant digits.
+
+    Example:
+        >>> _rate(1234.56), _rate(12.4), _rate(0.1673), _rate(0.0)
+        ('1235', '12', '0.17', '0')
+    """
+    return f"{per_s:.0f}" if per_s >= 10 or per_s == 0 else f"{per_s:.2g}"
+
+
 class TrainLogs:
     """The chief's console, progress bar, metrics.jsonl, TensorBoard and sample-id log.
 
@@ -230,7 +240,7 @@ class TrainLogs:
             )
             self.print(
                 f"epoch {epoch + 1}  step {step}/{self._steps_per_epoch}  "
-                f"global_step {global_step}  {told}  lr {lr:.4g}  {rate:.0f} samples/s"
+                f"global_step {global_step}  {told}  lr {lr:.4g}  {_rate(rate)} samples/s"
             )
         scalars = {f"batch_{k}": v for k, v in means.items()}
         scalars.update(batch_learning_rate=lr, batch_samples_per_s=rate)
@@ -248,7 +258,7 @@ class TrainLogs:
                 for k, v in record.items()
                 if k not in _NOT_IN_LINE and isinstance(v, float)
             ]
-            parts.append(f"{record['samples_per_s']:.0f} samples/s")
+            parts.append(f"{_rate(record['samples_per_s'])} samples/s")
             self.print("  ".join(parts))
         if self.run_dir is not None:
             os.makedirs(self.run_dir, exist_ok=True)

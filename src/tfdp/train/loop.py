@@ -38,7 +38,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfdp import _compat
+from tfdp._compat.fast.process import release_in_background
 from tfdp.distribute import worker_info
 from tfdp.errors import ConfigError
 from tfdp.input import DistributedInput
@@ -279,13 +279,12 @@ class Trainer:
         ):
             if not isinstance(part, protocol):
                 raise ConfigError(
-                    f"{name} must meet tfdp.train.parts.{protocol.__name__}, got "
-                    f"{type(part).__name__}",
+                    f"must meet tfdp.train.parts.{protocol.__name__}, got {type(part).__name__}",
                     argument=name,
                 )
         if parts.checkpoints is not None and not isinstance(parts.checkpoints, Checkpoints):
             raise ConfigError(
-                "checkpoints must meet tfdp.train.parts.Checkpoints or be None, got "
+                "must meet tfdp.train.parts.Checkpoints or be None, got "
                 f"{type(parts.checkpoints).__name__}",
                 argument="checkpoints",
             )
@@ -413,7 +412,7 @@ class Trainer:
         """
         if train_input.strategy is not self.strategy:
             raise ConfigError(
-                "train_input was built on another strategy than the trainer's",
+                "was built on another strategy than the trainer's",
                 argument="train_input",
             )
         k = self.accumulation_steps
@@ -424,7 +423,7 @@ class Trainer:
         record_samples = self.logs.record_samples is not None
         if record_samples and not train_input.return_ids:
             raise ConfigError(
-                "record_samples needs the ids of each batch: build the training input with "
+                "needs the ids of each batch: build the training input with "
                 "DistributedInput(..., return_ids=True)",
                 argument="record_samples",
             )
@@ -494,8 +493,8 @@ class Trainer:
             # tf.data's background threads with a dozen alive.
             calls.clear()  # the bound calls hold it too
             # Destroyed off this thread: TensorFlow's teardown of an iterator can wait up to a
-            # minute (see tfdp._compat.release_in_background).
-            _compat.release_in_background(stream)
+            # minute (see tfdp._compat.fast.process.release_in_background).
+            release_in_background(stream)
             self.logs.close()
         cbs.on_train_end({key: values[-1] for key, values in history.history.items()})
         return history

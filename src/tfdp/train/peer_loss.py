@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from tfdp._compat import call_outside_strategy, close_failed_reduce_pools
+from tfdp._compat.graph import call_outside_strategy
+from tfdp._compat.process import close_failed_reduce_pools
 from tfdp.checkpoint.files import checkpoint_number
 from tfdp.checkpoint.manager import CheckpointManager
 from tfdp.checkpoint.trackables import keras_trackables

@@ -47,7 +47,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._autograph import plain
-from tfdp._compat import bound_call, gradients_reduced
+from tfdp._compat.fast.graph import bound_call
+from tfdp._compat.keras import gradients_reduced
 from tfdp.train.compression import compressed_all_reduce
 from tfdp.train.dtypes import all_reduce_sum, loss_dtype
 from tfdp.train.evaluate import PerExampleLoss, unpack_batch
@@ -315,7 +316,7 @@ class TrainStep:
         type, when the model's gradients are not of the loss's type), then
         clipped (the global norm of the reduced gradient), checked and
         applied: the optimizer is handed the reduced gradients
-        (:func:`tfdp._compat.gradients_reduced`, set while the step is
+        (:func:`tfdp._compat.keras.gradients_reduced`, set while the step is
         traced). Under ``mixed_float16`` the loss scaler's optimizer reduces
         them itself and decides on overflow (see :meth:`_loss_scaled_update`).
         """
@@ -445,7 +446,7 @@ class TrainStep:
         when recording ids, the per-replica batch size (``width``; 0 records
         nothing); a second input gets functions of its own. It is called
         without ``tf.function``'s per-call look-up of its trace by the
-        arguments' types (:func:`tfdp._compat.bound_call`), which for a
+        arguments' types (:func:`tfdp._compat.fast.graph.bound_call`), which for a
         distributed iterator costs about as much as a small step.
 
         Example:

@@ -41,7 +41,7 @@ Example:
     >>> check_loss_weighting("mean")
     Traceback (most recent call last):
     ...
-    tfdp.errors.ConfigError: loss_weighting must be 'rows' or 'replicas', got 'mean'
+    tfdp.errors.ConfigError: loss_weighting: must be 'rows' or 'replicas', got 'mean'
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def check_loss_weighting(value: Any) -> str:
     """
     if value not in LOSS_WEIGHTINGS:
         raise ConfigError(
-            f"loss_weighting must be 'rows' or 'replicas', got {value!r}",
+            f"must be 'rows' or 'replicas', got {value!r}",
             argument="loss_weighting",
         )
     return value

@@ -51,7 +51,6 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from tfdp._compat import RowsInPlace
 from tfdp.windows.contract import WindowPlan, WindowStage
 from tfdp.windows.geometry import StageWindows
 from tfdp.windows.parallelism import PARALLEL_DECODES
@@ -274,12 +273,6 @@ def decode_windows(
         return request.finish(window, j)
 
     spec = request.output_spec(tf.TensorSpec([None, None, channels], tf.uint8))
-    if spec.shape.is_fully_defined():  # every output written into the batch: no stack
-        rows = RowsInPlace(n, spec.shape.as_list(), spec.dtype)
-        out = _loop(
-            n, lambda j, batch: rows.write(batch, j, finished(j)), rows.batch, PARALLEL_DECODES
-        )
-        return out, ok
     out = _loop(
         n,
         lambda j, ta: ta.write(j, finished(j)),

@@ -30,7 +30,7 @@ chunk loader and every per-element function of a worker's stream are
 traced ``tf.function`` objects, once per input (without AutoGraph: plain graph
 code), so building a dataset traces only thin calls to them; its iterator
 instantiates the loader's graph, with only the Grappler passes that pay for it
-(:func:`tfdp._compat.lightly_optimized_map`), and that graph is kept small: the
+(:func:`tfdp._compat.fast.graph.lightly_optimized_map`), and that graph is kept small: the
 random draws and the windows are planned by NumPy on the host (one node each),
 other formats are decoded by a function called only when a chunk holds one
 (:func:`tfdp.windows.decode.decode_windows`), and no large constant sits in it
@@ -64,7 +64,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._autograph import plain
-from tfdp._compat import lightly_optimized_map
+from tfdp._compat.fast.graph import lightly_optimized_map
 from tfdp._util import deterministic_unsharded
 from tfdp.random import sample_seeds
 from tfdp.windows.contract import ElementFinisher, EpochEntries, WindowSource

@@ -30,7 +30,8 @@ The rules (errors name the file, the key and the offending values):
 
 It speaks the library's words: an error names the Python argument at fault
 (``spec``, ``num_classes``; :attr:`tfdp.errors.TfdpError.argument`), and each
-caller says it in its own (:func:`tfdp.errors.said_as`: ``--data``, ``SRC``).
+caller says it in its own (the training job renames ``spec`` to its option
+``data`` with :func:`tfdp.errors.renaming`; ``tfdp data`` says it ``SRC``).
 Importing this module loads no TensorFlow; opening a spec does.
 
 The package holds one module per concern: ``contract`` (what a data format
@@ -126,9 +127,7 @@ def open_source(
         ('npz', 2, (2, 2, 1), [".../d.npz (key 'labels'): float64 labels hold integer values: read as int64"])
     """  # noqa: E501
     if on_bad_file not in ("raise", "skip"):
-        raise ConfigError(
-            f"on_bad_file must be 'raise' or 'skip', got {on_bad_file!r}", argument="on_bad_file"
-        )
+        raise ConfigError(f"must be 'raise' or 'skip', got {on_bad_file!r}", argument="on_bad_file")
     request = OpenRequest(
         num_classes=num_classes,
         channels=channels,

@@ -175,8 +175,8 @@ def check_labels(
                 f"{where}: classes {_ranges(missing.tolist())} have no example, but label(s) "
                 f"{shown(above)} occur (at example(s) {shown(at)}): a stray label would make a "
                 f"{k}-class model. Fix the labels, or state the number of classes "
-                "(num_classes) or name them (a 'classes' array)",
-                argument="num_classes",
+                "({num_classes}) or name them (a 'classes' array)",
+                mentions=["num_classes"],
             )
     if len(np.unique(y)) == 1:
         notes.append(

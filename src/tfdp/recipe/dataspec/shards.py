@@ -5,7 +5,7 @@ whatever its format: the labels of a stream read once when its format does
 not count them (:func:`read_labels`), a stream read into memory for exact
 evaluation (:func:`in_memory`, :func:`random_access`, with
 :func:`resize_uint8` and the one-size check :func:`sized`), and TensorFlow's
-read errors said with the shard at fault (:func:`read_error`). A stream is
+read errors said with the file at fault (:func:`read_error`). A stream is
 TFRecord shards (:class:`tfdp.TFRecordSource`): the format that opens them is
 :class:`tfdp.recipe.dataspec.formats.tfrecord.TFRecordShards`.
 
@@ -33,20 +33,28 @@ from tfdp.recipe.dataspec.opened import OpenedData
 
 
 def read_error(data: OpenedData, err: Exception) -> DataError:
-    """The error to raise for a TensorFlow error met while reading ``data``, naming the file.
+    """The error to raise (``from err``) for TensorFlow's ``err`` met reading ``data``.
 
-    A TFRecord shard whose record count differs from its manifest's makes
-    TensorFlow say only "expected to contain N elements"; the shards at
-    fault are found and named (:meth:`tfdp.TFRecordSource.count_problems`).
+    It names the data; TensorFlow's own words stay in ``err``, its cause (a
+    command line shows their meaningful line after it). A TFRecord shard
+    whose record count differs from its manifest's makes TensorFlow raise a
+    ``FailedPreconditionError`` that says only "expected to contain N
+    elements": the shards at fault are found and named
+    (:meth:`tfdp.TFRecordSource.count_problems`).
+
+    Example:
+        >>> from tfdp.recipe.dataspec import open_source
+        >>> str(read_error(open_source("digits"), RuntimeError("truncated record at 464")))
+        'bundled UCI digits: cannot be read (RuntimeError)'
     """
-    from tfdp.errors import meaningful_line
+    if data.stream is not None:
+        import tensorflow as tf
 
-    text = getattr(err, "message", None) or str(err)
-    if data.stream is not None and "expected to contain" in text:
-        problems = data.stream.count_problems()
-        if problems:
-            return DataError("; ".join(problems))
-    return DataError(f"{data.where}: {meaningful_line(text)}")
+        if isinstance(err, tf.errors.FailedPreconditionError):
+            problems = data.stream.count_problems()
+            if problems:
+                return DataError("; ".join(problems))
+    return DataError(f"{data.where}: cannot be read ({type(err).__name__})")
 
 
 def read_labels(
@@ -89,7 +97,7 @@ def read_labels(
     try:
         parts = list(ds.as_numpy_iterator())
     except tf.errors.OpError as err:
-        raise read_error(data, err) from None
+        raise read_error(data, err) from err
     labels = np.concatenate(parts) if parts else np.zeros([0], np.int64)
     y, k, notes = check_labels(
         labels,
@@ -161,7 +169,7 @@ def in_memory(
             images.append(image)
             labels.append(int(label))
     except tf.errors.OpError as err:
-        raise read_error(data, err) from None
+        raise read_error(data, err) from err
     if not images:
         raise DataError(f"{data.where}: the files hold no record")
     return np.stack(images), np.asarray(labels, np.int64)
@@ -176,12 +184,13 @@ def sized(data: OpenedData, image_size: int | None) -> None:
         >>> sized(data, None)
         Traceback (most recent call last):
         ...
-        tfdp.errors.DataError: spec 'shards' holds images of varying size: give image_size to resize them
+        tfdp.errors.DataError: spec: 'shards' holds images of varying size: give image_size to resize them
     """  # noqa: E501
     if None in data.image_shape[:2] and image_size is None:
         raise DataError(
-            f"spec {data.spec!r} holds images of varying size: give image_size to resize them",
+            f"{data.spec!r} holds images of varying size: give {{image_size}} to resize them",
             argument="spec",
+            mentions=["image_size"],
         )
 
 

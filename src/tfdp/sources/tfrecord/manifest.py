@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp._names import MANIFEST_SUFFIX
-from tfdp.errors import DataError
+from tfdp.errors import ConfigError, DataError
 
 FORMAT = "tfdp.tfrecord"
 
@@ -108,7 +108,7 @@ def resolve_files(files: Any) -> tuple[list[str], dict[str, Any] | None]:
         return paths, None
     paths = [os.fspath(f) for f in files]
     if not paths:
-        raise DataError("TFRecordSource: files is empty")
+        raise ConfigError("TFRecordSource: empty", argument="files")
     return paths, None
 
 

@@ -129,10 +129,11 @@ def infer_encoding(dtype: str, shape: tuple[int | None, ...], jpeg_files: bool =
 
 
 def check_encoding(f: Feature) -> None:
-    """Raise a ValueError naming the feature when its encoding cannot store its dtype/shape."""
+    """Refuse (``features``) a feature whose encoding cannot store its dtype and shape."""
     if f.encoding not in ENCODINGS:
         raise ConfigError(
-            f"feature {f.name!r}: unknown encoding {f.encoding!r}; use one of {ENCODINGS}"
+            f"feature {f.name!r}: unknown encoding {f.encoding!r}; use one of {ENCODINGS}",
+            argument="features",
         )
     known = all(d is not None for d in f.shape)
     if f.encoding == "png" and not (
@@ -141,31 +142,45 @@ def check_encoding(f: Feature) -> None:
     ):
         raise ConfigError(
             f"feature {f.name!r}: 'png' needs uint8 [H, W] or [H, W, C] with C in 1, 3, 4; "
-            f"got {f.dtype} of shape {list(f.shape)}"
+            f"got {f.dtype} of shape {list(f.shape)}",
+            argument="features",
         )
     if f.encoding == "jpeg" and not (
         f.dtype == "uint8" and (len(f.shape) == 2 or (len(f.shape) == 3 and f.shape[2] in (1, 3)))
     ):
         raise ConfigError(
             f"feature {f.name!r}: 'jpeg' needs uint8 [H, W] or [H, W, C] with C in 1, 3; "
-            f"got {f.dtype} of shape {list(f.shape)}"
+            f"got {f.dtype} of shape {list(f.shape)}",
+            argument="features",
         )
     if f.encoding == "raw" and f.dtype == "string":
-        raise ConfigError(f"feature {f.name!r}: strings cannot be stored 'raw'; use 'bytes'")
+        raise ConfigError(
+            f"feature {f.name!r}: strings cannot be stored 'raw'; use 'bytes'", argument="features"
+        )
     if f.encoding in ("int64", "float", "bytes") and not known:
         raise ConfigError(
             f"feature {f.name!r}: {f.encoding!r} needs a fixed shape, got {list(f.shape)}; "
-            "use 'raw' (or 'png') for shapes that vary"
+            "use 'raw' (or 'png') for shapes that vary",
+            argument="features",
         )
     if f.encoding == "bytes" and f.dtype != "string":
-        raise ConfigError(f"feature {f.name!r}: 'bytes' is for strings, got {f.dtype}")
+        raise ConfigError(
+            f"feature {f.name!r}: 'bytes' is for strings, got {f.dtype}", argument="features"
+        )
     if f.encoding == "int64" and not (f.dtype == "bool" or np.dtype(f.dtype).kind in "iu"):
-        raise ConfigError(f"feature {f.name!r}: 'int64' is for integers and bools, got {f.dtype}")
+        raise ConfigError(
+            f"feature {f.name!r}: 'int64' is for integers and bools, got {f.dtype}",
+            argument="features",
+        )
     if f.encoding == "int64" and f.dtype == "uint64":
-        raise ConfigError(f"feature {f.name!r}: uint64 does not fit int64; use 'raw'")
+        raise ConfigError(
+            f"feature {f.name!r}: uint64 does not fit int64; use 'raw'", argument="features"
+        )
     if f.encoding == "float" and f.dtype not in ("float16", "float32"):
         raise ConfigError(
-            f"feature {f.name!r}: 'float' stores float32, got {f.dtype}; use 'raw' to keep it exact"
+            f"feature {f.name!r}: 'float' stores float32, got {f.dtype}; use 'raw' to keep it "
+            "exact",
+            argument="features",
         )
 
 

@@ -110,10 +110,10 @@ class TFRecordSource:
         num_parallel_calls: int = tf.data.AUTOTUNE,
     ) -> None:
         if images not in ("decoded", "encoded"):
-            raise ConfigError(f"images must be 'decoded' or 'encoded', got {images!r}")
+            raise ConfigError(f"must be 'decoded' or 'encoded', got {images!r}", argument="images")
         paths, manifest = resolve_files(files)
         if len(set(paths)) != len(paths):
-            raise ConfigError("TFRecordSource: a file is listed twice")
+            raise ConfigError("TFRecordSource: a file is listed twice", argument="files")
         missing = [p for p in paths if not tf.io.gfile.exists(p)]
         if missing:
             raise FileNotFoundError(
@@ -124,7 +124,9 @@ class TFRecordSource:
         self.cycle_length = check_int("cycle_length", cycle_length, 1)
         self.num_parallel_calls = num_parallel_calls
         if compression not in (None, "", "GZIP", "ZLIB"):
-            raise ConfigError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
+            raise ConfigError(
+                f"must be None, 'GZIP' or 'ZLIB', got {compression!r}", argument="compression"
+            )
 
         by_file = {}
         if manifest is not None:
@@ -142,7 +144,9 @@ class TFRecordSource:
             if len(mcomp) == 1:
                 (mc,) = mcomp
                 if compression and mc and compression != mc:
-                    raise ConfigError(f"compression={compression!r} but the manifest says {mc!r}")
+                    raise ConfigError(
+                        f"{compression!r}, but the manifest says {mc!r}", argument="compression"
+                    )
                 compression = compression or mc
         self.compression = compression or None
 
@@ -170,7 +174,8 @@ class TFRecordSource:
         else:
             if not isinstance(features, Mapping) or not features:
                 raise ConfigError(
-                    f"features must be a non-empty dict of tf.io feature specs, got {features!r}"
+                    f"must be a non-empty dict of tf.io feature specs, got {features!r}",
+                    argument="features",
                 )
             self.features = dict(features)
             if decode is None:
@@ -211,12 +216,14 @@ class TFRecordSource:
                 norm = {os.path.normpath(os.fspath(k)): v for k, v in counts.items()}
                 lost = [p for p in paths if os.path.normpath(p) not in norm]
                 if lost:
-                    raise ConfigError(f"counts has no entry for {lost[:MAX_LISTED]}")
+                    raise ConfigError(f"has no entry for {lost[:MAX_LISTED]}", argument="counts")
                 given = [norm[os.path.normpath(p)] for p in paths]
             else:
                 given = list(counts)
                 if len(given) != len(paths):
-                    raise ConfigError(f"counts has {len(given)} entries for {len(paths)} files")
+                    raise ConfigError(
+                        f"has {len(given)} entries for {len(paths)} files", argument="counts"
+                    )
             given = [check_int("counts[...]", c, 0) for c in given]
         if from_manifest is not None:
             if given is not None and given != from_manifest:

@@ -61,29 +61,33 @@ def _plan_features(
             if structure == "dict":
                 unknown = sorted(set(features) - set(names))
                 if unknown:
-                    raise ConfigError(f"features names keys the data does not have: {unknown}")
+                    raise ConfigError(
+                        f"names keys the data does not have: {unknown}", argument="features"
+                    )
                 encodings = [features.get(k) for k in names]
             elif set(map(str, features)) <= set(names):  # encodings of default-named parts
                 encodings = [features.get(k) for k in names]
             else:
                 if len(features) != n:
                     raise ConfigError(
-                        f"features must name all {n} components of an example (or a subset of "
-                        f"their default names {names}), got {list(features)}"
+                        f"must name all {n} components of an example (or a subset of "
+                        f"their default names {names}), got {list(features)}",
+                        argument="features",
                     )
                 names = [str(k) for k in features]
                 encodings = list(features.values())
         elif isinstance(features, Sequence) and not isinstance(features, str):
             if structure == "dict" or len(features) != n:
                 raise ConfigError(
-                    f"features as a list names the {n} components of a tuple example; "
-                    f"got {list(features)!r}"
+                    f"a list of names names the {n} components of a tuple example; "
+                    f"got {list(features)!r}",
+                    argument="features",
                 )
             names = [str(k) for k in features]
         else:
             raise ConfigError(
-                "features must be None, a list of names, or a dict name -> encoding; "
-                f"got {features!r}"
+                f"must be None, a list of names, or a dict name -> encoding; got {features!r}",
+                argument="features",
             )
     out = []
     for name, (dtype, shape), enc in zip(names, specs, encodings, strict=True):
@@ -92,7 +96,7 @@ def _plan_features(
         out.append(f)
     all_keys = [k for f in out for k in f.parse_spec()]
     if len(set(all_keys)) != len(all_keys):
-        raise ConfigError(f"feature names collide: {all_keys}")
+        raise ConfigError(f"feature names collide: {all_keys}", argument="features")
     return out
 
 
@@ -110,7 +114,8 @@ def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]],
             if not isinstance(leaf, tf.TensorSpec) or leaf.shape.rank is None:
                 raise ConfigError(
                     "write_tfrecords handles examples whose components are plain tensors of "
-                    f"known rank (a tuple or dict of them); got element_spec {spec!r}"
+                    f"known rank (a tuple or dict of them); got element_spec {spec!r}",
+                    argument="source_or_arrays",
                 )
         specs = [(dtype_name(s.dtype), tuple(s.shape.as_list())) for s in leaves]
         return structure, keys, specs, int(data.num_examples)
@@ -123,13 +128,17 @@ def _describe_input(data: Any) -> tuple[str, list[Any], list[tuple[str, tuple]],
     else:
         raise ConfigError(
             "write_tfrecords takes a source (num_examples and load) or a NumPy array, "
-            f"tuple or dict of arrays; got {type(data).__name__}"
+            f"tuple or dict of arrays; got {type(data).__name__}",
+            argument="source_or_arrays",
         )
     if not arrays:
-        raise ConfigError("write_tfrecords: no arrays given")
+        raise ConfigError("no arrays given", argument="source_or_arrays")
     lengths = {str(k): (a.shape[0] if a.ndim else None) for k, a in zip(keys, arrays, strict=True)}
     if None in lengths.values() or len(set(lengths.values())) != 1:
-        raise ConfigError(f"arrays must share their first (example) axis; lengths: {lengths}")
+        raise ConfigError(
+            f"the arrays must share their first (example) axis; lengths: {lengths}",
+            argument="source_or_arrays",
+        )
     specs = [(dtype_name(a.dtype), tuple(a.shape[1:])) for a in arrays]
     return structure, keys, specs, int(arrays[0].shape[0])
 
@@ -270,15 +279,19 @@ def write_tfrecords(
     """
     structure, keys, specs, n = _describe_input(source_or_arrays)
     if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)):
-        raise ConfigError(f"num_shards must be an integer, got {num_shards!r}")
+        raise ConfigError(f"must be an integer, got {num_shards!r}", argument="num_shards")
     if n < 1:
-        raise ConfigError("write_tfrecords: the data holds no example")
+        raise ConfigError("holds no example", argument="source_or_arrays")
     if not 1 <= num_shards <= n:
-        raise ConfigError(f"num_shards must be in [1, num_examples={n}], got {num_shards}")
+        raise ConfigError(
+            f"must be in [1, num_examples={n}], got {num_shards}", argument="num_shards"
+        )
     if not prefix or os.sep in prefix:
-        raise ConfigError(f"prefix must be a plain file name prefix, got {prefix!r}")
+        raise ConfigError(f"must be a plain file name prefix, got {prefix!r}", argument="prefix")
     if compression not in (None, "", "GZIP", "ZLIB"):
-        raise ConfigError(f"compression must be None, 'GZIP' or 'ZLIB', got {compression!r}")
+        raise ConfigError(
+            f"must be None, 'GZIP' or 'ZLIB', got {compression!r}", argument="compression"
+        )
     compression = compression or None
     jpeg_files = isinstance(source_or_arrays, EncodedImageSource) and bool(
         source_or_arrays.jpeg_files

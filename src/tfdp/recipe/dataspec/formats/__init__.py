@@ -53,14 +53,14 @@ def find_format(spec: str) -> DataFormat:
         >>> find_format("/no/such/data")
         Traceback (most recent call last):
         ...
-        tfdp.errors.DataError: spec '/no/such/data' does not exist (give 'digits' (bundled), a .npz file, the directory / manifest / glob of TFRecord shards written by write_tfrecords, or an image folder)
+        tfdp.errors.DataError: spec: '/no/such/data' does not exist (give 'digits' (bundled), a .npz file, the directory / manifest / glob of TFRecord shards written by write_tfrecords, or an image folder)
     """  # noqa: E501
     for fmt in FORMATS:
         if fmt.recognise(spec):
             return fmt
     if not os.path.exists(os.path.expanduser(spec)):
-        raise DataError(f"spec {spec!r} does not exist (give {listed()})", argument="spec")
-    raise DataError(f"spec {spec!r} is no data set tfdp reads (give {listed()})", argument="spec")
+        raise DataError(f"{spec!r} does not exist (give {listed()})", argument="spec")
+    raise DataError(f"{spec!r} is no data set tfdp reads (give {listed()})", argument="spec")
 
 
 def format_named(name: str) -> DataFormat:
@@ -77,7 +77,7 @@ def format_named(name: str) -> DataFormat:
         if fmt.name == name:
             return fmt
     known = ", ".join(fmt.name for fmt in FORMATS)
-    raise ConfigError(f"name {name!r} is no registered data format ({known})", argument="name")
+    raise ConfigError(f"{name!r} is no registered data format ({known})", argument="name")
 
 
 def writers() -> tuple[DataFormat, ...]:

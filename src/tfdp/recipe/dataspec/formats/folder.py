@@ -179,9 +179,10 @@ class ImageFolder:
         held_out = np.sort(np.concatenate(eval_idx))
         if not len(held_out):
             raise DataError(
-                f"spec {data.spec!r}: too few files to hold any out for evaluation (every class "
-                "has one file); give eval_data",
+                f"{data.spec!r}: too few files to hold any out for evaluation (every class "
+                "has one file); give {eval_data}",
                 argument="spec",
+                mentions=["eval_data"],
             )
         return HeldOut(
             source.subset(np.sort(np.concatenate(train_idx))),

@@ -140,8 +140,9 @@ class Npz:
                 if images and image.shape != images[0].shape:
                     raise DataError(
                         f"images differ in size (example 0 is {list(images[0].shape)}, example "
-                        f"{index} is {list(image.shape)}): a .npz holds one size; give image_size",
-                        argument="image_size",
+                        f"{index} is {list(image.shape)}): a .npz holds one size; give "
+                        "{image_size}",
+                        mentions=["image_size"],
                     )
                 images.append(image)
                 labels.append(int(label))

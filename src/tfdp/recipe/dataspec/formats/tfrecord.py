@@ -124,7 +124,7 @@ class TFRecordShards:
             return True
         if any(n.endswith(_SHARD_SUFFIXES) for n in entries):
             raise DataError(
-                f"spec {spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp reads "
+                f"{spec!r} holds TFRecord files but no *{MANIFEST_SUFFIX}: tfdp reads "
                 "shards written by write_tfrecords",
                 argument="spec",
             )
@@ -217,11 +217,12 @@ class TFRecordShards:
         held = math.ceil(eval_fraction * len(files))
         if len(files) < 2 or held >= len(files):
             raise DataError(
-                f"spec {data.spec!r} has {len(files)} TFRecord shard(s): holding out the last "
+                f"{data.spec!r} has {len(files)} TFRecord shard(s): holding out the last "
                 f"ceil({eval_fraction:g} * {len(files)}) = {held} for evaluation would leave "
-                f"{len(files) - held} to train on. Write more shards (num_shards), lower "
-                "eval_fraction, or give eval_data",
+                f"{len(files) - held} to train on. Write more shards ({{num_shards}}), lower "
+                "{eval_fraction}, or give {eval_data}",
                 argument="spec",
+                mentions=["num_shards", "eval_fraction", "eval_data"],
             )
         train_files, eval_files = files[:-held], files[-held:]
         sized(data, image_size)
@@ -247,7 +248,7 @@ class TFRecordShards:
             shards = min(n, max(_MIN_SHARDS, math.ceil(n / _EXAMPLES_PER_SHARD)))
         if shards > n:
             raise ConfigError(
-                f"num_shards {shards} is more than the {n} examples to write", argument="num_shards"
+                f"{shards} is more than the {n} examples to write", argument="num_shards"
             )
         if data.source is not None:
             load, shape = data.source.load, data.image_shape
