@@ -33,7 +33,7 @@ the two means within one standard deviation of the seeds (the pooled sample stan
 deviation of the two sides, ``sqrt((s_tfdp^2 + s_timm^2) / 2)``).
 
 Usage:
-    python benchmarks/bench_deit_parity.py --quick   # a smoke: 1 seed, 1 epoch a side (~1 min;
+    python benchmarks/bench_deit_parity.py --quick   # a smoke: 1 seed, 1 epoch a side (~40 s;
                                                      # the code paths, no parity figure)
     python benchmarks/bench_deit_parity.py           # 5 seeds, 30 epochs a side (~20-25 min)
     python benchmarks/bench_deit_parity.py --epochs 60   # longer runs, nearer convergence (~45 min)
