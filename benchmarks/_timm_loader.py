@@ -41,6 +41,21 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def posterize_zero_is_black() -> None:
+    """timm's Posterize at 0 bits gives black (as in Pillow < 10 and tfdp), not an exception."""
+    from timm.data import auto_augment as aa
+
+    posterize = aa.posterize
+
+    def zero_is_black(img, bits_to_keep, **kwargs):
+        if bits_to_keep <= 0:
+            return img.point(lambda _: 0)
+        return posterize(img, bits_to_keep, **kwargs)
+
+    aa.posterize = zero_is_black
+    aa.NAME_TO_OP.update({k: zero_is_black for k in aa.NAME_TO_OP if "Posterize" in k})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--folder", required=True)
@@ -51,18 +66,9 @@ def main() -> int:
 
     import torch
     from timm.data import ImageDataset, Mixup, create_loader
-    from timm.data import auto_augment as aa
 
     torch.set_num_threads(1)
-    posterize = aa.posterize
-
-    def posterize_zero_is_black(img, bits_to_keep, **kwargs):
-        if bits_to_keep <= 0:
-            return img.point(lambda _: 0)
-        return posterize(img, bits_to_keep, **kwargs)
-
-    aa.posterize = posterize_zero_is_black
-    aa.NAME_TO_OP.update({k: posterize_zero_is_black for k in aa.NAME_TO_OP if "Posterize" in k})
+    posterize_zero_is_black()
 
     dataset = ImageDataset(args.folder)
     loader = create_loader(

@@ -112,8 +112,6 @@ def test_a_failing_factory_is_exit_2_naming_model_not_a_bug(models_here, capsys)
 
 # -- DeiT's and ViT's models by name, drop path, --finetune, distillation (issue 35) -----------
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-
 
 def test_vit_names_are_models_and_an_unknown_name_lists_every_one():
     for name in MODELS:
@@ -244,88 +242,9 @@ def test_finetune_starts_a_student_as_deit_does_and_says_so():
     ]
 
 
-DEIT_RUNS = """
-import json, os, sys
-sys.path.insert(0, {tests!r})
-import numpy as np
-from photos import write_folder
-from tfdp.cli import main
-
-root, t = str(write_folder("photos", 12, classes=3, sizes=((36, 40),), seed=2)), os.getcwd()
-common = ["--data", root, "--image-size", "32", "--epochs", "1", "--batch-size", "4",
-          "--replicas", "1", "--steps-per-call", "1", "--no-progress"]
-codes = {{}}
-codes["drop_path"] = main(["train", "--model", "deit_tiny_patch16_224", "--drop-path", "0.1",
-                           "--run-dir", "vit", *common])
-import keras
-from tfdp.recipe.networks import small_cnn
-
-def teacher(classes, seed):
-    keras.utils.set_random_seed(seed)
-    small_cnn((32, 32, 3), classes, width=4).save("teacher.keras")
-
-teacher(3, 0)
-distil = ["train", "--model", "deit_tiny_distilled_patch16_224", "--distillation-type", "hard",
-          "--teacher-model", "teacher.keras", "--run-dir", "deit", *common]
-codes["distilled"] = main(distil)
-codes["evaluate"] = main(["evaluate", "deit"])
-teacher(3, 1)  # other weights at the same path
-codes["other_teacher"] = main(["train", "--resume", "--run-dir", "deit", "--epochs", "2",
-                               "--no-progress"])
-teacher(5, 0)
-codes["five_classes"] = main([*distil[:-len(common) - 2], "--run-dir", "deit5", *common])
-from safetensors.numpy import save_file
-from tfdp.models import vision_transformer
-from tfdp.models.weights import timm_shapes
-shapes = timm_shapes(vision_transformer("deit_tiny_patch16_224", (224, 224, 3), 1000, init=False))
-shapes["blocks.3.attn.proj.weight"] = (192, 96)
-save_file({{k: np.zeros(s, np.float32) for k, s in shapes.items()}}, "bad.safetensors")
-codes["bad_finetune"] = main(["train", "--model", "deit_tiny_patch16_224", "--finetune",
-                              "bad.safetensors", "--run-dir", "ft", *common])
-print(json.dumps(codes))
-"""
-
-
-def test_deit_models_train_end_to_end_and_refuse_what_does_not_fit(tmp_path):
-    """On a tiny JPEG folder at 32x32, in a process of its own (one replica): DeiT-Ti with drop
-    path 0.1 trains; DeiT-Ti distilled from a .keras teacher (hard) trains, records its teacher
-    in config.json and saves the student (two heads averaged); `tfdp evaluate` reads its
-    checkpoint back; a resume with other teacher weights, a teacher of another class count and
-    a --finetune checkpoint whose keys do not fit are refused, naming the flag and the key."""
-    out = subprocess.run(
-        [sys.executable, "-c", DEIT_RUNS.format(tests=TESTS)], capture_output=True, text=True,
-        cwd=tmp_path, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=1200, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    codes = json.loads(out.stdout.splitlines()[-1])
-    assert codes == {"drop_path": 0, "distilled": 0, "evaluate": 0, "other_teacher": 2,
-                     "five_classes": 2, "bad_finetune": 2}, out.stderr[-3000:]  # fmt: skip
-    vit = json.loads((tmp_path / "vit" / "config.json").read_text())
-    assert vit["drop_path"] == 0.1 and vit["model"] == "deit_tiny_patch16_224"
-    deit = json.loads((tmp_path / "deit" / "config.json").read_text())
-    record = deit["history"][0]["teacher"]
-    assert record["model"] == "teacher.keras" and len(record["sha256"]) == 16
-    assert f"distilling (hard, alpha 0.5) from teacher 'teacher.keras' (weights sha256 " \
-           f"{record['sha256']})" in out.stdout  # fmt: skip
-    assert "the teacher now (--teacher-model 'teacher.keras', weights sha256 " in out.stderr
-    assert f"is not the run's (--teacher-model 'teacher.keras', weights sha256 " \
-           f"{record['sha256']})" in out.stderr  # fmt: skip
-    assert (
-        "--teacher-model: 'teacher.keras' outputs (None, 5), the data has 3 classes" in out.stderr
-    )
-    assert ("--finetune 'bad.safetensors': key 'blocks.3.attn.proj.weight' has shape (192, 96), "
-            "the model needs (192, 192)") in out.stderr  # fmt: skip
-    from tfdp.models import load_model
-
-    student = load_model(tmp_path / "deit" / "model.keras")
-    assert student.name == "deit_tiny_distilled_patch16_224"
-    assert student.output_shape == (None, 3) and student.get_layer("heads").num_classes == 3
-    evaluated = json.loads(out.stdout[out.stdout.index("{\n") : out.stdout.index("\n}") + 2])
-    assert evaluated["sparse_categorical_accuracy"] == pytest.approx(
-        json.loads((tmp_path / "deit" / "metrics.jsonl").read_text().splitlines()[-1])[
-            "val_sparse_categorical_accuracy"
-        ]
-    )
+# The DeiT commands end to end (DeiT-Ti with drop path, distilled from a .keras teacher, stopped
+# and resumed; `tfdp evaluate`; the refusals that come after TensorFlow loads):
+# tests/test_recipe_whole.py, one process for all of them.
 
 
 def test_the_jobs_training_metrics_sum_every_replica(mirrored_of, tmp_path):
@@ -387,3 +306,30 @@ def test_a_teacher_by_name_gets_its_weights_from_teacher_path(tmp_path):
     cfg.teacher_model, cfg.teacher_path = "resnet", weights
     with pytest.raises(ConfigError, match=r"^teacher_model: 'resnet': "):
         student_and_teacher(cfg, student, shape, 3, ModelFiles())
+
+
+def test_a_factorys_vision_transformer_gets_timms_no_decay_set_as_a_named_one():
+    """A `module:function` factory returning tfdp's vision_transformer (a narrower ViT, as
+    benchmarks/bench_deit_parity.py trains) is exempt from decay where timm's optimizer
+    exempts it: tokens, position embeddings and the [heads, head_dim] attention biases too,
+    as the named models; a Distiller's student alike; other models: weights of one dimension."""
+    from tfdp.models import Distiller, ViTSpec, no_weight_decay, vision_transformer
+    from tfdp.recipe.config import TrainConfig
+    from tfdp.recipe.model import _no_decay
+    from tfdp.recipe.networks import small_cnn
+
+    factory = TrainConfig(model="my_models:vit")
+    for distilled in (False, True):
+        spec = ViTSpec("narrow", width=16, depth=1, heads=2, patch=8, distilled=distilled)
+        model = vision_transformer(spec, (16, 16, 3), 3)
+        exempt = {v.path for v in _no_decay(factory, model)}
+        assert exempt == {v.path for v in no_weight_decay(model)}
+        assert {p.rsplit("/", 1)[-1] for p in exempt} >= {"class_token", "bias"}
+        assert any(len(v.shape) == 2 and v.path in exempt for v in model.trainable_variables)
+    student = model
+    distiller = Distiller(student, small_cnn((16, 16, 3), 3, width=4))
+    assert {v.path for v in _no_decay(factory, distiller)} == {
+        v.path for v in no_weight_decay(student)
+    }
+    cnn = small_cnn((16, 16, 3), 3, width=4)
+    assert _no_decay(factory, cnn) == [v for v in cnn.trainable_variables if len(v.shape) == 1]

@@ -77,6 +77,8 @@ def _configure_logical_cpus(n: int) -> list[str]:
         )
     except RuntimeError:
         have = len(tf.config.list_logical_devices("CPU"))
+        if not current and have == n:  # initialised as it would be: one device per CPU
+            return [f"/cpu:{i}" for i in range(n)]
         raise ConfigError(
             f"{n} needs {n} logical CPU devices, but TensorFlow is already "
             f"initialised with {have}: call tfdp.make_strategy(cpu_replicas={n}) before any "

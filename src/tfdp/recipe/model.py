@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -113,17 +114,40 @@ def _no_decay(cfg: TrainConfig, model: Any) -> list[Any]:
     """The weights timm's optimizer gives no decay (its ``param_groups_weight_decay``).
 
     A ViT / DeiT's biases, tokens and position embeddings
-    (:func:`tfdp.models.no_weight_decay`), else the weights of one dimension.
+    (:func:`tfdp.models.no_weight_decay`) -- a model named by timm's name, or one
+    a ``module:function`` factory built with :func:`tfdp.models.vision_transformer`
+    -- else the weights of one dimension.
     """
     from tfdp.models.names import is_model_name
 
-    if is_model_name(cfg.model):
+    if is_model_name(cfg.model) or _is_vision_transformer(model):
         from tfdp.models import no_weight_decay
 
         return no_weight_decay(model)
     from tfdp.optim import decays
 
     return [v for v in model.trainable_variables if not decays(v)]
+
+
+def _is_vision_transformer(model: Any) -> bool:
+    """Whether ``model`` (or a Distiller's student) is :func:`tfdp.models.vision_transformer`'s.
+
+    Its patch embedding is tfdp's; the module that defines it is loaded when such a model
+    exists, so a model of another kind costs no import (nor keras-hub).
+    """
+    vit = sys.modules.get("tfdp.models.vit")
+    if vit is None:
+        return False
+    import keras
+
+    embeddings = (vit.PatchEmbed, vit.DistilledPatchEmbed)
+    models = [model]
+    while models:
+        layers = models.pop().layers
+        if any(isinstance(layer, embeddings) for layer in layers):
+            return True
+        models += [layer for layer in layers if isinstance(layer, keras.Model)]
+    return False
 
 
 def training_loss(cfg: TrainConfig, num_classes: int) -> Any:
