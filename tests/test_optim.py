@@ -76,7 +76,7 @@ def test_bad_arguments_are_config_errors_naming_them():
         (lambda: TorchAdam(epsilon=-1e-8), "epsilon", "a finite number >= 0"),
         (lambda: TorchAdamW(amsgrad=1), "amsgrad", "True or False"),
     ]:
-        with pytest.raises(ConfigError, match=f"^{argument} must be {valid}") as e:
+        with pytest.raises(ConfigError, match=f"^{argument}: must be {valid}") as e:
             make()
         assert e.value.argument == argument
 

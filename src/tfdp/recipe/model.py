@@ -141,7 +141,7 @@ def _is_vision_transformer(model: Any) -> bool:
     import keras
 
     embeddings = (vit.PatchEmbed, vit.DistilledPatchEmbed)
-    models = [model]
+    models = [model] if isinstance(model, keras.Model) else []  # else: variables alone
     while models:
         layers = models.pop().layers
         if any(isinstance(layer, embeddings) for layer in layers):
