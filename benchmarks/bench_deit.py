@@ -109,8 +109,11 @@ class TimmTrainer(TimmLoader):
         return self._read()
 
 
-def tfdp_config(root: Path, batch: int, run_dir: str):
-    """``tfdp train --config examples/deit_tiny_imagenet.toml`` on ``root`` at one replica."""
+def tfdp_config(root: Path, batch: int, run_dir: str, jit_compile: bool):
+    """``tfdp train --config examples/deit_tiny_imagenet.toml`` on ``root`` at one replica.
+
+    ``jit_compile``: ``--jit-compile`` (XLA for the forward and backward pass).
+    """
     from tfdp.recipe import TrainConfig
     from tfdp.recipe.config import load_config_file
 
@@ -119,7 +122,7 @@ def tfdp_config(root: Path, batch: int, run_dir: str):
     options.update(
         data=str(root), image_size=SIZE, model=MODEL, replicas=1, batch_size_per_replica=batch,
         mixed_precision=None, steps_per_call=1, checkpoint_every=None, progress=False,
-        log_every=0, run_dir=run_dir,
+        log_every=0, run_dir=run_dir, jit_compile=jit_compile,
     )  # fmt: skip
     return TrainConfig(**options)
 
@@ -210,11 +213,17 @@ def step_alone(cfg, count: int) -> dict:
     x = tf.constant(rng.normal(size=(cfg.batch_size, SIZE, SIZE, 3)).astype(np.float32))
     y = tf.constant(rng.dirichlet(np.ones(k), cfg.batch_size).astype(np.float32))
 
-    def replica_step():
+    def gradients():  # compiled with XLA as the Trainer's step compiles it (--jit-compile)
         with tf.GradientTape() as tape:
             per_example = loss_fn(y, model(x, training=True))
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=cfg.batch_size)
-        grads = tape.gradient(loss, model.trainable_variables)
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    if cfg.jit_compile:
+        gradients = tf.function(gradients, jit_compile=True, autograph=False)
+
+    def replica_step():
+        loss, grads = gradients()
         optimizer.apply(grads, model.trainable_variables)
         return loss
 
@@ -273,9 +282,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="time each side's step alone and tfdp's input alone (full mode: on)",
     )
+    ap.add_argument(
+        "--jit-compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="tfdp's run with --jit-compile (XLA for the forward and backward pass; slower "
+        "here: docs/benchmarks.md)",
+    )
     args = ap.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
-    for key in ("batch", "rounds", "window", "images", "profile"):
+    for key in ("batch", "rounds", "window", "images", "profile", "jit_compile"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
     import importlib.util
@@ -289,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = cfg["batch"]
     print(f"bench_deit {_dt.datetime.now():%Y-%m-%d %H:%M}, {'quick' if args.quick else 'full'}"
           f": {MODEL} at {SIZE}, batch {batch} per process, {cfg['rounds']} rounds of "
-          f"{cfg['warmup']} + {cfg['window']} steps a side; {folder_stats(root)}; {threads} "
+          f"{cfg['warmup']} + {cfg['window']} steps a side; tfdp jit_compile "
+          f"{cfg['jit_compile']}; {folder_stats(root)}; {threads} "
           f"cores; load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     timms = {}
     try:
@@ -319,7 +336,7 @@ def measure(cfg: dict, root: Path, batch: int, timms: dict[str, TimmTrainer]) ->
     """The alternating rounds, then (``cfg["profile"]``) each part alone; the headlines."""
     from tfdp.recipe.run import StopRelay, run_train
 
-    tcfg = tfdp_config(root, batch, tempfile.mkdtemp(prefix="tfdp_bench_deit_"))
+    tcfg = tfdp_config(root, batch, tempfile.mkdtemp(prefix="tfdp_bench_deit_"), cfg["jit_compile"])
     stop = StopRelay()
     alternation = Alternation(timms, cfg, batch, stop)
     result = run_train(

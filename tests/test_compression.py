@@ -117,3 +117,18 @@ def test_tfdp_train_s_flag_reaches_the_trainer_s_step(mirrored4):
         assert trainer.train_step.gradient_compression == want
     cfg, _ = train_request(parser.parse_args(["train"]))
     assert trainer_options(cfg)["gradient_compression"] is None  # exact unless asked
+
+
+def test_tfdp_train_s_jit_compile_reaches_the_job_s_step(mirrored4, tmp_path):
+    """`tfdp train --jit-compile` compiles the job's forward / backward pass with XLA (the
+    Trainer's step; what XLA computes is the differential test's xla case); off by default."""
+    from tfdp.cli import build_parser, train_request
+    from tfdp.recipe.data import build_data
+    from tfdp.recipe.run import _trainer
+
+    parser = build_parser()
+    for argv, want in ((["--jit-compile"], True), ([], False)):
+        cfg, _ = train_request(parser.parse_args(["train", *argv]))
+        cfg.replicas, cfg.batch_size = 4, 32
+        job = _trainer(cfg, mirrored4, build_data(cfg), str(tmp_path / str(want)), None, 4)
+        assert job.train_step.jit_compile is want

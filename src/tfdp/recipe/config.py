@@ -285,6 +285,13 @@ class _JobOptions:
         50, "save a checkpoint every N steps (and at epoch end)", resume="record"
     )
     steps_per_call: int = _opt(4, "optimizer steps per tf.function call", resume="record")
+    jit_compile: bool = _opt(
+        False,
+        "compile each replica's forward and backward pass with XLA (the update stays outside); "
+        "values differ from the graph's in the last bits. Measure first: on CPU cores it made "
+        "DeiT-Ti's whole recipe slower (docs/benchmarks.md)",
+        resume="record",
+    )
     mixed_precision: str | None = _opt(
         None,
         "mixed precision policy (--amp: mixed_float16, timm's; --bf16: mixed_bfloat16)",

@@ -462,6 +462,7 @@ def _trainer(
         clip_global_norm=cfg.clip_grad,
         mixed_precision=options["mixed_precision"],
         gradient_compression=options["gradient_compression"],
+        jit_compile=options["jit_compile"],
         run_dir=run_dir,
         max_to_keep=cfg.keep_checkpoints,
         progress=cfg.progress and sys.stdout.isatty(),
@@ -527,13 +528,14 @@ def trainer_options(cfg: TrainConfig) -> dict[str, Any]:
         >>> trainer_options(TrainConfig(gradient_compression="fp16", steps_per_call=2))
         ... # doctest: +NORMALIZE_WHITESPACE
         {'steps_per_call': 2, 'mixed_precision': None, 'gradient_compression': 'fp16',
-         'checkpoint_every': 50, 'record_samples': None}
+         'jit_compile': False, 'checkpoint_every': 50, 'record_samples': None}
     """
     compression = None if cfg.gradient_compression == "none" else cfg.gradient_compression
     return {
         "steps_per_call": cfg.steps_per_call,
         "mixed_precision": cfg.mixed_precision,
         "gradient_compression": compression,  # none: the exact all-reduce
+        "jit_compile": cfg.jit_compile,
         "checkpoint_every": cfg.checkpoint_every,
         "record_samples": cfg.record_samples,
     }
