@@ -62,7 +62,14 @@ prefer_bfc_cpu_allocator(os.environ)  # TensorFlow's host allocator as tfdp's CL
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench_images import TimmLoader, cpu_seconds, folder_stats, photo_folder, wait_idle  # noqa: E402
+from bench_images import (  # noqa: E402
+    TimmLoader,
+    cpu_seconds,
+    folder_stats,
+    missing_reference,
+    photo_folder,
+    wait_idle,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TIMM_SCRIPT = Path(__file__).resolve().parent / "_deit_timm_train.py"
@@ -104,9 +111,7 @@ class TimmTrainer(TimmLoader):
         self.info = self._read()
 
     def step(self, count: int) -> dict:
-        self.proc.stdin.write(f"step {count}\n")
-        self.proc.stdin.flush()
-        return self._read()
+        return self.ask(f"step {count}")
 
 
 def tfdp_config(root: Path, batch: int, run_dir: str, jit_compile: bool):
@@ -294,9 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("batch", "rounds", "window", "images", "profile", "jit_compile"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
-    import importlib.util
-
-    missing = [m for m in ("torch", "torchvision", "timm") if importlib.util.find_spec(m) is None]
+    missing = missing_reference()
     if missing:
         print(f"bench_deit: {', '.join(missing)} not installed: nothing to compare with")
         return 0

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import subprocess
 import sys
@@ -61,6 +60,7 @@ prefer_bfc_cpu_allocator(os.environ)  # TensorFlow's host allocator as tfdp's CL
 import numpy as np  # noqa: E402
 
 from _deit_parity_model import RECIPE, SIZE, SPEC  # noqa: E402
+from bench_images import TimmSide, missing_reference  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TIMM_SCRIPT = HERE / "_deit_parity_timm.py"
@@ -109,7 +109,7 @@ def tfdp_config(train: str, test: str, seed: int, epochs: int, run_dir: str):
     )  # fmt: skip
 
 
-class TimmParity:
+class TimmParity(TimmSide):
     """``_deit_parity_timm.py`` in a subprocess: ``train(seed, epochs)`` -> its accuracy."""
 
     def __init__(self, train: str, test: str) -> None:
@@ -121,24 +121,8 @@ class TimmParity:
         )  # fmt: skip
         self._read()
 
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"timm's side stopped (exit status {self.proc.wait()})")
-        return json.loads(line)
-
     def train(self, seed: int, epochs: int) -> dict:
-        self.proc.stdin.write(f"train {seed} {epochs}\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=60)
-        except Exception:
-            self.proc.kill()
+        return self.ask(f"train {seed} {epochs}")
 
 
 def tfdp_run(train: str, test: str, seed: int, epochs: int) -> dict:
@@ -163,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("seeds", "epochs"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
-    import importlib.util
-
-    missing = [m for m in ("torch", "torchvision", "timm") if importlib.util.find_spec(m) is None]
+    missing = missing_reference()
     if missing:
         print(f"bench_deit_parity: {', '.join(missing)} not installed: nothing to compare with")
         return 0

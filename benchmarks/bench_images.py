@@ -97,6 +97,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from tfdp._compat.fast.process import (
@@ -594,10 +595,44 @@ def deit_input(strategy, root: Path):
     return inp
 
 
-class TimmLoader:
-    """timm's DeiT loader in a subprocess (``_timm_loader.py``): torchvision and TensorFlow
-    cannot share a process. ``run`` times batches of ``GLOBAL_BATCH // REPLICAS`` (DeiT's
-    per-process batch), Mixup included."""
+def missing_reference() -> list[str]:
+    """The reference stack's modules (torch, torchvision, timm) not installed here."""
+    import importlib.util
+
+    return [m for m in ("torch", "torchvision", "timm") if importlib.util.find_spec(m) is None]
+
+
+class TimmSide:
+    """A timm script in a subprocess (torchvision and TensorFlow cannot share a process),
+    asked one command per line, answering one JSON line each; ``proc`` is set by the
+    subclass's ``__init__``."""
+
+    proc: Any
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"timm's side stopped (exit status {self.proc.wait()})")
+        return json.loads(line)
+
+    def ask(self, command: str) -> dict:
+        """Send ``command``; its answer."""
+        self.proc.stdin.write(f"{command}\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=60)
+        except Exception:
+            self.proc.kill()
+
+
+class TimmLoader(TimmSide):
+    """timm's DeiT loader in a subprocess (``_timm_loader.py``). ``run`` times batches of
+    ``GLOBAL_BATCH // REPLICAS`` (DeiT's per-process batch), Mixup included."""
 
     def __init__(self, root: Path, workers: int) -> None:
         import subprocess
@@ -612,24 +647,8 @@ class TimmLoader:
         self.workers = workers
         self._read()
 
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"timm's loader stopped (exit status {self.proc.wait()})")
-        return json.loads(line)
-
     def run(self, warmup: int, count: int) -> dict:
-        self.proc.stdin.write(f"run {warmup} {count}\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=60)
-        except Exception:
-            self.proc.kill()
+        return self.ask(f"run {warmup} {count}")
 
 
 def deit_tfdp_window(strategy, inp, epoch: int, warmup: int, window: int) -> dict:
@@ -659,9 +678,7 @@ def deit_vs_timm(strategy, root: Path, cfg: dict) -> dict[str, float]:
     other is idle (tfdp's iterator dropped, timm's workers blocked on a full queue, which
     each side's warm-up batches drain before the timed ones).
     """
-    import importlib.util
-
-    missing = [m for m in ("torch", "torchvision", "timm") if importlib.util.find_spec(m) is None]
+    missing = missing_reference()
     if missing:
         print(f"\ndeit_vs_timm: {', '.join(missing)} not installed, skipped")
         return {}
